@@ -6,6 +6,7 @@
 //! together ([`runner`]).
 
 pub mod inspect;
+pub mod outputs;
 pub mod runner;
 pub mod scenario;
 

@@ -1,4 +1,7 @@
-//! `dasim`: run and check scenario files.
+//! `dasim`: run and check scenario files, and draw what a run wrote.
+
+mod plot_cmd;
+mod report_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +44,24 @@ enum Command {
         /// The scenario file.
         scenario: PathBuf,
     },
+    /// Redraw the plots of a run directory, or overlay several (mean and min–max band per
+    /// algorithm, e.g. one scenario under several seeds).
+    Plot {
+        /// Run directories (written by `dasim run`).
+        #[arg(required = true)]
+        run_dirs: Vec<PathBuf>,
+        /// Where the plots go (default: the run directory; required with several).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// Write a self-contained HTML report of a run directory: summary table, plots, scenario.
+    Report {
+        /// The run directory (written by `dasim run`).
+        run_dir: PathBuf,
+        /// The HTML file to write (default: RUN_DIR/report.html).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -51,12 +72,15 @@ enum Inspect {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let reads_runs = matches!(cli.command, Command::Plot { .. } | Command::Report { .. });
     match execute(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             match e {
                 Error::Scenario(_) | Error::Usage(_) => ExitCode::from(2),
+                // A run directory that is missing, not one, or malformed is bad input.
+                Error::Reports(r) if reads_runs && r.is_input() => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
             }
         }
@@ -67,6 +91,17 @@ fn execute(command: Command) -> dasim::Result<()> {
     match command {
         Command::Inspect(Inspect::Topology(args)) => {
             print!("{}", dasim::inspect::inspect_topology(&args)?);
+            Ok(())
+        }
+        Command::Plot { run_dirs, out } => {
+            let written = plot_cmd::plot(&run_dirs, out.as_deref())?;
+            let dir = out.as_ref().unwrap_or(&run_dirs[0]);
+            println!("{} plot files in {}", written.len(), dir.display());
+            Ok(())
+        }
+        Command::Report { run_dir, out } => {
+            let path = report_cmd::report(&run_dir, out.as_deref())?;
+            println!("report in {}", path.display());
             Ok(())
         }
         Command::Validate { scenario } => {
@@ -104,15 +139,20 @@ fn execute(command: Command) -> dasim::Result<()> {
             };
             let summary = run_scenario(&loaded, &opts)?;
             for r in &summary.runs {
+                // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
+                let accuracy = if r.final_accuracy.is_finite() {
+                    format!("  accuracy {:.2}%", r.final_accuracy * 100.0)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "{:<12} sim {:>8.3} s  {:>7} steps  {:>8.1} steps/s(sim)  epochs {:>6.2}  test loss {:.4}  accuracy {:.2}%  wall {:.1} s",
+                    "{:<12} sim {:>8.3} s  {:>7} steps  {:>8.1} steps/s(sim)  epochs {:>6.2}  test loss {:.4}{accuracy}  wall {:.1} s",
                     r.algorithm,
                     r.sim_time_s,
                     r.worker_steps,
                     r.steps_per_sim_s,
                     r.epochs,
                     r.final_loss,
-                    r.final_accuracy * 100.0,
                     r.wall_time_s
                 );
             }

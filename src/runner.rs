@@ -1,25 +1,32 @@
 //! Running a scenario: every listed algorithm on the same cluster realization, results written
 //! as they come.
 //!
-//! The run directory receives `scenario.toml` (the scenario with every default filled in), then,
-//! streamed, `metrics.csv`; after each algorithm, `summary.json` and the plots are rewritten, so
-//! an interrupted run keeps everything up to the last evaluation point.
+//! The run directory receives `scenario.toml` (the scenario with every default filled in) and
+//! `partition.csv`; then, streamed, `metrics.csv` and `series.csv` (and `gradients.csv` and
+//! `messages.csv` when `[metrics]` asks for them); after each algorithm, the tables
+//! `staleness.csv`, `utilization.csv`, `waits.csv`, `links.csv`, `timeline.csv`, then
+//! `summary.json` and the plots are rewritten, so an interrupted run keeps everything up to the
+//! last evaluation point. Every CSV file starts with the stamp line
+//! `# dasim <version> git=<revision> scenario_sha256=<hex>` ([`crate::outputs`]), the hash being
+//! that of the `scenario.toml` written beside it; `summary.json` carries the same facts.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use dasim_models::{Backend, Problem};
-use dasim_reports::{EvalRow, LinePlot, MetricsWriter, Series, line_plot, write_json};
+use dasim_reports::write_json;
 use dasim_sim::ConfigError;
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
 use dasim_sim::cluster::Cluster;
 use dasim_sim::network::Network;
+use dasim_sim::record::{GradientRecord, Histogram, MessageRecord};
 use dasim_sim::run::{EvalPoint, Observer, Progress, World};
 use dasim_sim::topology::Topology;
 
+use crate::outputs::{Outputs, git_revision, sha256_hex, stamp_file, stamp_line};
 use crate::scenario::Loaded;
 use crate::{Error, Result};
 
@@ -71,14 +78,51 @@ pub struct AlgorithmSummary {
     pub gradient_wall_s: f64,
     /// Host wall time evaluating, in seconds.
     pub eval_wall_s: f64,
-    /// Staleness of the applied gradients, for the algorithms that measure it (parameter
-    /// server: updates the server received between a worker's pull and its push; DASGD: the
-    /// staleness between models); absent otherwise.
+    /// Staleness of every applied gradient: the updates the target model received between the
+    /// read the gradient was computed on and its application (`dasim_sim::tracked`); absent when
+    /// no gradient was applied.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub staleness: Option<StalenessSummary>,
+    pub staleness: Option<Distribution>,
+    /// Age in iterations of every mixed message (SGP, Overlap-SGP); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_age: Option<Distribution>,
+    /// DASGD's own staleness between models (`|G_j Δ R|` at every application); absent for
+    /// the other algorithms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dasgd: Option<StalenessSummary>,
+    /// Consensus distance of the worker replicas at the last evaluation point.
+    pub final_consensus: f64,
+    /// When the evaluated model first reached `[metrics]` targets.
+    pub time_to_target: TimeToTarget,
+    /// Fractions of worker-time in each activity, averaged over the workers.
+    pub utilization: Utilization,
 }
 
-/// Staleness measurements of one run.
+/// A distribution of integer measurements (staleness, message ages).
+#[derive(Clone, Debug, Serialize)]
+pub struct Distribution {
+    /// Number of measurements.
+    pub count: u64,
+    /// Their mean.
+    pub mean: f64,
+    /// Their 99th percentile (nearest rank).
+    pub p99: u64,
+    /// Their maximum.
+    pub max: u64,
+}
+
+impl Distribution {
+    fn of(h: &Histogram) -> Option<Distribution> {
+        (!h.is_empty()).then(|| Distribution {
+            count: h.count(),
+            mean: h.mean(),
+            p99: h.quantile(0.99),
+            max: h.max(),
+        })
+    }
+}
+
+/// An algorithm's own staleness measurements.
 #[derive(Clone, Debug, Serialize)]
 pub struct StalenessSummary {
     /// Number of measurements.
@@ -87,6 +131,30 @@ pub struct StalenessSummary {
     pub mean: f64,
     /// Their maximum.
     pub max: u64,
+}
+
+/// Simulated seconds until the evaluated model first reached `[metrics] target_accuracy` and
+/// `target_loss`; `None` when the target is not set or was not reached.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TimeToTarget {
+    /// First evaluation point with held-out accuracy at least `target_accuracy`.
+    pub accuracy_s: Option<f64>,
+    /// First evaluation point with held-out loss at most `target_loss`.
+    pub loss_s: Option<f64>,
+}
+
+/// Fractions of worker-time (each worker's time divided by the run's simulated time, averaged
+/// over workers); they sum to 1.
+#[derive(Clone, Debug, Serialize)]
+pub struct Utilization {
+    /// Computing gradients.
+    pub compute: f64,
+    /// Waiting on its own transfers.
+    pub communicate: f64,
+    /// Waiting for a peer.
+    pub blocked: f64,
+    /// Nothing to do.
+    pub idle: f64,
 }
 
 /// `summary.json`.
@@ -98,6 +166,10 @@ pub struct Summary {
     pub seed: u64,
     /// dasim's version.
     pub dasim_version: String,
+    /// The git revision dasim was built from; `None` when unknown.
+    pub git_revision: Option<String>,
+    /// SHA-256 of the resolved `scenario.toml` of the run directory (hex).
+    pub scenario_sha256: String,
     /// Backend used.
     pub backend: String,
     /// The device, in words.
@@ -112,7 +184,7 @@ pub struct Summary {
 
 struct Recorder<'a> {
     label: &'a str,
-    metrics: &'a mut MetricsWriter,
+    out: &'a mut Outputs,
     points: Vec<EvalPoint>,
     bar: &'a ProgressBar,
     started: Instant,
@@ -120,18 +192,16 @@ struct Recorder<'a> {
 
 impl Observer for Recorder<'_> {
     fn on_eval(&mut self, p: &EvalPoint) -> std::result::Result<(), String> {
-        self.points.push(*p);
-        self.metrics
-            .write(&EvalRow {
-                algorithm: self.label.to_string(),
-                time_s: p.time.as_secs_f64(),
-                worker_steps: p.worker_steps,
-                epoch: p.epoch,
-                loss: p.eval.loss,
-                accuracy: p.eval.accuracy,
-                train_loss: p.train_loss,
-            })
-            .map_err(|e| e.to_string())
+        self.points.push(p.clone());
+        self.out.point(self.label, p).map_err(|e| e.to_string())
+    }
+
+    fn on_gradient(&mut self, g: &GradientRecord) -> std::result::Result<(), String> {
+        self.out.gradient(self.label, g).map_err(|e| e.to_string())
+    }
+
+    fn on_message(&mut self, m: &MessageRecord) -> std::result::Result<(), String> {
+        self.out.message(self.label, m).map_err(|e| e.to_string())
     }
 
     fn on_progress(&mut self, p: &Progress) {
@@ -158,7 +228,7 @@ pub fn load_problem(loaded: &Loaded) -> Result<Problem> {
     let problem = Problem::load(&s.model, &s.data, &loaded.base_dir(), s.seed)
         .map_err(|e| located(loaded, e, "data.path"))?;
     let train = problem.split.train.len();
-    if train < s.cluster.workers {
+    if problem.has_data() && train < s.cluster.workers {
         let e = ConfigError::new(
             "cluster.workers",
             format!(
@@ -238,25 +308,35 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
     std::fs::create_dir_all(&opts.out)
         .map_err(io(format!("cannot create {}", opts.out.display())))?;
     let scenario_out = opts.out.join("scenario.toml");
-    std::fs::write(&scenario_out, resolved(loaded))
+    let scenario_text = resolved(loaded);
+    std::fs::write(&scenario_out, &scenario_text)
         .map_err(io(format!("cannot write {}", scenario_out.display())))?;
+    let scenario_sha256 = sha256_hex(scenario_text.as_bytes());
+    let stamp = stamp_line(&scenario_sha256);
     let shards = partition(loaded, &problem)?;
     let partition_out = opts.out.join("partition.csv");
     dasim_models::data::write_partition_csv(&partition_out, &shards, &problem.split.train)
         .map_err(io(format!("cannot write {}", partition_out.display())))?;
-    let mut metrics = MetricsWriter::create(opts.out.join("metrics.csv"))?;
+    stamp_file(&partition_out, &stamp)?;
+    let mut out = Outputs::create(
+        &opts.out,
+        stamp,
+        s.metrics.log_gradients,
+        s.metrics.log_messages,
+    )?;
 
     let mut summary = Summary {
         scenario: s.display_name(&loaded.path),
         seed: s.seed,
         dasim_version: env!("CARGO_PKG_VERSION").into(),
+        git_revision: git_revision().map(str::to_string),
+        scenario_sha256,
         backend: backend.name.into(),
         device: backend.device_name.clone(),
         workers: s.cluster.workers,
         params: problem.model.num_params(),
         runs: Vec::new(),
     };
-    let mut curves: Vec<(String, Vec<EvalPoint>)> = Vec::new();
 
     for alg in &s.algorithms {
         let label = alg.label();
@@ -271,7 +351,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             )
             .expect("valid template"),
         );
-        let mut store = problem.store_with_shards(
+        let mut store = problem.run_store(
             backend.device.clone(),
             shards.clone(),
             s.data.batch_size,
@@ -279,11 +359,19 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             s.seed,
         );
         let (cluster, network, topology) = build_system(loaded, &problem, alg)?;
-        let mut world = World::new(cluster, network, topology, &mut store, &s.optimizer, s.seed);
+        let mut world = World::new(
+            cluster,
+            network,
+            topology,
+            &mut *store,
+            &s.optimizer,
+            s.seed,
+        );
+        world.set_metrics(&s.metrics);
         let started = Instant::now();
         let mut recorder = Recorder {
             label: &label,
-            metrics: &mut metrics,
+            out: &mut out,
             points: Vec::new(),
             bar: &bar,
             started,
@@ -292,7 +380,13 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
         let points = std::mem::take(&mut recorder.points);
         let wall = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
+        out.record(&label, &outcome.record)?;
         let stats = store.stats();
+        let record = &outcome.record;
+        let [compute, communicate, blocked, idle] = record.utilization();
+        let first = |hit: &dyn Fn(&EvalPoint) -> bool| {
+            points.iter().find(|p| hit(p)).map(|p| p.time.as_secs_f64())
+        };
         summary.runs.push(AlgorithmSummary {
             algorithm: label.clone(),
             kind: alg.kind().into(),
@@ -312,49 +406,38 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             gradient_requests: stats.requests,
             gradient_wall_s: stats.gradient_wall.as_secs_f64(),
             eval_wall_s: stats.eval_wall.as_secs_f64(),
-            staleness: outcome.staleness.map(|st| StalenessSummary {
-                count: st.count,
-                mean: st.mean,
-                max: st.max,
-            }),
+            staleness: Distribution::of(&record.staleness()),
+            message_age: Distribution::of(&record.message_ages()),
+            dasgd: outcome
+                .staleness
+                .filter(|_| alg.kind() == "dasgd")
+                .map(|st| StalenessSummary {
+                    count: st.count,
+                    mean: st.mean,
+                    max: st.max,
+                }),
+            final_consensus: points.last().map_or(f64::NAN, |p| p.consensus),
+            time_to_target: TimeToTarget {
+                accuracy_s: s
+                    .metrics
+                    .target_accuracy
+                    .and_then(|a| first(&|p| p.eval.accuracy >= a)),
+                loss_s: s
+                    .metrics
+                    .target_loss
+                    .and_then(|l| first(&|p| p.eval.loss <= l)),
+            },
+            utilization: Utilization {
+                compute,
+                communicate,
+                blocked,
+                idle,
+            },
         });
-        curves.push((label, points));
         write_json(opts.out.join("summary.json"), &summary)?;
-        write_plots(&opts.out, &summary.scenario, &curves)?;
+        // Every file of this algorithm is on disk: redraw every plot from the files, so the
+        // plots of a run and of `dasim plot` are the same by construction.
+        dasim_reports::plot_run(&opts.out)?;
     }
     Ok(summary)
-}
-
-fn write_plots(dir: &Path, name: &str, curves: &[(String, Vec<EvalPoint>)]) -> Result<()> {
-    let series = |f: fn(&EvalPoint) -> (f64, f64)| -> Vec<Series> {
-        curves
-            .iter()
-            .map(|(label, pts)| Series::new(label.clone(), pts.iter().map(f)))
-            .collect()
-    };
-    let loss = series(|p| (p.time.as_secs_f64(), p.eval.loss));
-    line_plot(
-        dir,
-        "loss",
-        &LinePlot {
-            title: &format!("{name}: held-out loss of the average model"),
-            x_label: "simulated time (s)",
-            y_label: "test loss (cross-entropy)",
-            log_y: true,
-            series: &loss,
-        },
-    )?;
-    let accuracy = series(|p| (p.time.as_secs_f64(), p.eval.accuracy));
-    line_plot(
-        dir,
-        "accuracy",
-        &LinePlot {
-            title: &format!("{name}: held-out accuracy of the average model"),
-            x_label: "simulated time (s)",
-            y_label: "test accuracy",
-            log_y: false,
-            series: &accuracy,
-        },
-    )?;
-    Ok(())
 }

@@ -14,6 +14,7 @@ use dasim_sim::cluster::ClusterConfig;
 use dasim_sim::env::BuildEnv;
 use dasim_sim::error::{FieldPath, PathSeg};
 use dasim_sim::network::NetworkConfig;
+use dasim_sim::record::MetricsConfig;
 use dasim_sim::run::RunConfig;
 use dasim_sim::store::OptimizerConfig;
 use dasim_sim::topology::{Topology, TopologyConfig};
@@ -51,6 +52,10 @@ pub struct Scenario {
     pub optimizer: OptimizerConfig,
     /// Stop rules and evaluation cadence.
     pub run: RunConfig,
+    /// What the run records besides the defaults: replica evaluations, targets, the timeline
+    /// window, per-event logs.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// The algorithms to compare, each run on the same cluster realization.
     pub algorithms: Vec<AlgorithmConfig>,
 }
@@ -72,6 +77,7 @@ impl Scenario {
         self.data.validate()?;
         self.optimizer.validate()?;
         self.run.validate()?;
+        self.metrics.validate()?;
         if self.algorithms.is_empty() {
             return Err(ConfigError::new("algorithms", "no algorithm to run")
                 .hint("add an [[algorithms]] table, e.g. kind = \"allreduce\""));
@@ -343,6 +349,19 @@ kind = "allreduce"
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn the_metrics_section_is_optional_and_checked() {
+        let l = load(GOOD).unwrap();
+        assert_eq!(l.scenario.metrics, MetricsConfig::default());
+        let text = format!("{GOOD}\n[metrics]\ntarget_accuracy = 0.9\ntimeline_s = [0.2, 0.1]\n");
+        let e = load(&text).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("metrics.timeline_s"));
+        assert_eq!(e.line, Some(12));
+        let text = GOOD.replace("sim_time_s = 1.0", "sim_time_s = 1.0\neval_every_steps = 0");
+        let e = load(&text).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("run.eval_every_steps"));
     }
 
     #[test]

@@ -28,22 +28,40 @@ fn a_run_writes_every_output_and_is_byte_reproducible() {
     let png = std::fs::read(a.join("loss.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 
-    let csv_a = std::fs::read(a.join("metrics.csv")).unwrap();
-    let csv_b = std::fs::read(b.join("metrics.csv")).unwrap();
-    assert_eq!(
-        csv_a, csv_b,
-        "metrics.csv differs between two runs of the same scenario"
-    );
+    // Every CSV file is a function of simulated events only (no wall-time field): the same
+    // bytes on every run.
+    for f in [
+        "metrics.csv",
+        "series.csv",
+        "staleness.csv",
+        "utilization.csv",
+        "waits.csv",
+        "links.csv",
+        "timeline.csv",
+        "partition.csv",
+        "scenario.toml",
+    ] {
+        let csv_a = std::fs::read(a.join(f)).unwrap_or_else(|_| panic!("{f} missing"));
+        let csv_b = std::fs::read(b.join(f)).unwrap();
+        assert_eq!(
+            csv_a, csv_b,
+            "{f} differs between two runs of the same scenario"
+        );
+    }
+    // Each CSV: the stamp line, then the header.
     let partition = std::fs::read_to_string(a.join("partition.csv")).unwrap();
+    let mut lines = partition.lines();
+    assert!(lines.next().unwrap().starts_with("# dasim "), "{partition}");
     assert!(
-        partition.starts_with("worker,samples,class_0,"),
+        lines.next().unwrap().starts_with("worker,samples,class_0,"),
         "{partition}"
     );
-    assert_eq!(partition.lines().count(), 1 + 8);
-    let text = String::from_utf8(csv_a).unwrap();
-    assert!(text.starts_with("algorithm,time_s,worker_steps,epoch,loss,accuracy,train_loss\n"));
+    assert_eq!(partition.lines().count(), 2 + 8);
+    let text = std::fs::read_to_string(a.join("metrics.csv")).unwrap();
+    let header = text.lines().nth(1).unwrap();
+    assert!(header.starts_with("algorithm,time_s,worker_steps,epoch,loss,accuracy,train_loss,"));
     // 0.0, 0.1, …, 0.5 for each algorithm.
-    assert_eq!(text.lines().count(), 1 + 2 * 6);
+    assert_eq!(text.lines().count(), 2 + 2 * 6);
 
     // The resolved scenario is itself a valid scenario.
     let o = dasim(&["validate", a.join("scenario.toml").to_str().unwrap()]);

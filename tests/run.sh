@@ -4,10 +4,14 @@
 # The wgpu path is tested on lavapipe, Mesa's software Vulkan driver, so that it runs on machines
 # without a GPU. When no Vulkan driver is present and we may install packages (root, or
 # password-less sudo, with apt-get), we install libvulkan1 and mesa-vulkan-drivers.
+# The HTML report is rendered in headless Chromium (tests/report.rs); when `chromium` is missing
+# we install it the same way, and then require it (DASIM_REQUIRE_CHROMIUM=1), so that the check
+# is never skipped silently where it could run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 have_vulkan() { ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 || ls /etc/vulkan/icd.d/*.json >/dev/null 2>&1; }
+have_chromium() { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }
 
 if ! have_vulkan; then
   if command -v apt-get >/dev/null 2>&1; then
@@ -26,6 +30,24 @@ fi
 if ! have_vulkan; then
   echo "tests/run.sh: WARNING: no Vulkan driver could be installed; the wgpu comparison test is skipped" >&2
   export DASIM_SKIP_WGPU=1
+fi
+
+if ! have_chromium && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    if sudo -n true 2>/dev/null; then SUDO="sudo -n"; else SUDO="none"; fi
+  fi
+  if [ "$SUDO" != "none" ]; then
+    echo "tests/run.sh: installing chromium for the headless rendering test of the HTML report"
+    # Not fatal: without it, the rendering check is skipped with a warning below.
+    $SUDO apt-get update -qq || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null || true
+  fi
+fi
+if have_chromium; then
+  export DASIM_REQUIRE_CHROMIUM=1
+else
+  echo "tests/run.sh: WARNING: chromium could not be installed; the HTML report rendering check is skipped" >&2
 fi
 
 # lavapipe complains on stderr when XDG_RUNTIME_DIR is unset (harmless, but noisy).

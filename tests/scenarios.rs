@@ -1,10 +1,13 @@
 //! Every shipped scenario runs to its budget on real gradients (flex) without deadlock, and
-//! every algorithm in it trains the digits MLP.
+//! every algorithm in it trains its model.
 //!
-//! "Trained" is a held-out accuracy of at least 93%: chance is 10%, the best linear model on
-//! these 8×8 digits reaches about 95–96%, and a one-hidden-layer MLP trained synchronously to
-//! convergence about 97–98%; 93% leaves room for the slower-mixing asynchronous methods at the
-//! scenarios' 3-second budget while failing anything that did not learn.
+//! "Trained" is a held-out accuracy of at least 93% on the digits (the MLP, softmax regression
+//! and LeNet scenarios): chance is 10%, the best linear model on these 8×8 digits reaches about
+//! 95–96%, and a one-hidden-layer MLP trained synchronously to convergence about 97–98%; 93%
+//! leaves room for the slower-mixing asynchronous methods at the scenarios' 2–3-second budgets
+//! while failing anything that did not learn. A model without accuracy (the quadratic, whose
+//! loss is its suboptimality, starting from about 196) is trained when its final loss is below
+//! [`TRAINED_LOSS`].
 
 use std::path::Path;
 
@@ -12,6 +15,7 @@ use dasim::{Loaded, RunOptions, run_scenario};
 use dasim_models::backend::{BackendChoice, select};
 
 const TRAINED: f64 = 0.93;
+const TRAINED_LOSS: f64 = 1e-2;
 
 #[test]
 fn every_scenario_trains_every_algorithm() {
@@ -61,7 +65,12 @@ fn every_scenario_trains_every_algorithm() {
                     "ps staleness {mean}, n = {n}"
                 );
             }
-            if r.final_accuracy.is_nan() || r.final_accuracy < TRAINED {
+            let trained = if r.final_accuracy.is_nan() {
+                r.final_loss < TRAINED_LOSS
+            } else {
+                r.final_accuracy >= TRAINED
+            };
+            if !trained {
                 failures.push(format!(
                     "{}: {} reached {:.2}% (loss {:.4})",
                     file.display(),

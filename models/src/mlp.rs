@@ -10,7 +10,6 @@ use burn::tensor::{Tensor, activation};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use dasim_sim::ConfigError;
 use dasim_sim::rng::Stream;
 
 /// Hidden-layer nonlinearity.
@@ -22,48 +21,6 @@ pub enum Activation {
     Relu,
     /// `tanh(x)`.
     Tanh,
-}
-
-fn default_hidden() -> Vec<usize> {
-    vec![32]
-}
-
-/// The `[model]` section of a scenario.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ModelConfig {
-    /// A multilayer perceptron with softmax cross-entropy loss.
-    Mlp {
-        /// Widths of the hidden layers (empty: softmax regression).
-        #[serde(default = "default_hidden")]
-        hidden: Vec<usize>,
-        /// Hidden-layer nonlinearity.
-        #[serde(default)]
-        activation: Activation,
-    },
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        ModelConfig::Mlp {
-            hidden: default_hidden(),
-            activation: Activation::Relu,
-        }
-    }
-}
-
-impl ModelConfig {
-    /// Checks every value.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let ModelConfig::Mlp { hidden, .. } = self;
-        if let Some(i) = hidden.iter().position(|&h| h == 0) {
-            return Err(ConfigError::new(
-                &format!("model.hidden[{i}]"),
-                "a hidden layer must have at least one unit",
-            ));
-        }
-        Ok(())
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

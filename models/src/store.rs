@@ -10,14 +10,33 @@
 //!   snapshots stacked into `[R, params]`, minibatches gathered into `[R, batch, inputs]`, one
 //!   forward and one backward pass on the autodiff device. Requests and uses come in event order,
 //!   so the batches are the same on every run.
+//! - **Losses follow the data.** Softmax cross-entropy for class labels, `½·(ŷ − y)²` for real
+//!   targets ([`Loss`]), the mean over the minibatch, plus `½·l2·‖θ‖²` for the convex models.
+//! - **Model state.** A model with batch normalization keeps its running statistics as the last
+//!   `S` coordinates of the row ([`Model::state_len`]). A training pass returns them updated;
+//!   the gradient of a request carries, on those coordinates, the state delta
+//!   `Δ = new state − snapshot's state` instead of a derivative. Applying a gradient adds `Δ` to
+//!   the row's state (no learning rate, momentum or weight decay there: the optimizer touches
+//!   only the trainable prefix), and [`ReplicaStore::mean_gradient`] averages `Δ` like the rest,
+//!   so all-reduce keeps replicas equal. Averaging, mixing and messages treat the state like
+//!   parameters (the papers' code averages batch-norm buffers too). Evaluation uses the running
+//!   statistics.
+//! - **Augmentation on the host.** With a non-identity [`Augment`], a request also builds its
+//!   minibatch's features on the host, drawing from the worker's augmentation stream at request
+//!   time (so the `k`-th minibatch of a worker is the same whatever the flush order), and the
+//!   flush uploads them as `[R, batch, inputs]`. Without augmentation the minibatch is gathered
+//!   on the device from the uploaded training split.
 //! - **No autodiff outside the gradient pass.** Parameters, updates and evaluation live on the
 //!   plain device; only the stacked snapshots of a flush are moved to the autodiff device, and
 //!   their graph is consumed by the backward pass, so nothing leaks.
 //! - **Few host reads.** Training losses are summed on the device and read only at evaluation
-//!   points; an evaluation reads loss and accuracy in one transfer.
+//!   points; an evaluation runs the test split in chunks of [`EVAL_CHUNK`] samples and reads
+//!   loss and accuracy in one transfer. The suboptimality of a convex model reads its row (`P`
+//!   numbers) and evaluates the training objective in `f64` on the host ([`crate::convex`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
@@ -25,8 +44,13 @@ use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_sim::rng::{StreamKind, stream};
 use dasim_sim::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
-use crate::data::{Dataset, Sampler, Split};
-use crate::mlp::Mlp;
+use crate::convex::Objective;
+use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
+use crate::model::{Loss, Model};
+
+/// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
+/// models' activations).
+pub const EVAL_CHUNK: usize = 1000;
 
 /// Counters of the batching, for reports and benchmarks.
 ///
@@ -46,15 +70,48 @@ pub struct StoreStats {
     pub eval_wall: Duration,
 }
 
+/// A store the runner drives: the replica-store language plus its batching counters.
+/// [`BurnStore`] for the network models, [`crate::quadratic::QuadraticStore`] for the synthetic
+/// quadratic.
+pub trait RunStore: ReplicaStore {
+    /// Batching counters so far.
+    fn stats(&self) -> StoreStats;
+}
+
 struct Pending {
     id: GradId,
     snapshot: Tensor<2>,
     batch: Vec<usize>,
+    /// Augmented features of the minibatch (`batch × dim`), when augmentation is on.
+    features: Option<Vec<f32>>,
+}
+
+/// Targets on the device, one per sample.
+enum Targets {
+    Classes(Tensor<1, Int>),
+    Real(Tensor<1>),
+}
+
+/// The targets of `R` minibatches of `B` samples.
+enum BatchTargets {
+    /// `[R, B, 1]` labels.
+    Classes(Tensor<3, Int>),
+    /// `[R, B]` values.
+    Real(Tensor<2>),
+}
+
+impl BatchTargets {
+    fn autodiff(self) -> Self {
+        match self {
+            BatchTargets::Classes(y) => BatchTargets::Classes(y.autodiff()),
+            BatchTargets::Real(y) => BatchTargets::Real(y.autodiff()),
+        }
+    }
 }
 
 struct DeviceData {
     x: Tensor<2>,
-    y: Tensor<1, Int>,
+    y: Targets,
     len: usize,
 }
 
@@ -64,20 +121,60 @@ impl DeviceData {
             TensorData::new(data.features.clone(), [data.len(), data.dim]),
             device,
         );
-        let labels: Vec<i64> = data.labels.iter().map(|&l| i64::from(l)).collect();
-        let y = Tensor::from_data(TensorData::new(labels, [data.len()]), device);
+        let y = match data.target {
+            TargetKind::Classes(_) => {
+                let labels: Vec<i64> = data.labels.iter().map(|&l| i64::from(l)).collect();
+                Targets::Classes(Tensor::from_data(
+                    TensorData::new(labels, [data.len()]),
+                    device,
+                ))
+            }
+            TargetKind::Real => Targets::Real(Tensor::from_data(
+                TensorData::new(data.values.clone(), [data.len()]),
+                device,
+            )),
+        };
         DeviceData {
             x,
             y,
             len: data.len(),
         }
     }
+
+    /// The targets of the samples `idx` (`R·B` of them), shaped for `R` minibatches.
+    fn select(&self, idx: Tensor<1, Int>, r: usize, b: usize) -> BatchTargets {
+        match &self.y {
+            Targets::Classes(y) => {
+                BatchTargets::Classes(y.clone().select(0, idx).reshape([r, b, 1]))
+            }
+            Targets::Real(y) => BatchTargets::Real(y.clone().select(0, idx).reshape([r, b])),
+        }
+    }
+
+    /// The samples `range`, as one minibatch.
+    fn rows(&self, range: Range<usize>) -> (Tensor<3>, BatchTargets) {
+        let b = range.len();
+        let dim = self.x.dims()[1];
+        let x = self
+            .x
+            .clone()
+            .slice_dim(0, range.clone())
+            .reshape([1, b, dim]);
+        let y = match &self.y {
+            Targets::Classes(y) => {
+                BatchTargets::Classes(y.clone().slice_dim(0, range).reshape([1, b, 1]))
+            }
+            Targets::Real(y) => BatchTargets::Real(y.clone().slice_dim(0, range).reshape([1, b])),
+        };
+        (x, y)
+    }
 }
 
 /// Every worker's replica, optimizer state, data shard and pending gradients, on one device.
 pub struct BurnStore {
     device: Device,
-    model: Mlp,
+    model: Model,
+    loss: Loss,
     params: Tensor<2>,
     velocity: Option<Tensor<2>>,
     optimizer: OptimizerConfig,
@@ -86,6 +183,10 @@ pub struct BurnStore {
     dim: usize,
     batch: usize,
     samplers: Vec<Sampler>,
+    augment: Augment,
+    /// The training split on the host, kept only when augmentation is on.
+    train_host: Option<Dataset>,
+    objective: Option<Arc<Objective>>,
     pending: Vec<Pending>,
     ready: BTreeMap<GradId, Tensor<2>>,
     msgs: BTreeMap<MsgId, Tensor<2>>,
@@ -97,16 +198,24 @@ pub struct BurnStore {
 
 impl BurnStore {
     /// A store of `shards.len()` replicas of `model`, all initialized to the same parameters
-    /// drawn from the run's init stream, on `device`.
+    /// drawn from the run's init stream, on `device`. The loss follows the targets of `split`.
+    ///
+    /// # Panics
+    /// For [`Model::Quadratic`], which has no network (it runs on
+    /// [`crate::quadratic::QuadraticStore`]).
     pub fn new(
         device: Device,
-        model: Mlp,
+        model: Model,
         split: &Split,
         shards: Vec<Vec<usize>>,
         batch: usize,
         optimizer: OptimizerConfig,
         seed: u64,
     ) -> Self {
+        assert!(
+            !matches!(model, Model::Quadratic(_)),
+            "the quadratic has no network: it runs on the reference store"
+        );
         let device = device.without_autodiff();
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
@@ -114,6 +223,10 @@ impl BurnStore {
         let row: Tensor<2> = Tensor::from_data(TensorData::new(init, [1, p]), &device);
         let params = row.repeat_dim(0, workers);
         let velocity = (optimizer.momentum > 0.0).then(|| Tensor::zeros([workers, p], &device));
+        let loss = match split.train.target {
+            TargetKind::Classes(_) => Loss::CrossEntropy,
+            TargetKind::Real => Loss::SquaredError,
+        };
         BurnStore {
             train: DeviceData::upload(&split.train, &device),
             test: DeviceData::upload(&split.test, &device),
@@ -125,10 +238,14 @@ impl BurnStore {
                 .collect(),
             device,
             model,
+            loss,
             params,
             velocity,
             optimizer,
             batch,
+            augment: Augment::default(),
+            train_host: None,
+            objective: None,
             pending: Vec::new(),
             ready: BTreeMap::new(),
             msgs: BTreeMap::new(),
@@ -137,6 +254,32 @@ impl BurnStore {
             train_loss_count: 0,
             stats: StoreStats::default(),
         }
+    }
+
+    /// This store with training minibatches augmented by `augment` (see [`Augment::apply`]);
+    /// `train` is the training split the store was built with. The identity keeps the
+    /// device-side gather.
+    pub fn with_augment(mut self, augment: Augment, train: &Dataset) -> Self {
+        self.augment = augment;
+        self.train_host = (!augment.is_identity()).then(|| train.clone());
+        self
+    }
+
+    /// This store with the full-training-set objective of its (convex) model, for
+    /// [`ReplicaStore::suboptimality`].
+    pub fn with_objective(mut self, objective: Arc<Objective>) -> Self {
+        self.objective = Some(objective);
+        self
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The loss the store trains with.
+    pub fn loss(&self) -> Loss {
+        self.loss
     }
 
     /// The device the replicas live on.
@@ -149,6 +292,36 @@ impl BurnStore {
         self.stats
     }
 
+    /// `f*`, the minimum of the training objective, for the convex models where it is known
+    /// (see [`crate::convex`]); computed on first use.
+    pub fn optimum(&self) -> Option<f64> {
+        self.objective.as_ref()?.optimum().map(|o| o.value)
+    }
+
+    /// The training objective `f` (mean training loss plus the L2 term, in `f64` on the host)
+    /// of the model `Σ weight · row` over `terms`, or of the average of the worker rows for
+    /// `None`; `None` for models without a convex objective.
+    pub fn objective(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        let theta = self.model_host(terms, self.objective.is_some())?;
+        Some(self.objective.as_ref()?.value(&theta))
+    }
+
+    fn model_host(&self, terms: Option<&[(usize, f64)]>, wanted: bool) -> Option<Vec<f64>> {
+        if !wanted {
+            return None;
+        }
+        let model = match terms {
+            Some(terms) => {
+                let terms: Vec<(Slot, f64)> =
+                    terms.iter().map(|&(r, w)| (Slot::Row(r), w)).collect();
+                self.combine(&terms)
+            }
+            None => self.mean_of_workers(),
+        };
+        let v: Vec<f32> = model.into_data().try_into_vec().expect("f32 parameters");
+        Some(v.into_iter().map(f64::from).collect())
+    }
+
     /// All replicas, read back to the host (row-major `[workers, params]`).
     pub fn params_host(&self) -> Vec<f32> {
         self.params
@@ -158,12 +331,33 @@ impl BurnStore {
             .expect("f32 parameters")
     }
 
+    /// Overwrites row `row` (for tests that start replicas from distinct models).
+    pub fn set_params_host(&mut self, row: usize, values: &[f32]) {
+        let p = self.model.num_params();
+        let v = Tensor::from_data(TensorData::new(values.to_vec(), [1, p]), &self.device);
+        self.set_row(row, v);
+    }
+
     /// A requested gradient, read back to the host (evaluating pending requests if needed).
     pub fn gradient_host(&mut self, grad: GradId) -> Vec<f32> {
         self.gradient(grad)
             .into_data()
             .try_into_vec::<f32>()
             .expect("f32 gradient")
+    }
+
+    /// The features of the `k`-th pending request's minibatch as the gradient pass will see
+    /// them (`batch × dim`, augmented if augmentation is on), and its sample indices; for checks.
+    pub fn pending_batch_host(&self, k: usize) -> (Vec<usize>, Vec<f32>) {
+        let p = &self.pending[k];
+        let features = match &p.features {
+            Some(f) => f.clone(),
+            None => {
+                let (x, _) = self.minibatches(1, &p.batch, None);
+                x.into_data().try_into_vec().expect("f32 features")
+            }
+        };
+        (p.batch.clone(), features)
     }
 
     fn gradient(&mut self, id: GradId) -> Tensor<2> {
@@ -187,12 +381,19 @@ impl BurnStore {
         let mut indices = Vec::with_capacity(r * self.batch);
         let mut snapshots = Vec::with_capacity(r);
         let mut ids = Vec::with_capacity(r);
+        let mut features = pending[0]
+            .features
+            .is_some()
+            .then(|| Vec::with_capacity(r * self.batch * self.dim));
         for p in pending {
             indices.extend_from_slice(&p.batch);
             snapshots.push(p.snapshot);
             ids.push(p.id);
+            if let (Some(all), Some(f)) = (features.as_mut(), p.features) {
+                all.extend_from_slice(&f);
+            }
         }
-        let (g, losses) = self.batched_gradient(Tensor::cat(snapshots, 0), &indices);
+        let (g, losses) = self.batched_gradient(Tensor::cat(snapshots, 0), &indices, features);
         let batch_loss = losses.sum();
         self.train_loss = Some(match self.train_loss.take() {
             Some(acc) => acc + batch_loss,
@@ -206,45 +407,90 @@ impl BurnStore {
         self.stats.gradient_wall += started.elapsed();
     }
 
-    /// Minibatch inputs `[R, B, dim]` and labels `[R, B, 1]` for `R·B` training indices.
-    fn minibatches(&self, r: usize, indices: &[usize]) -> (Tensor<3>, Tensor<3, Int>) {
+    /// Minibatch inputs `[R, B, dim]` and targets for `R·B` training indices: gathered on the
+    /// device, or uploaded from `features` (host-built, augmented) when given.
+    fn minibatches(
+        &self,
+        r: usize,
+        indices: &[usize],
+        features: Option<Vec<f32>>,
+    ) -> (Tensor<3>, BatchTargets) {
         let b = indices.len() / r;
         let idx: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
         let idx: Tensor<1, Int> = Tensor::from_data(TensorData::new(idx, [r * b]), &self.device);
-        let x = self
-            .train
-            .x
-            .clone()
-            .select(0, idx.clone())
-            .reshape([r, b, self.dim]);
-        let y = self.train.y.clone().select(0, idx).reshape([r, b, 1]);
-        (x, y)
+        let x = match features {
+            Some(f) => Tensor::from_data(TensorData::new(f, [r, b, self.dim]), &self.device),
+            None => self
+                .train
+                .x
+                .clone()
+                .select(0, idx.clone())
+                .reshape([r, b, self.dim]),
+        };
+        (x, self.train.select(idx, r, b))
     }
 
-    /// Mean cross-entropy of each of `R` models on its own minibatch: `[R]`.
-    fn losses(&self, params: Tensor<2>, x: Tensor<3>, y: Tensor<3, Int>) -> Tensor<1> {
+    /// The objective of each of `R` models on its own minibatch, `[R]` (mean loss plus the L2
+    /// term), and with `train` the models' updated state `[R, S]` if they have one.
+    fn losses(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        y: BatchTargets,
+        train: bool,
+    ) -> (Tensor<1>, Option<Tensor<2>>) {
         let [r, b, _] = x.dims();
-        let logits = self.model.forward(params, x);
-        activation::log_softmax(logits, 2)
-            .gather(2, y)
-            .neg()
-            .sum_dim(1)
-            .reshape([r])
-            .div_scalar(b as f64)
+        let (out, state) = self.model.forward(params.clone(), x, train);
+        let data = match y {
+            BatchTargets::Classes(y) => activation::log_softmax(out, 2)
+                .gather(2, y)
+                .neg()
+                .sum_dim(1)
+                .reshape([r]),
+            BatchTargets::Real(y) => (out.reshape([r, b]) - y)
+                .square()
+                .sum_dim(1)
+                .reshape([r])
+                .mul_scalar(0.5),
+        };
+        let mut loss = data.div_scalar(b as f64);
+        let l2 = self.model.l2();
+        if l2 > 0.0 {
+            let trainable = self.model.trainable();
+            let sq = params
+                .slice_dim(1, trainable)
+                .square()
+                .sum_dim(1)
+                .reshape([r]);
+            loss = loss + sq.mul_scalar(0.5 * l2);
+        }
+        (loss, state)
     }
 
     /// Gradients `[R, params]` and losses `[R]` of `R` models (rows of `params`), model `r` on
     /// the `r`-th block of `indices.len() / R` training samples: one forward and one backward
-    /// pass on the autodiff device. Both results are plain (non-autodiff) tensors.
-    fn batched_gradient(&self, params: Tensor<2>, indices: &[usize]) -> (Tensor<2>, Tensor<1>) {
+    /// pass on the autodiff device. On the state suffix the gradient holds the state delta.
+    /// Both results are plain (non-autodiff) tensors.
+    fn batched_gradient(
+        &self,
+        params: Tensor<2>,
+        indices: &[usize],
+        features: Option<Vec<f32>>,
+    ) -> (Tensor<2>, Tensor<1>) {
         let r = params.dims()[0];
-        let (x, y) = self.minibatches(r, indices);
-        let params = params.autodiff().require_grad();
-        let losses = self.losses(params.clone(), x.autodiff(), y.autodiff());
+        let (x, y) = self.minibatches(r, indices, features);
+        let tracked = params.clone().autodiff().require_grad();
+        let (losses, state) = self.losses(tracked.clone(), x.autodiff(), y.autodiff(), true);
         let grads = losses.clone().sum().backward();
-        let g = params
+        let mut g = tracked
             .grad(&grads)
             .expect("the stacked parameters require a gradient");
+        if let Some(state) = state {
+            let p = self.model.num_params();
+            let s = self.model.state_len();
+            let old = params.slice_dim(1, p - s..p);
+            g = g.slice_assign([0..r, p - s..p], state.without_autodiff() - old);
+        }
         (g, losses.without_autodiff())
     }
 
@@ -258,17 +504,20 @@ impl BurnStore {
     ) -> (Vec<Vec<f32>>, Vec<f32>) {
         let p = self.model.num_params();
         let params = self.host_rows(rows);
-        let (g, l) = self.batched_gradient(params, &batches.concat());
+        let (g, l) = self.batched_gradient(params, &batches.concat(), None);
         let g: Vec<f32> = g.into_data().try_into_vec().expect("f32 gradients");
         let l: Vec<f32> = l.into_data().try_into_vec().expect("f32 losses");
         (g.chunks(p).map(<[f32]>::to_vec).collect(), l)
     }
 
-    /// Losses of the models `rows` on the minibatches `batches`, without autodiff.
+    /// The training objective of the models `rows` on the minibatches `batches` (the quantity
+    /// [`BurnStore::gradients_host`] differentiates: training mode, batch statistics), without
+    /// autodiff.
     pub fn losses_host(&self, rows: &[Vec<f32>], batches: &[Vec<usize>]) -> Vec<f32> {
         let params = self.host_rows(rows);
-        let (x, y) = self.minibatches(rows.len(), &batches.concat());
-        self.losses(params, x, y)
+        let (x, y) = self.minibatches(rows.len(), &batches.concat(), None);
+        self.losses(params, x, y, true)
+            .0
             .into_data()
             .try_into_vec()
             .expect("f32 losses")
@@ -291,6 +540,11 @@ impl BurnStore {
         self.params = self.params.clone().slice_assign([w..w + 1, 0..p], value);
     }
 
+    fn mean_of_workers(&self) -> Tensor<2> {
+        let w = self.workers();
+        self.params.clone().slice_dim(0, 0..w).mean_dim(0)
+    }
+
     /// `Σ weight · slot` as a `[1, params]` tensor.
     fn combine(&self, terms: &[(Slot, f64)]) -> Tensor<2> {
         let term = |&(slot, w): &(Slot, f64)| {
@@ -308,27 +562,54 @@ impl BurnStore {
         iter.fold(first, |acc, t| acc + term(t))
     }
 
-    /// Held-out loss and accuracy of one model `[1, params]`, read back in one transfer.
+    /// Held-out loss and accuracy (NaN for real targets) of one model `[1, params]`, the test
+    /// split run in chunks of [`EVAL_CHUNK`] with the running statistics, read back in one
+    /// transfer.
     fn evaluate_model(&mut self, model: Tensor<2>) -> Evaluation {
         let started = Instant::now();
         self.stats.evaluations += 1;
         let n = self.test.len;
-        let logits = self
-            .model
-            .forward(model, self.test.x.clone().reshape([1, n, self.dim]));
-        let y = self.test.y.clone().reshape([1, n, 1]);
-        let logp = activation::log_softmax(logits, 2);
-        let loss = logp.clone().gather(2, y.clone()).neg().mean();
-        let correct = logp.argmax(2).equal(y).float().mean();
-        let both = Tensor::cat(vec![loss, correct], 0)
-            .into_data()
-            .try_into_vec::<f32>()
-            .expect("f32 metrics");
+        let mut loss_sum: Option<Tensor<1>> = None;
+        let mut correct: Option<Tensor<1>> = None;
+        let add = |acc: &mut Option<Tensor<1>>, t: Tensor<1>| {
+            *acc = Some(match acc.take() {
+                Some(a) => a + t,
+                None => t,
+            });
+        };
+        for start in (0..n).step_by(EVAL_CHUNK) {
+            let (x, y) = self.test.rows(start..(start + EVAL_CHUNK).min(n));
+            let (out, _) = self.model.forward(model.clone(), x, false);
+            match y {
+                BatchTargets::Classes(y) => {
+                    let logp = activation::log_softmax(out, 2);
+                    add(&mut loss_sum, logp.clone().gather(2, y.clone()).neg().sum());
+                    add(&mut correct, logp.argmax(2).equal(y).float().sum());
+                }
+                BatchTargets::Real(y) => {
+                    let b = y.dims()[1];
+                    let sq = (out.reshape([1, b]) - y).square().sum().mul_scalar(0.5);
+                    add(&mut loss_sum, sq);
+                }
+            }
+        }
+        let loss_sum = loss_sum.expect("the test split has at least one sample");
+        let sums = match correct {
+            Some(c) => Tensor::cat(vec![loss_sum, c], 0),
+            None => loss_sum,
+        };
+        let sums = sums.into_data().try_into_vec::<f32>().expect("f32 metrics");
         self.stats.eval_wall += started.elapsed();
         Evaluation {
-            loss: f64::from(both[0]),
-            accuracy: f64::from(both[1]),
+            loss: f64::from(sums[0]) / n as f64,
+            accuracy: sums.get(1).map_or(f64::NAN, |&c| f64::from(c) / n as f64),
         }
+    }
+}
+
+impl RunStore for BurnStore {
+    fn stats(&self) -> StoreStats {
+        self.stats
     }
 }
 
@@ -369,7 +650,14 @@ impl ReplicaStore for BurnStore {
         let id = GradId(self.next_id);
         self.next_id += 1;
         let mut batch = Vec::with_capacity(self.batch);
-        self.samplers[worker].next_batch(self.batch, &mut batch);
+        let sampler = &mut self.samplers[worker];
+        sampler.next_batch(self.batch, &mut batch);
+        let features = self.train_host.as_ref().map(|train| {
+            let mut out = Vec::with_capacity(batch.len() * train.dim);
+            self.augment
+                .apply(train, &batch, sampler.augment_stream(), &mut out);
+            out
+        });
         let row = self.row(worker);
         let snapshot = if scale == 1.0 {
             row
@@ -380,6 +668,7 @@ impl ReplicaStore for BurnStore {
             id,
             snapshot,
             batch,
+            features,
         });
         self.stats.requests += 1;
         id
@@ -401,9 +690,22 @@ impl ReplicaStore for BurnStore {
             return;
         }
         let p = self.model.num_params();
-        let whole = block == (0..p);
+        let split = self.model.trainable().end;
         let g = self.gradient(grad);
-        let g = if whole {
+        // The state part of the block: add the state delta as it is.
+        let state = block.start.max(split)..block.end;
+        if !state.is_empty() {
+            let cell = [row..row + 1, state.clone()];
+            let delta = g.clone().slice_dim(1, state);
+            let x = self.params.clone().slice(cell.clone());
+            self.params = self.params.clone().slice_assign(cell, x + delta);
+        }
+        // The trainable part: the optimizer step.
+        let block = block.start..block.end.min(split);
+        if block.is_empty() {
+            return;
+        }
+        let g = if block == (0..p) {
             g
         } else {
             g.slice_dim(1, block.clone())
@@ -482,8 +784,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn evaluate(&mut self) -> Evaluation {
-        let w = self.workers();
-        let mean = self.params.clone().slice_dim(0, 0..w).mean_dim(0);
+        let mean = self.mean_of_workers();
         self.evaluate_model(mean)
     }
 
@@ -502,5 +803,29 @@ impl ReplicaStore for BurnStore {
             }
             _ => f64::NAN,
         }
+    }
+
+    /// Computed on the device on the differences to the first replica, `d_i = s_i·x_i − s_0·x_0`,
+    /// so that equal replicas give exactly 0; one scalar read.
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        let n = self.workers();
+        let mut rows = self.params.clone().slice_dim(0, 0..n);
+        if let Some(s) = scales {
+            let s: Vec<f32> = s[..n].iter().map(|&v| v as f32).collect();
+            let s: Tensor<2> = Tensor::from_data(TensorData::new(s, [n, 1]), &self.device);
+            rows = rows * s;
+        }
+        let first = rows.clone().slice_dim(0, 0..1);
+        let d = rows - first;
+        let centred = d.clone() - d.mean_dim(0);
+        let sum: f32 = centred.square().sum().into_scalar();
+        f64::from(sum) / n as f64
+    }
+
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        let objective = self.objective.clone()?;
+        objective.optimum()?;
+        let theta = self.model_host(terms, true)?;
+        objective.suboptimality(&theta)
     }
 }

@@ -652,11 +652,14 @@ fn csv_with_real_targets_is_a_regression_dataset() {
         .collect();
     all.sort_by(f32::total_cmp);
     assert_eq!(all, vec![-1.25, 0.5, 2.0]);
-    // The MLP store trains on labels: a clear error, not a panic.
-    let e = Problem::load(&ModelConfig::default(), &c, dir.path(), 5)
+    // An MLP trains on real targets with squared error (one output); softmax regression needs
+    // classes: a clear error, not a panic.
+    let pb = Problem::load(&ModelConfig::default(), &c, dir.path(), 5).unwrap();
+    assert_eq!(pb.model.num_params(), 2 * 32 + 32 + 32 + 1);
+    let e = Problem::load(&ModelConfig::Softmax { l2: 0.0 }, &c, dir.path(), 5)
         .err()
         .unwrap();
-    assert_eq!(config_error(e).path.to_string(), "data.csv.target");
+    assert_eq!(config_error(e).path.to_string(), "model.kind");
 }
 
 #[test]
@@ -753,10 +756,13 @@ fn linear_regression_has_a_known_optimum() {
     let s = data::load(&c, Path::new("."), 9).unwrap();
     assert_eq!(s.train.len() + s.test.len(), 4000);
     assert!(s.train.values.iter().all(|v| d.values.contains(v)));
-    let e = Problem::load(&ModelConfig::default(), &c, Path::new("."), 9)
+    // Least squares fits it; softmax regression does not.
+    let pb = Problem::load(&ModelConfig::Linear { l2: 0.0 }, &c, Path::new("."), 9).unwrap();
+    assert_eq!(pb.model.num_params(), 6);
+    let e = Problem::load(&ModelConfig::Softmax { l2: 0.0 }, &c, Path::new("."), 9)
         .err()
         .unwrap();
-    assert_eq!(config_error(e).path.to_string(), "data.dataset");
+    assert_eq!(config_error(e).path.to_string(), "model.kind");
 }
 
 #[test]
@@ -1107,4 +1113,58 @@ fn crop_and_flip_make_exactly_the_documented_draws() {
     assert_eq!(rng.random::<u64>(), replay.random::<u64>(), "no other draw");
     assert!((60..140).contains(&flips), "{flips}");
     assert!(shifted > 120, "{shifted}");
+}
+
+#[test]
+fn the_store_augments_minibatches_from_the_worker_stream_at_request_time() {
+    use dasim_sim::store::{OptimizerConfig, ReplicaStore};
+    let c = parse("[data]\naugment = { crop_padding = 2, flip = true }\n").unwrap();
+    let pb = Problem::load(&ModelConfig::Lenet {}, &c, Path::new("."), 7).unwrap();
+    let plain = Problem::load(
+        &ModelConfig::Lenet {},
+        &DataConfig::default(),
+        Path::new("."),
+        7,
+    )
+    .unwrap();
+    let opt = OptimizerConfig::default();
+    let device = burn::tensor::Device::flex();
+    let mut store = pb.try_store(device.clone(), 4, 8, opt.clone(), 7).unwrap();
+    let mut unaugmented = plain.try_store(device, 4, 8, opt, 7).unwrap();
+    let order = [2, 0, 2, 3];
+    let ids: Vec<_> = order.iter().map(|&w| store.request_gradient(w)).collect();
+    for &w in &order {
+        unaugmented.request_gradient(w);
+    }
+
+    // Replay: the worker's sampler for indices, its augmentation stream for the draws, one
+    // minibatch after the other in request order.
+    let shards = pb.partition(4, 7).unwrap();
+    let mut samplers: Vec<Sampler> = (0..4)
+        .map(|w| Sampler::new(shards[w].clone(), 7, w))
+        .collect();
+    for (k, &w) in order.iter().enumerate() {
+        let mut batch = Vec::new();
+        samplers[w].next_batch(8, &mut batch);
+        let mut want = Vec::new();
+        pb.augment.apply(
+            &pb.split.train,
+            &batch,
+            samplers[w].augment_stream(),
+            &mut want,
+        );
+        let (indices, features) = store.pending_batch_host(k);
+        assert_eq!(indices, batch, "request {k}: minibatch indices");
+        assert_eq!(features, want, "request {k}: augmented features");
+        // Augmentation changes the features, not the indices.
+        let (same, raw) = unaugmented.pending_batch_host(k);
+        assert_eq!(same, batch);
+        assert_ne!(raw, features);
+    }
+    // The augmented batches train.
+    for id in ids {
+        store.apply_gradient(0, id, 0.05);
+    }
+    assert_eq!(store.stats().flushes, 1);
+    assert!(store.evaluate().loss.is_finite());
 }

@@ -1,66 +1,119 @@
-//! The batched stacked gradient is the gradient: against replica-by-replica passes and finite
-//! differences, on the CPU backend.
+//! The batched stacked gradient is the gradient, for every model of the zoo, through the store:
+//! against replica-by-replica passes (distinct parameters per replica) and, on the small models,
+//! finite differences of the store's own loss. On the CPU backend.
 
 use std::path::Path;
 
 use burn::tensor::Device;
-use dasim_models::{Activation, DataConfig, ModelConfig, Problem};
+use dasim_models::lenet::LeNet;
+use dasim_models::resnet::ResNet;
+use dasim_models::{
+    Activation, BurnStore, DataConfig, ImageShape, Model, ModelConfig, Problem, Split, data,
+};
 use dasim_sim::store::{OptimizerConfig, ReplicaStore};
 
-fn problem(hidden: Vec<usize>) -> Problem {
-    let model = ModelConfig::Mlp {
-        hidden,
-        activation: Activation::Tanh,
-    };
-    Problem::load(&model, &DataConfig::default(), Path::new("."), 11).unwrap()
+fn digits() -> Split {
+    data::load(&DataConfig::default(), Path::new("."), 11).unwrap()
 }
 
-fn rows(p: usize, r: usize) -> Vec<Vec<f32>> {
+const DIGIT: ImageShape = ImageShape {
+    channels: 1,
+    height: 8,
+    width: 8,
+};
+
+fn store_for(model: Model, split: &Split, workers: usize, batch: usize) -> BurnStore {
+    let shards = data::partition_iid(split.train.len(), workers, 11);
+    BurnStore::new(
+        Device::flex(),
+        model,
+        split,
+        shards,
+        batch,
+        OptimizerConfig::default(),
+        11,
+    )
+}
+
+fn problem_store(model: ModelConfig, data: &DataConfig, workers: usize, batch: usize) -> BurnStore {
+    let pb = Problem::load(&model, data, Path::new("."), 11).unwrap();
+    pb.store(
+        Device::flex(),
+        workers,
+        batch,
+        OptimizerConfig::default(),
+        11,
+    )
+}
+
+fn regression() -> DataConfig {
+    toml::from_str("dataset = \"linear-regression\"\nsynthetic = { samples = 400, dim = 12 }")
+        .unwrap()
+}
+
+/// `r` distinct rows: the store's initial row, each coordinate moved by a deterministic
+/// replica-dependent amount of up to ±`spread` (relative) — so every replica differs, and the
+/// batch-norm running variances stay positive.
+fn distinct_rows(store: &BurnStore, r: usize, spread: f32) -> Vec<Vec<f32>> {
+    let p = store.num_params();
+    let init = store.params_host()[..p].to_vec();
     (0..r)
         .map(|k| {
-            (0..p)
-                .map(|i| (((i * 7 + k * 13) % 17) as f32 - 8.0) * 0.02)
+            init.iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let t = (((i * 7 + k * 13) % 17) as f32 - 8.0) / 8.0;
+                    v * (1.0 + spread * t) + 0.01 * spread * t
+                })
                 .collect()
         })
         .collect()
 }
 
-fn batches(r: usize, b: usize) -> Vec<Vec<usize>> {
+/// `r` minibatches of `b` training indices, overlapping across replicas.
+fn batches(r: usize, b: usize, len: usize) -> Vec<Vec<usize>> {
     (0..r)
-        .map(|k| (0..b).map(|i| k * 31 + i * 3).collect())
+        .map(|k| (0..b).map(|i| (k * 31 + i * 3) % len).collect())
         .collect()
 }
 
-#[test]
-fn batched_gradient_equals_replica_by_replica() {
-    let pb = problem(vec![16]);
-    let store = pb.store(Device::flex(), 4, 8, OptimizerConfig::default(), 11);
-    let p = pb.model.num_params();
-    let (rows, batches) = (rows(p, 5), batches(5, 8));
+/// Gradients (state deltas included) and losses of `r` rows in one pass equal those of each
+/// row alone.
+fn check_batched(store: &BurnStore, r: usize, b: usize, len: usize, what: &str) {
+    let rows = distinct_rows(store, r, 0.2);
+    let batches = batches(r, b, len);
     let (together, losses) = store.gradients_host(&rows, &batches);
-    for k in 0..5 {
+    let scale = together.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0, "{what}: a zero gradient");
+    for k in 0..r {
         let (alone, loss) = store.gradients_host(&rows[k..=k], &batches[k..=k]);
-        assert!((losses[k] - loss[0]).abs() < 1e-5);
-        for (a, b) in together[k].iter().zip(&alone[0]) {
+        assert!(
+            (losses[k] - loss[0]).abs() < 1e-5 * (1.0 + loss[0].abs()),
+            "{what}, replica {k}: loss {} vs {}",
+            losses[k],
+            loss[0]
+        );
+        for (i, (a, b)) in together[k].iter().zip(&alone[0]).enumerate() {
             assert!(
-                (a - b).abs() < 1e-5 * (1.0 + b.abs()),
-                "replica {k}: {a} vs {b}"
+                (a - b).abs() <= 1e-4 * scale + 1e-6,
+                "{what}, replica {k}, coordinate {i}: {a} batched vs {b} alone"
             );
         }
     }
+    // Distinct rows give distinct gradients: the rows of the pass do not share parameters.
+    assert_ne!(together[0], together[1], "{what}");
 }
 
-#[test]
-fn gradient_matches_finite_differences() {
-    let pb = problem(vec![6]);
-    let store = pb.store(Device::flex(), 2, 4, OptimizerConfig::default(), 11);
-    let p = pb.model.num_params();
-    let x = rows(p, 1);
-    let batch = batches(1, 4);
+/// Central differences of the store's loss against its gradient, at `count` coordinates spread
+/// over the row.
+fn check_finite_differences(store: &BurnStore, b: usize, len: usize, eps: f32, what: &str) {
+    let p = store.num_params();
+    let x = distinct_rows(store, 1, 0.2);
+    let batch = batches(1, b, len);
     let (g, _) = store.gradients_host(&x, &batch);
-    let eps = 1e-2f32;
+    let step = (p / 25).max(1);
     let mut checked = 0;
-    for i in (0..p).step_by(23) {
+    for i in (0..p).step_by(step) {
         let mut plus = x.clone();
         let mut minus = x.clone();
         plus[0][i] += eps;
@@ -69,18 +122,114 @@ fn gradient_matches_finite_differences() {
             / (2.0 * eps);
         assert!(
             (fd - g[0][i]).abs() < 2e-3 + 2e-2 * g[0][i].abs(),
-            "parameter {i}: finite difference {fd}, gradient {}",
+            "{what}, parameter {i}: finite difference {fd}, gradient {}",
             g[0][i]
         );
         checked += 1;
     }
-    assert!(checked > 10);
+    assert!(checked >= p.min(20), "{what}: {checked} coordinates");
+}
+
+#[test]
+fn mlp_batched_gradient_is_the_gradient() {
+    let model = ModelConfig::Mlp {
+        hidden: vec![16, 8],
+        activation: Activation::Tanh,
+    };
+    let store = problem_store(model, &DataConfig::default(), 4, 8);
+    let len = store.train_size();
+    check_batched(&store, 5, 8, len, "mlp");
+    check_finite_differences(&store, 8, len, 1e-2, "mlp");
+}
+
+#[test]
+fn softmax_batched_gradient_is_the_gradient_with_its_l2_term() {
+    let store = problem_store(
+        ModelConfig::Softmax { l2: 0.05 },
+        &DataConfig::default(),
+        4,
+        8,
+    );
+    let len = store.train_size();
+    check_batched(&store, 5, 8, len, "softmax");
+    check_finite_differences(&store, 8, len, 1e-2, "softmax");
+    // The L2 term is in the gradient: against the same model without it, the gradients differ
+    // by exactly l2·θ.
+    let other = problem_store(
+        ModelConfig::Softmax { l2: 0.0 },
+        &DataConfig::default(),
+        4,
+        8,
+    );
+    let rows = distinct_rows(&store, 1, 0.2);
+    let b = batches(1, 8, len);
+    let (g, _) = store.gradients_host(&rows, &b);
+    let (g0, _) = other.gradients_host(&rows, &b);
+    for ((a, z), th) in g[0].iter().zip(&g0[0]).zip(&rows[0]) {
+        assert!((a - z - 0.05 * th).abs() < 1e-5, "{a} − {z} ≠ 0.05·{th}");
+    }
+}
+
+#[test]
+fn linear_batched_gradient_is_the_gradient() {
+    let store = problem_store(ModelConfig::Linear { l2: 0.01 }, &regression(), 4, 8);
+    let len = store.train_size();
+    check_batched(&store, 5, 8, len, "linear");
+    check_finite_differences(&store, 8, len, 1e-2, "linear");
+    // The squared-error gradient by hand for one sample: ∂/∂w = (ŷ − y)·x + l2·w.
+    let pb = Problem::load(
+        &ModelConfig::Linear { l2: 0.01 },
+        &regression(),
+        Path::new("."),
+        11,
+    )
+    .unwrap();
+    let train = &pb.split.train;
+    let rows = distinct_rows(&store, 1, 0.5);
+    let (g, loss) = store.gradients_host(&rows, &[vec![3]]);
+    let x = train.sample(3);
+    let th = &rows[0];
+    let y_hat: f32 = x.iter().zip(th).map(|(a, b)| a * b).sum::<f32>() + th[12];
+    let r = y_hat - train.values[3];
+    let penalty: f32 = th.iter().map(|v| v * v).sum::<f32>() * 0.005;
+    assert!((loss[0] - (0.5 * r * r + penalty)).abs() < 1e-4);
+    for j in 0..12 {
+        assert!((g[0][j] - (r * x[j] + 0.01 * th[j])).abs() < 1e-4);
+    }
+    assert!((g[0][12] - (r + 0.01 * th[12])).abs() < 1e-4);
+}
+
+#[test]
+fn lenet_batched_gradient_is_the_gradient() {
+    let split = digits();
+    let len = split.train.len();
+    let relu = store_for(Model::LeNet(LeNet::new(DIGIT, 10)), &split, 3, 6);
+    check_batched(&relu, 4, 6, len, "lenet");
+    // Finite differences on the smooth variant (tanh); max-pooling is piecewise linear.
+    let tanh = LeNet::new(DIGIT, 10).with_activation(Activation::Tanh);
+    let store = store_for(Model::LeNet(tanh), &split, 3, 6);
+    check_finite_differences(&store, 6, len, 1e-2, "lenet");
+}
+
+#[test]
+fn resnet_batched_gradient_is_the_gradient_and_carries_state_deltas() {
+    let split = digits();
+    let len = split.train.len();
+    let net = ResNet::new(DIGIT, 10, 8, 4);
+    let s = net.state_len();
+    assert!(s > 0);
+    let store = store_for(Model::ResNet(net), &split, 3, 6);
+    check_batched(&store, 4, 6, len, "resnet-8");
+    // On the state suffix the "gradient" is the running-statistics delta: not zero.
+    let p = store.num_params();
+    let rows = distinct_rows(&store, 2, 0.2);
+    let (g, _) = store.gradients_host(&rows, &batches(2, 6, len));
+    assert!(g[0][p - s..].iter().any(|v| v.abs() > 1e-4));
 }
 
 #[test]
 fn requests_are_evaluated_lazily_in_one_batch() {
-    let pb = problem(vec![16]);
-    let mut store = pb.store(Device::flex(), 4, 8, OptimizerConfig::default(), 11);
+    let mut store = problem_store(ModelConfig::default(), &DataConfig::default(), 4, 8);
     let ids: Vec<_> = (0..4).map(|w| store.request_gradient(w)).collect();
     assert_eq!(store.stats().flushes, 0);
     store.apply_gradient(0, ids[0], 0.1);
@@ -97,9 +246,8 @@ fn requests_are_evaluated_lazily_in_one_batch() {
 
 #[test]
 fn averaging_and_updates_are_row_operations() {
-    let pb = problem(vec![8]);
-    let mut store = pb.store(Device::flex(), 3, 8, OptimizerConfig::default(), 11);
-    let p = pb.model.num_params();
+    let mut store = problem_store(ModelConfig::default(), &DataConfig::default(), 3, 8);
+    let p = store.num_params();
     let g = store.request_gradient(0);
     store.apply_gradient(0, g, 0.5);
     let before = store.params_host();

@@ -51,6 +51,14 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A path given to read is not what was expected (e.g. not a run directory).
+    #[error("{}: {message}", path.display())]
+    Input {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Drawing a plot failed.
     #[error("cannot draw {}: {message}", path.display())]
     Plot {
@@ -69,7 +77,18 @@ impl Error {
             | Error::Csv { path, .. }
             | Error::Json { path, .. }
             | Error::Format { path, .. }
+            | Error::Input { path, .. }
             | Error::Plot { path, .. } => path,
+        }
+    }
+
+    /// Whether the error is about the input (a path that is missing or is not a run directory,
+    /// a file that cannot be read or is malformed) rather than about writing the output.
+    pub fn is_input(&self) -> bool {
+        match self {
+            Error::Format { .. } | Error::Input { .. } => true,
+            Error::Io { action, .. } | Error::Csv { action, .. } => *action == "read",
+            Error::Json { .. } | Error::Plot { .. } => false,
         }
     }
 

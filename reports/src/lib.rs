@@ -1,15 +1,22 @@
-//! dasim's writers: the files a simulation run leaves behind.
+//! dasim's writers and readers: the files a simulation run leaves behind, and the plots and
+//! report drawn from them.
 //!
-//! This crate knows nothing about the simulator; it receives plain records and
-//! writes them out. A run directory typically holds:
+//! This crate knows nothing about the simulator; it receives plain records and writes them
+//! out, and reads a run directory back to draw it. A run directory typically holds:
 //!
 //! | file | written by | content |
 //! |------|------------|---------|
-//! | `metrics.csv` | [`MetricsWriter`] | one row per evaluation point: `algorithm,time_s,worker_steps,epoch,loss,accuracy,train_loss`, streamed and flushed row by row, so an interrupted run keeps what it wrote |
+//! | `metrics.csv` | [`MetricsWriter`] | one row per evaluation point, streamed and flushed row by row, so an interrupted run keeps what it wrote |
 //! | `summary.json` | [`write_json`] | any serializable summary, pretty-printed, replaced atomically (written to `summary.json.tmp`, then renamed) |
-//! | `<stem>.png`, `<stem>.svg` | [`line_plot`] | a line plot (1000x620 PNG and the same plot as SVG), one coloured line per [`Series`] |
+//! | `series.csv`, `staleness.csv`, `utilization.csv`, `timeline.csv`, ... | the runner | the recorder's measurements (read back by [`RunData`]) |
+//! | `<stem>.png`, `<stem>.svg` | [`plot_run`], [`line_plot`] | the run's plots (see [`plot_run`] for the list) |
+//! | `report.html` | [`write_report`] | one self-contained page: summary table, plots, scenario |
 //!
-//! [`read_metrics`] reads a `metrics.csv` back into [`EvalRow`]s.
+//! [`read_metrics`] reads a `metrics.csv` of [`MetricsWriter`] back into [`EvalRow`]s;
+//! [`RunData::load`] reads a whole run directory (skipping `#` comment lines, finding columns
+//! by name, an empty cell meaning "not measured"). The functions of the `data` module
+//! ([`metric_series`], [`staleness_histograms`], [`band`], [`utilization`], ...) turn those rows
+//! into the series that are drawn, so plots are tested on numbers, not pixels.
 //!
 //! Everything written is a function of the records only: floats use Rust's
 //! shortest round-trip formatting and no wall-clock time or host detail is
@@ -19,13 +26,28 @@
 //!
 //! Every failure is an [`Error`] that names the path involved.
 
+mod charts;
+mod data;
 mod error;
+mod figure;
 mod fsutil;
 mod json;
 mod metrics;
 mod plot;
+mod report;
+mod rundir;
+mod runplots;
 
+pub use data::{
+    BandPoint, Histogram, HistogramStats, Lane, LogCurve, Metric, WorkerShare, XAxis, band,
+    metric_series, named_series, range_series, staleness_histograms, timeline_lanes, utilization,
+};
 pub use error::{Error, Result};
 pub use json::write_json;
 pub use metrics::{EvalRow, METRICS_HEADER, MetricsWriter, read_metrics};
 pub use plot::{LinePlot, PALETTE, PLOT_HEIGHT, PLOT_WIDTH, Series, line_plot};
+pub use report::{report_html, write_report};
+pub use rundir::{
+    Activity, MetricRow, RunData, SeriesRow, StalenessRow, Stamp, TimelineRow, UtilizationRow,
+};
+pub use runplots::{plot_run, plot_run_to, plot_runs};

@@ -1,16 +1,22 @@
-//! Line plots, drawn to PNG and SVG with plotters.
+//! Line plots (with optional min–max bands), drawn to PNG and SVG with plotters.
+//!
+//! [`line_plot`] is the public entry point for a plain line plot; the run plots use the
+//! crate-internal [`LineChart`], which adds dashed lines, filled bands between a lower and an
+//! upper curve, legend-only entries (for a series with nothing to draw, e.g. a distance that is
+//! exactly zero on a log axis) and a note under the title.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
-use plotters::style::{FontStyle, register_font};
 
-use crate::fsutil::write_atomic;
-use crate::{Error, Result};
+use crate::Result;
+use crate::figure::{
+    AXIS_COLOR, AXIS_DESC_SIZE, DrawResult, FONT_FAMILY, Figure, GRID_BOLD, GRID_LIGHT, LABEL_SIZE,
+    TEXT_COLOR, format_tick, header, palette,
+};
 
 /// Width of the PNG, in pixels (also the SVG's width).
 pub const PLOT_WIDTH: u32 = 1000;
@@ -32,19 +38,11 @@ pub const PALETTE: [(u8, u8, u8); 8] = [
     (0xF0, 0xE4, 0x42), // yellow
 ];
 
-/// DejaVu Sans, embedded so that rendering needs no system fonts.
-static FONT_TTF: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-/// The family name every text style here uses (and the embedded font is registered under).
-const FONT_FAMILY: &str = "sans-serif";
-
-const TEXT_COLOR: RGBColor = RGBColor(0x22, 0x22, 0x22);
-const AXIS_COLOR: RGBColor = RGBColor(0x55, 0x55, 0x55);
-const GRID_BOLD: RGBColor = RGBColor(0xDD, 0xDD, 0xDD);
-const GRID_LIGHT: RGBColor = RGBColor(0xF1, 0xF1, 0xF1);
-
 /// Fraction of the data span added on each side of a linear axis.
 const MARGIN: f64 = 0.04;
 const LINE_WIDTH: u32 = 2;
+/// Opacity of a band's fill.
+const BAND_ALPHA: f64 = 0.18;
 
 /// A named line for a plot.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -93,46 +91,87 @@ pub struct LinePlot<'a> {
 /// as a dot. The legend lists each labelled series and sits in the corner of the
 /// plot with the least data in it.
 ///
-/// The SVG is written atomically (temporary file, then rename); the PNG is
-/// written in place by the image encoder.
+/// Both files are written atomically (temporary file, then rename).
 pub fn line_plot(dir: impl AsRef<Path>, stem: &str, plot: &LinePlot) -> Result<(PathBuf, PathBuf)> {
-    let dir = dir.as_ref();
-    let png = dir.join(format!("{stem}.png"));
-    let svg = dir.join(format!("{stem}.svg"));
-    if !font_registered() {
-        return Err(Error::Plot {
-            path: png,
-            message: "cannot load the embedded DejaVu Sans font".into(),
-        });
-    }
-    std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-
-    let prepared = Prepared::new(plot);
-    let size = (PLOT_WIDTH, PLOT_HEIGHT);
-
-    let mut svg_text = String::new();
-    draw(
-        SVGBackend::with_string(&mut svg_text, size),
-        plot,
-        &prepared,
-    )
-    .map_err(|message| Error::Plot {
-        path: svg.clone(),
-        message,
-    })?;
-    write_atomic(&svg, svg_text.as_bytes())?;
-
-    draw(BitMapBackend::new(&png, size), plot, &prepared).map_err(|message| Error::Plot {
-        path: png.clone(),
-        message,
-    })?;
-    Ok((png, svg))
+    let chart = LineChart {
+        title: plot.title.to_owned(),
+        x_label: plot.x_label.to_owned(),
+        y_label: plot.y_label.to_owned(),
+        log_y: plot.log_y,
+        lines: plot
+            .series
+            .iter()
+            .enumerate()
+            .map(|(color, s)| Line {
+                label: s.label.clone(),
+                points: s.points.clone(),
+                color,
+                dashed: false,
+            })
+            .collect(),
+        ..LineChart::default()
+    };
+    crate::figure::save(dir.as_ref(), stem, &chart)
 }
 
-/// Registers the embedded font with plotters, once per process.
-fn font_registered() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(|| register_font(FONT_FAMILY, FontStyle::Normal, FONT_TTF).is_ok())
+/// One line of a [`LineChart`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Line {
+    /// Legend text (none if empty). A labelled line without points is a legend entry only.
+    pub label: String,
+    /// `(x, y)` points; non-finite ones are skipped.
+    pub points: Vec<(f64, f64)>,
+    /// Index into [`PALETTE`] (cycled).
+    pub color: usize,
+    /// Drawn dashed rather than solid.
+    pub dashed: bool,
+}
+
+/// A band filled between a lower and an upper curve, `(x, low, high)`, in a light tint.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Band {
+    /// Index into [`PALETTE`] (cycled).
+    pub color: usize,
+    /// `(x, low, high)`; points with a non-finite value are skipped.
+    pub points: Vec<(f64, f64, f64)>,
+}
+
+/// A line chart: lines over bands, a legend, a header with an optional note.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct LineChart {
+    /// Caption above the plot (none if empty).
+    pub title: String,
+    /// A grey line of explanation under the title (none if empty).
+    pub note: String,
+    /// Description under the x axis.
+    pub x_label: String,
+    /// Description left of the y axis.
+    pub y_label: String,
+    /// Log y axis, when every finite y value (bands included) is positive.
+    pub log_y: bool,
+    /// The lines, drawn over the bands in order.
+    pub lines: Vec<Line>,
+    /// The bands.
+    pub bands: Vec<Band>,
+}
+
+impl Figure for LineChart {
+    fn size(&self) -> (u32, u32) {
+        (PLOT_WIDTH, PLOT_HEIGHT)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let prepared = Prepared::new(self);
+        let area = header(root, &self.title, &self.note, &[])?;
+        match &prepared.y {
+            YAxis::Linear(y) => draw_chart(&area, self, &prepared, y.clone()),
+            YAxis::Log(y) => {
+                let (bold, light) = log_ticks(y);
+                let spec = y.clone().log_scale().with_key_points(bold);
+                draw_chart(&area, self, &prepared, spec.with_light_points(light))
+            }
+        }
+    }
 }
 
 /// The y axis to draw.
@@ -147,26 +186,47 @@ enum YAxis {
 struct Prepared {
     x: Range<f64>,
     y: YAxis,
-    /// Drawable points per series, in the order of `LinePlot::series`.
+    /// Drawable points per line, in the order of `LineChart::lines`.
     points: Vec<Vec<(f64, f64)>>,
+    /// Drawable points per band, in the order of `LineChart::bands`.
+    bands: Vec<Vec<(f64, f64, f64)>>,
     legend: SeriesLabelPosition,
 }
 
 impl Prepared {
-    fn new(plot: &LinePlot) -> Self {
-        let finite = |&&(x, y): &&(f64, f64)| x.is_finite() && y.is_finite();
-        let all = || {
-            plot.series
-                .iter()
-                .flat_map(|s| s.points.iter().filter(finite))
-        };
-        let log = plot.log_y && all().next().is_some() && all().all(|&(_, y)| y > 0.0);
-
-        let points: Vec<Vec<(f64, f64)>> = plot
-            .series
+    fn new(chart: &LineChart) -> Self {
+        let points: Vec<Vec<(f64, f64)>> = chart
+            .lines
             .iter()
-            .map(|s| s.points.iter().filter(finite).copied().collect())
+            .map(|l| {
+                l.points
+                    .iter()
+                    .filter(|(x, y)| x.is_finite() && y.is_finite())
+                    .copied()
+                    .collect()
+            })
             .collect();
+        let bands: Vec<Vec<(f64, f64, f64)>> = chart
+            .bands
+            .iter()
+            .map(|b| {
+                b.points
+                    .iter()
+                    .filter(|(x, lo, hi)| x.is_finite() && lo.is_finite() && hi.is_finite())
+                    .copied()
+                    .collect()
+            })
+            .collect();
+        let all = || {
+            let line_points = points.iter().flatten().copied();
+            let band_points = bands
+                .iter()
+                .flatten()
+                .flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]);
+            line_points.chain(band_points)
+        };
+        let log = chart.log_y && all().next().is_some() && all().all(|(_, y)| y > 0.0);
+
         let x = linear_range(min_max(all().map(|p| p.0)));
         let y = if log {
             YAxis::Log(log_range(
@@ -176,12 +236,13 @@ impl Prepared {
             YAxis::Linear(linear_range(min_max(all().map(|p| p.1))))
         };
 
-        let labels: Vec<&str> = plot.series.iter().map(|s| s.label.as_str()).collect();
+        let labels: Vec<&str> = chart.lines.iter().map(|s| s.label.as_str()).collect();
         let legend = legend_position(&points, &x, &y, &labels);
         Self {
             x,
             y,
             points,
+            bands,
             legend,
         }
     }
@@ -278,10 +339,25 @@ fn log_ticks(range: &Range<f64>) -> (Vec<f64>, Vec<f64>) {
         return (one_two_five, light);
     }
     let every = multiples(all, 1);
-    if every.len() >= MIN_TICKS {
+    if every.len() >= MIN_TICKS && covers(&every, lo, hi) {
         return (every, Vec::new());
     }
     (linear_ticks(lo, hi, 6), Vec::new())
+}
+
+/// Whether `ticks` (increasing) leave no gap wider than 40% of `[lo, hi]` in log space, ends
+/// included: multiples of one decade's power of ten leave the next decade's part of a narrow
+/// range unlabelled (0.6 to 1.8 would get 0.6, 0.7, 0.8, 0.9, 1 and nothing above).
+fn covers(ticks: &[f64], lo: f64, hi: f64) -> bool {
+    let total = (hi / lo).log10();
+    let mut previous = lo;
+    for &t in ticks.iter().chain(std::iter::once(&hi)) {
+        if (t / previous).log10() > 0.4 * total {
+            return false;
+        }
+        previous = t;
+    }
+    true
 }
 
 /// `mantissa * 10^exponent`, correctly rounded (so `3e-1` is exactly the f64 nearest 0.3).
@@ -309,7 +385,7 @@ fn linear_ticks(lo: f64, hi: f64, target: u32) -> Vec<f64> {
     (first..=last).map(|i| i as f64 * step).collect()
 }
 
-/// The corner of the plotting area that the data crosses least.
+/// The corner (or the middle of a side) of the plotting area that the data crosses least.
 fn legend_position(
     points: &[Vec<(f64, f64)>],
     x: &Range<f64>,
@@ -349,6 +425,13 @@ fn legend_position(
         (SeriesLabelPosition::LowerRight, 1.0 - width, 0.0),
         (SeriesLabelPosition::UpperLeft, 0.0, 1.0 - height),
         (SeriesLabelPosition::LowerLeft, 0.0, 0.0),
+        // When lines run along the top and the bottom, the middle of a side may be free.
+        (
+            SeriesLabelPosition::MiddleRight,
+            1.0 - width,
+            0.5 - height / 2.0,
+        ),
+        (SeriesLabelPosition::MiddleLeft, 0.0, 0.5 - height / 2.0),
     ];
     let crossings = |&(_, left, bottom): &(SeriesLabelPosition, f64, f64)| {
         samples
@@ -366,114 +449,82 @@ fn legend_position(
     best
 }
 
-/// Formats a tick value compactly: at most six significant digits, no
-/// trailing zeros, scientific notation for very large or small magnitudes.
-fn format_tick(value: f64) -> String {
-    if value == 0.0 {
-        return "0".into();
-    }
-    let magnitude = value.abs();
-    if !value.is_finite() {
-        return value.to_string();
-    }
-    if !(1e-4..1e6).contains(&magnitude) {
-        let text = format!("{value:.2e}");
-        let (mantissa, exponent) = text.split_once('e').expect("`e` format has an exponent");
-        return format!("{}e{exponent}", trim_zeros(mantissa));
-    }
-    let decimals = (5 - magnitude.log10().floor() as i32).clamp(0, 10) as usize;
-    trim_zeros(&format!("{value:.decimals$}")).to_owned()
-}
-
-/// Strips trailing zeros (and then a trailing point) after a decimal point.
-fn trim_zeros(text: &str) -> &str {
-    if text.contains('.') {
-        text.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        text
-    }
-}
-
-/// Draws the whole figure on `backend`; errors are returned as text.
-fn draw<DB: DrawingBackend>(
-    backend: DB,
-    plot: &LinePlot,
-    prepared: &Prepared,
-) -> std::result::Result<(), String> {
-    let root = backend.into_drawing_area();
-    let drawn = root.fill(&WHITE).and_then(|()| match &prepared.y {
-        YAxis::Linear(y) => draw_chart(&root, plot, prepared, y.clone()),
-        YAxis::Log(y) => {
-            let (bold, light) = log_ticks(y);
-            let spec = y.clone().log_scale().with_key_points(bold);
-            draw_chart(&root, plot, prepared, spec.with_light_points(light))
-        }
-    });
-    drawn
-        .and_then(|()| root.present())
-        .map_err(|e| e.to_string())
-}
-
 fn draw_chart<DB, Y>(
-    root: &DrawingArea<DB, Shift>,
-    plot: &LinePlot,
+    area: &DrawingArea<DB, Shift>,
+    chart_spec: &LineChart,
     prepared: &Prepared,
     y_spec: Y,
-) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+) -> DrawResult<DB>
 where
     DB: DrawingBackend,
     Y: AsRangedCoord<Value = f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let mut builder = ChartBuilder::on(root);
-    builder
-        .margin(18)
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
         .margin_right(30)
         .x_label_area_size(58)
-        .y_label_area_size(84);
-    if !plot.title.is_empty() {
-        builder.caption(plot.title, (FONT_FAMILY, 26).into_font().color(&TEXT_COLOR));
-    }
-    let mut chart = builder.build_cartesian_2d(prepared.x.clone(), y_spec)?;
+        .y_label_area_size(84)
+        .build_cartesian_2d(prepared.x.clone(), y_spec)?;
 
     let tick = |v: &f64| format_tick(*v);
     chart
         .configure_mesh()
-        .x_desc(plot.x_label)
-        .y_desc(plot.y_label)
+        .x_desc(chart_spec.x_label.as_str())
+        .y_desc(chart_spec.y_label.as_str())
         .x_label_formatter(&tick)
         .y_label_formatter(&tick)
-        .label_style((FONT_FAMILY, 16).into_font().color(&TEXT_COLOR))
-        .axis_desc_style((FONT_FAMILY, 18).into_font().color(&TEXT_COLOR))
+        .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
+        .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
         .axis_style(AXIS_COLOR)
         .bold_line_style(GRID_BOLD)
         .light_line_style(GRID_LIGHT)
         .max_light_lines(4)
         .draw()?;
 
-    for (index, (series, points)) in plot.series.iter().zip(&prepared.points).enumerate() {
-        let (r, g, b) = PALETTE[index % PALETTE.len()];
-        let style = RGBColor(r, g, b).stroke_width(LINE_WIDTH);
-        let line = if points.len() == 1 {
-            LineSeries::new(points.iter().copied(), style.filled()).point_size(4)
+    for (band, points) in chart_spec.bands.iter().zip(&prepared.bands) {
+        if points.len() < 2 {
+            continue;
+        }
+        let outline: Vec<(f64, f64)> = points
+            .iter()
+            .map(|&(x, _, hi)| (x, hi))
+            .chain(points.iter().rev().map(|&(x, lo, _)| (x, lo)))
+            .collect();
+        let fill = palette(band.color).mix(BAND_ALPHA).filled();
+        chart.draw_series(std::iter::once(Polygon::new(outline, fill)))?;
+    }
+
+    for (line, points) in chart_spec.lines.iter().zip(&prepared.points) {
+        let style = palette(line.color).stroke_width(LINE_WIDTH);
+        let annotation = if points.len() == 1 {
+            chart.draw_series(
+                LineSeries::new(points.iter().copied(), style.filled()).point_size(4),
+            )?
+        } else if line.dashed {
+            chart.draw_series(DashedLineSeries::new(points.iter().copied(), 8, 5, style))?
         } else {
-            LineSeries::new(points.iter().copied(), style)
+            chart.draw_series(LineSeries::new(points.iter().copied(), style))?
         };
-        let annotation = chart.draw_series(line)?;
-        if !series.label.is_empty() {
-            annotation
-                .label(series.label.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        if !line.label.is_empty() {
+            let dashed = line.dashed;
+            annotation.label(line.label.as_str()).legend(move |(x, y)| {
+                if dashed {
+                    PathElement::new(vec![(x, y), (x + 9, y)], style)
+                } else {
+                    PathElement::new(vec![(x, y), (x + 24, y)], style)
+                }
+            });
         }
     }
 
-    if plot.series.iter().any(|s| !s.label.is_empty()) {
+    if chart_spec.lines.iter().any(|s| !s.label.is_empty()) {
         chart
             .configure_series_labels()
             .position(prepared.legend.clone())
             .margin(12)
             .legend_area_size(32)
-            .label_font((FONT_FAMILY, 16).into_font().color(&TEXT_COLOR))
+            .label_font((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
             .background_style(WHITE.mix(0.9))
             .border_style(GRID_BOLD)
             .draw()?;
@@ -484,19 +535,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tick_labels_are_compact() {
-        assert_eq!(format_tick(0.0), "0");
-        assert_eq!(format_tick(-0.0), "0");
-        assert_eq!(format_tick(0.30000000000000004), "0.3");
-        assert_eq!(format_tick(1000.0), "1000");
-        assert_eq!(format_tick(12345.5), "12345.5");
-        assert_eq!(format_tick(0.0001), "0.0001");
-        assert_eq!(format_tick(-2.5), "-2.5");
-        assert_eq!(format_tick(1e-5), "1e-5");
-        assert_eq!(format_tick(2.5e7), "2.5e7");
-    }
 
     #[test]
     fn linear_range_has_margin_and_respects_zero() {
@@ -537,7 +575,8 @@ mod tests {
 
     #[test]
     fn log_axes_get_enough_ticks() {
-        let cases: [(f64, f64, &[f64]); 5] = [
+        let cases: [(f64, f64, &[f64]); 6] = [
+            (0.6, 1.8, &[0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8]),
             (0.48, 1.0, &[0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
             (0.08, 2.6, &[0.1, 0.2, 0.5, 1.0, 2.0]),
             (0.0009, 3.0, &[0.001, 0.01, 0.1, 1.0]),
@@ -573,22 +612,23 @@ mod tests {
             ),
             Series::new("b", [(1.0, -1.0)]),
         ];
-        let plot = LinePlot {
-            title: "t",
-            x_label: "x",
-            y_label: "y",
+        let chart = |series: &[Series]| LineChart {
             log_y: true,
-            series: &series,
+            lines: series
+                .iter()
+                .map(|s| Line {
+                    label: s.label.clone(),
+                    points: s.points.clone(),
+                    ..Line::default()
+                })
+                .collect(),
+            ..LineChart::default()
         };
-        let prepared = Prepared::new(&plot);
+        let prepared = Prepared::new(&chart(&series));
         assert_eq!(prepared.points[0], vec![(0.0, 1.0), (3.0, 0.5)]);
         assert!(matches!(prepared.y, YAxis::Linear(_)));
 
-        let positive = [series[0].clone()];
-        let prepared = Prepared::new(&LinePlot {
-            series: &positive,
-            ..plot
-        });
+        let prepared = Prepared::new(&chart(&series[..1]));
         assert!(matches!(prepared.y, YAxis::Log(_)));
     }
 

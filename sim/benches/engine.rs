@@ -70,6 +70,9 @@ impl ReplicaStore for NullStore {
     fn take_train_loss(&mut self) -> f64 {
         0.0
     }
+    fn consensus_distance(&mut self, _: Option<&[f64]>) -> f64 {
+        0.0
+    }
 }
 
 fn simulate(alg: &AlgorithmConfig, workers: usize) -> u64 {
@@ -95,6 +98,7 @@ fn simulate(alg: &AlgorithmConfig, workers: usize) -> u64 {
         epochs: None,
         worker_steps: Some(100_000),
         eval_every_s: 1e9,
+        eval_every_steps: None,
     };
     let out = dasim_sim::algorithms::run_algorithm(alg, &mut world, &stop, &mut Collect::default())
         .unwrap();

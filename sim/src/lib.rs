@@ -16,6 +16,18 @@
 //! - Control flow never depends on floating-point values computed from parameters, so the event
 //!   timeline is the same on every backend.
 //!
+//! ## What a run records
+//!
+//! Besides evaluation points ([`run::EvalPoint`]: loss and accuracy, training loss, consensus
+//! distance, replica spread, suboptimality, algorithm series), every run records what happened,
+//! as a function of simulated events only ([`record`]): each worker's time computing,
+//! communicating, blocked (and on whom) or idle, in integer nanoseconds that add up to the
+//! simulated time; the activity timeline inside a window; per-link messages, bytes and busy time
+//! ([`network::Network::link_stats`]); message ages; and, measured in the store layer for every
+//! algorithm alike ([`tracked`]), the staleness of every applied gradient. The
+//! [`run::Outcome`] carries it as a [`record::RunRecord`]; per-event logs go to the
+//! [`run::Observer`].
+//!
 //! ## Example
 //!
 //! Run AD-PSGD on 4 workers of an exact quadratic problem, one worker 4× slower:
@@ -39,12 +51,20 @@
 //!     &optimizer,
 //!     7,
 //! );
-//! let stop = RunConfig { sim_time_s: Some(1.0), epochs: None, worker_steps: None, eval_every_s: 0.1 };
+//! let stop = RunConfig {
+//!     sim_time_s: Some(1.0), epochs: None, worker_steps: None,
+//!     eval_every_s: 0.1, eval_every_steps: None,
+//! };
 //! let mut alg = AdPsgd::new(&AdPsgdConfig::default(), &sides, 7);
 //! let mut points = Collect::default();
 //! let outcome = run(&mut alg, &mut world, &stop, &mut points).unwrap();
 //! assert_eq!(outcome.sim_time, SimTime::from_secs_f64(1.0));
 //! assert!(points.0.last().unwrap().eval.loss < points.0[0].eval.loss);
+//! // What happened, recorded: every worker's time adds up to the run's simulated time, and the
+//! // healthy workers spent most of it computing.
+//! let usage = &outcome.record.usage;
+//! assert!(usage.iter().all(|u| u.total() == outcome.sim_time));
+//! assert!(usage[0].get(Activity::Compute) > outcome.sim_time.scale(0.9));
 //! ```
 
 pub mod algorithms;
@@ -55,6 +75,7 @@ pub mod error;
 pub mod lr;
 pub mod network;
 mod raw;
+pub mod record;
 pub mod reference;
 pub mod rng;
 pub mod run;
@@ -64,6 +85,7 @@ pub mod store;
 pub mod stragglers;
 pub mod time;
 pub mod topology;
+pub mod tracked;
 pub mod workerset;
 
 pub use error::{ConfigError, Error, Result};
@@ -80,6 +102,7 @@ pub mod prelude {
     pub use crate::env::BuildEnv;
     pub use crate::lr::{LrScaling, LrSchedule, ScheduleKind, ScheduleUnit};
     pub use crate::network::{Dtype, Fabric, LinkSpec, Network, NetworkConfig};
+    pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
     pub use crate::reference::{Quadratic, ReferenceStore};
     pub use crate::run::{
         Algorithm, Collect, EvalPoint, Observer, Outcome, RunConfig, StalenessStats, World, run,

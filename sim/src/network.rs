@@ -686,6 +686,23 @@ pub struct NetworkStats {
     pub bytes: u64,
 }
 
+/// Totals of one ordered pair of nodes `src -> dst` over a run ([`Network::link_stats`]).
+///
+/// `busy` is the time during which at least one message of the pair was being transmitted: the
+/// union of the intervals from the instant a message's first byte leaves the sender's uplink
+/// (`up_start`, or the start on a dedicated link) to the instant its last byte has arrived at the
+/// receiver's downlink (`down_end`), latency excluded. Summed over the pairs, `messages` and
+/// `bytes` are the run's [`NetworkStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Messages sent from `src` to `dst`.
+    pub messages: u64,
+    /// Bytes sent from `src` to `dst` (headers included).
+    pub bytes: u64,
+    /// Time a message of the pair was being transmitted.
+    pub busy: SimTime,
+}
+
 /// Which links a congestion entry covers.
 #[derive(Clone, Debug)]
 enum Scope {
@@ -780,6 +797,9 @@ pub struct Network {
     element_bytes: u64,
     header_bytes: u64,
     stats: NetworkStats,
+    /// Per sender, per receiver it sent to: the pair's totals and the end of its last
+    /// transmission (a short list per sender, searched linearly).
+    links_used: Vec<Vec<(usize, LinkStats, SimTime)>>,
 }
 
 impl Network {
@@ -863,6 +883,7 @@ impl Network {
             element_bytes: cfg.dtype.bytes(),
             header_bytes: cfg.header_bytes,
             stats: NetworkStats::default(),
+            links_used: vec![Vec::new(); nodes],
         })
     }
 
@@ -922,11 +943,11 @@ impl Network {
     pub fn send(&mut self, now: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
         let bytes = payload + self.header_bytes;
         let dedicated = self.links.get(&(src, dst)).is_some_and(|l| l.dedicated);
-        let end = if dedicated {
+        let (start, end) = if dedicated {
             let start = now.max(self.link_free.get(&(src, dst)).copied().unwrap_or_default());
             let end = self.transmit(src, dst, start, bytes);
             self.link_free.insert((src, dst), end);
-            end
+            (start, end)
         } else {
             // The sender's uplink serves its messages in posting order; the receiver's downlink
             // serves the messages addressed to it in posting order too, each for its own
@@ -939,11 +960,33 @@ impl Network {
             let down_end = up_end.max(self.transmit(src, dst, down_start, bytes));
             self.uplink_free[src] = up_end;
             self.downlink_free[dst] = down_end;
-            down_end
+            (up_start, down_end)
         };
         self.stats.messages += 1;
         self.stats.bytes += bytes;
+        let out = &mut self.links_used[src];
+        let k = match out.iter().position(|(d, _, _)| *d == dst) {
+            Some(k) => k,
+            None => {
+                out.push((dst, LinkStats::default(), SimTime::ZERO));
+                out.len() - 1
+            }
+        };
+        let (_, link, busy_until) = &mut out[k];
+        link.messages += 1;
+        link.bytes += bytes;
+        link.busy += end - start.max(*busy_until);
+        *busy_until = (*busy_until).max(end);
         end + self.link_latency(src, dst)
+    }
+
+    /// The totals of every ordered pair `(src, dst)` that carried a message, in pair order.
+    pub fn link_stats(&self) -> BTreeMap<(usize, usize), LinkStats> {
+        self.links_used
+            .iter()
+            .enumerate()
+            .flat_map(|(src, out)| out.iter().map(move |&(dst, l, _)| ((src, dst), l)))
+            .collect()
     }
 
     /// When the last byte of `bytes` posted on `src -> dst` at `start` leaves.
@@ -1055,6 +1098,23 @@ mod tests {
         assert_eq!(n.send(SimTime::ZERO, 0, 1, 1000).as_nanos(), 3000);
         assert_eq!(n.send(SimTime::ZERO, 2, 3, 1000).as_nanos(), 3000);
         assert_eq!(n.stats().bytes, 2000);
+    }
+
+    #[test]
+    fn link_busy_time_is_the_union_of_transmissions() {
+        let mut n = net(3);
+        // Two back-to-back messages 0 -> 1: busy 0..1000 and 1000..2000.
+        n.send(SimTime::ZERO, 0, 1, 1000);
+        n.send(SimTime::ZERO, 0, 1, 1000);
+        // 2 -> 1 queues behind them at 1's downlink: transmitted 0..3000 (cut-through: its
+        // first byte leaves at 0, its last arrives at 3000).
+        n.send(SimTime::ZERO, 2, 1, 1000);
+        let links = n.link_stats();
+        assert_eq!(links[&(0, 1)].busy.as_nanos(), 2000);
+        assert_eq!(links[&(0, 1)].messages, 2);
+        assert_eq!(links[&(2, 1)].busy.as_nanos(), 3000);
+        let total: u64 = links.values().map(|l| l.bytes).sum();
+        assert_eq!(total, n.stats().bytes);
     }
 
     #[test]

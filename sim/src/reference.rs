@@ -315,6 +315,45 @@ impl ReplicaStore for ReferenceStore {
             sum / count as f64
         }
     }
+
+    /// Computed on the differences to the first replica, `d_i = z_i − z_0`, so that equal
+    /// replicas give exactly 0.
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        let n = self.workers;
+        let scale = |i: usize| scales.map_or(1.0, |s| s[i]);
+        let z0: Vec<f64> = self.params[0].iter().map(|v| scale(0) * v).collect();
+        let diffs: Vec<Vec<f64>> = (0..n)
+            .map(|i| {
+                self.params[i]
+                    .iter()
+                    .zip(&z0)
+                    .map(|(v, a)| scale(i) * v - a)
+                    .collect()
+            })
+            .collect();
+        let mut mean = vec![0.0; self.num_params()];
+        for d in &diffs {
+            for (m, v) in mean.iter_mut().zip(d) {
+                *m += v;
+            }
+        }
+        mean.iter_mut().for_each(|m| *m /= n as f64);
+        let mut sum = 0.0;
+        for d in &diffs {
+            for (m, v) in mean.iter().zip(d) {
+                sum += (v - m) * (v - m);
+            }
+        }
+        sum / n as f64
+    }
+
+    /// The quadratic's minimum is 0 (at `b`), so this is `f(x)`.
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        Some(match terms {
+            Some(t) => self.evaluate_mix(t).loss,
+            None => self.evaluate().loss,
+        })
+    }
 }
 
 #[cfg(test)]

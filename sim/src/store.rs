@@ -245,6 +245,28 @@ pub trait ReplicaStore {
     /// Mean loss of the minibatches whose gradients were computed since the last call
     /// (the running training loss); NaN if none was.
     fn take_train_loss(&mut self) -> f64;
+
+    /// The consensus distance of the worker replicas: `(1/n) Σ_i ‖s_i·x_i − z̄‖²` over the worker
+    /// rows `i < n = workers()`, with `z̄ = (1/n) Σ_i s_i·x_i` and `s_i = scales[i]` (all 1 when
+    /// `None`; push-sum passes `1/w_i`, so the distance is that of the de-biased `z_i`).
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64;
+
+    /// Loss and accuracy, on the held-out split, of each listed row, scaled by `scales[k]` when
+    /// given (the model `scales[k] · row[rows[k]]`). The default evaluates them one by one with
+    /// [`ReplicaStore::evaluate_mix`].
+    fn evaluate_rows(&mut self, rows: &[usize], scales: Option<&[f64]>) -> Vec<Evaluation> {
+        rows.iter()
+            .enumerate()
+            .map(|(k, &r)| self.evaluate_mix(&[(r, scales.map_or(1.0, |s| s[k]))]))
+            .collect()
+    }
+
+    /// `f(x) − f*`, the suboptimality on the training objective of the model `Σ weight · row`
+    /// over `terms` (`None`: the average of the worker rows), for models that know their optimum
+    /// value `f*`; `None` (the default) for the others.
+    fn suboptimality(&mut self, _terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        None
+    }
 }
 
 /// Splits `0..len` into `parts` contiguous blocks whose lengths differ by at most one, the

@@ -124,6 +124,9 @@ scenario_tests! {
     dasgd_scenario_runs_without_deadlock => "dasgd.toml",
     lap_sgd_scenario_runs_without_deadlock => "lap-sgd.toml",
     lpp_sgd_scenario_runs_without_deadlock => "lpp-sgd.toml",
+    lenet_scenario_runs_without_deadlock => "lenet.toml",
+    quadratic_scenario_runs_without_deadlock => "quadratic.toml",
+    softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
 }
 
 #[test]

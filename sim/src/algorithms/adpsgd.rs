@@ -33,6 +33,12 @@
 //! exact because only `i` itself touches an active replica, and `i` is waiting for the reply. In
 //! thread mode nobody waits.
 //!
+//! **Activities** ([`crate::record`]): in per-step mode an active worker communicates from
+//! sending its averaging request until the reply is back (the passive partner answers on
+//! arrival, so only the network delays it) and computes otherwise; passive workers always
+//! compute. In thread mode every worker always computes: the communication thread runs beside the
+//! computation, which is the foreground activity.
+//!
 //! **Invariant**: averaging leaves the sum of all replicas unchanged — in per-step mode at every
 //! instant; in thread mode counting the replies in flight (`Σ_i x_i + Σ δ` in flight).
 
@@ -40,9 +46,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::record::Activity;
 use crate::rng::{Stream, StreamKind, stream};
 use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, MsgId, Slot};
+use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 use rand::Rng;
 
 /// How an active worker picks its averaging partner.
@@ -187,7 +194,7 @@ impl AdPsgd {
         let lr = cx.lr();
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
-        cx.step_done();
+        cx.step_done(w);
     }
 
     fn next_step(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -242,6 +249,7 @@ impl Algorithm for AdPsgd {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match (self.averaging, event) {
             (Averaging::PerStep, Event::ComputeDone(w)) if self.workers[w].active => {
+                cx.activity(w, Activity::Communicate);
                 self.request_average(w, None, cx);
             }
             (_, Event::ComputeDone(w)) => {
@@ -260,7 +268,7 @@ impl Algorithm for AdPsgd {
                         None
                     }
                     Some(snap) => {
-                        let store = &mut *cx.world.store;
+                        let store = &mut cx.world.store;
                         store.mix(to, &[(Slot::Row(to), 0.5), (Slot::Msg(snap), 0.5)]);
                         let delta = store.new_msg(&[(Slot::Row(to), 1.0), (Slot::Msg(snap), -1.0)]);
                         store.release_msg(snap);
@@ -278,7 +286,7 @@ impl Algorithm for AdPsgd {
                         self.next_step(to, cx);
                     }
                     Some(delta) => {
-                        let store = &mut *cx.world.store;
+                        let store = &mut cx.world.store;
                         store.mix(to, &[(Slot::Row(to), 1.0), (Slot::Msg(delta), 1.0)]);
                         store.release_msg(delta);
                         self.in_flight.retain(|&m| m != delta);

@@ -26,6 +26,12 @@
 //! `2(n−1)` chunks of every bucket. It waits for its predecessor's chunks, which exist once every
 //! worker has contributed: the ring cannot deadlock.
 //!
+//! **Activities** ([`crate::record`]): a worker computes from the start of its step to its end
+//! (buckets already in the ring while it computes do not change that: computing is the foreground
+//! activity); then it is blocked until every worker has contributed to the iteration's ring (the
+//! wait attributed to the last contributor, typically a straggler), then communicates until its
+//! ring completes ([`super::ring::mark`]).
+//!
 //! **Invariant**: all replicas are equal whenever they are read — every worker's `k`-th gradient
 //! is computed on the same parameters — because they start equal and apply the same mean
 //! gradient in the same order.
@@ -37,10 +43,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ring::{Chunk, Ring};
+use super::ring::{Chunk, Ring, mark};
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx, World};
-use crate::store::{GradId, blocks};
+use crate::store::{GradId, ReplicaStore, blocks};
 
 fn one() -> usize {
     1
@@ -175,7 +181,7 @@ impl AllReduceSgd {
             }
         };
         cx.world.store.apply_gradient(w, mean, lr);
-        cx.step_done();
+        cx.step_done(w);
         if let Some((_, g, left, _)) = &mut self.mean {
             *left -= 1;
             if *left == 0 {
@@ -213,7 +219,8 @@ impl Algorithm for AllReduceSgd {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
             Event::BucketReady { worker, bucket } => {
-                self.ring().ready(worker, bucket, cx, Event::Chunk);
+                let barrier = self.ring().ready(worker, bucket, cx, Event::Chunk);
+                mark(cx, worker, barrier);
             }
             Event::Chunk(c) => {
                 if self.ring().on_chunk(c, cx, Event::Chunk) {

@@ -37,6 +37,12 @@
 //! centralized asynchronous SGD). [`Algorithm::staleness`] reports their mean `S_avg` and maximum
 //! `S_max` over every application.
 //!
+//! At each evaluation point, [`Algorithm::series`] reports `staleness_avg` and `staleness_max`:
+//! the mean and maximum of these measurements over the applications since the previous point
+//! (`S_avg` and `S_max` over time; nothing when there was none).
+//!
+//! **Activities** ([`crate::record`]): a worker always computes; nobody waits.
+//!
 //! **Invariant**: every gradient is applied exactly once to every model, each origin's in order;
 //! with plain SGD (no momentum, no weight decay, constant rate) every model is `x_0 − η Σ_{g ∈
 //! G_i} g`, so the models agree whenever no gradient is in flight.
@@ -47,7 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx, StalenessStats};
-use crate::store::GradId;
+use crate::store::{GradId, ReplicaStore};
 use crate::topology::Topology;
 
 /// How DASGD spreads gradients.
@@ -128,6 +134,8 @@ pub struct Dasgd {
     grads: Vec<Option<(GradId, Vec<u64>)>>,
     in_flight: BTreeMap<GradId, InFlight>,
     stats: StalenessStats,
+    /// Since the last evaluation point: (applications, sum, max).
+    window: (u64, u64, u64),
 }
 
 /// `children[v]` of a breadth-first tree of `topology` rooted at `root` (parent: the smallest
@@ -186,6 +194,7 @@ impl Dasgd {
             grads: vec![None; n],
             in_flight: BTreeMap::new(),
             stats: StalenessStats::default(),
+            window: (0, 0, 0),
         }
     }
 
@@ -236,6 +245,9 @@ impl Dasgd {
             .map(|(a, b)| a.abs_diff(*b))
             .sum();
         self.stats.record(s);
+        self.window.0 += 1;
+        self.window.1 += s;
+        self.window.2 = self.window.2.max(s);
         self.counts[j][origin] += 1;
     }
 
@@ -283,7 +295,7 @@ impl Algorithm for Dasgd {
                 let (grad, read) = self.grads[w].take().expect("a gradient in flight");
                 let seq = self.counts[w][w];
                 self.apply(w, w, grad, &read, cx);
-                cx.step_done();
+                cx.step_done(w);
                 let n = self.grads.len();
                 if n > 1 {
                     self.in_flight.insert(grad, InFlight { left: n - 1, read });
@@ -319,5 +331,16 @@ impl Algorithm for Dasgd {
 
     fn staleness(&self) -> Option<StalenessStats> {
         Some(self.stats)
+    }
+
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        let (count, sum, max) = std::mem::take(&mut self.window);
+        if count == 0 {
+            return Vec::new();
+        }
+        vec![
+            ("staleness_avg", sum as f64 / count as f64),
+            ("staleness_max", max as f64),
+        ]
     }
 }

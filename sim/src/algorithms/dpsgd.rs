@@ -32,6 +32,11 @@
 //! iteration apart, and every message a worker waits for is sent before its sender waits:
 //! D-PSGD cannot deadlock.
 //!
+//! **Activities** ([`crate::record`]): a worker computes its gradient; then, while a neighbour's
+//! model of its iteration is missing, it is blocked if some missing model has not been sent yet
+//! (the wait attributed to the neighbour whose sending ends it) and communicates once every
+//! missing model is in flight.
+//!
 //! **Invariant**: mixing with a doubly stochastic `W` keeps the sum of the replicas, so
 //! `Σ_i x_i^{k+1} = Σ_i x_i^k − (the optimizer steps of iteration k)`. With uniform weights on
 //! the complete graph, adapt-then-combine is all-reduce SGD (every replica is
@@ -43,8 +48,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::record::Activity;
 use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, MsgId, Slot};
+use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 use crate::topology::Topology;
 
 /// The mixing matrix of D-PSGD.
@@ -132,6 +138,8 @@ struct WorkerState {
     /// Combine-then-adapt: the gradient is ready; adapt-then-combine: the stepped model is sent.
     ready: bool,
     inbox: BTreeMap<(u64, usize), MsgId>,
+    /// Waiting for a neighbour's model that is not sent yet.
+    blocked: bool,
 }
 
 /// The state machine of D-PSGD.
@@ -187,7 +195,8 @@ impl Dpsgd {
     fn send_model(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let iter = self.workers[w].iter;
         let bytes = cx.world.model_bytes;
-        for &j in &self.neighbors[w] {
+        for k in 0..self.neighbors[w].len() {
+            let j = self.neighbors[w][k];
             let msg = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
             cx.send(
                 w,
@@ -200,6 +209,41 @@ impl Dpsgd {
                     msg,
                 },
             );
+            if self.workers[j].ready {
+                self.wait(j, w, cx);
+            }
+        }
+    }
+
+    /// Whether worker `j` has sent its model of iteration `k` (combine-then-adapt: when the
+    /// iteration starts; adapt-then-combine: once its step is computed).
+    fn sent(&self, j: usize, k: u64) -> bool {
+        let st = &self.workers[j];
+        match self.order {
+            UpdateOrder::CombineThenAdapt => st.iter >= k,
+            UpdateOrder::AdaptThenCombine => st.iter > k || (st.iter == k && st.ready),
+        }
+    }
+
+    /// Worker `w` waits for its neighbours' models: blocked while one is not sent yet,
+    /// communicating once all are in flight (`by` ended the blocked part, if it did).
+    fn wait(&mut self, w: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let st = &self.workers[w];
+        let iter = st.iter;
+        let unsent = self.neighbors[w]
+            .iter()
+            .any(|&j| !st.inbox.contains_key(&(iter, j)) && !self.sent(j, iter));
+        match (unsent, st.blocked) {
+            (true, false) => {
+                self.workers[w].blocked = true;
+                cx.block(w);
+            }
+            (false, true) => {
+                self.workers[w].blocked = false;
+                cx.unblock(w, by, Activity::Communicate);
+            }
+            (false, false) => cx.activity(w, Activity::Communicate),
+            (true, true) => {}
         }
     }
 
@@ -216,19 +260,23 @@ impl Dpsgd {
         let lr = cx.lr();
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
-        cx.step_done();
+        cx.step_done(w);
     }
 
     fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let st = &self.workers[w];
         let iter = st.iter;
-        if !st.ready
-            || !self.neighbors[w]
-                .iter()
-                .all(|j| st.inbox.contains_key(&(iter, *j)))
-        {
+        if !st.ready {
             return;
         }
+        if !self.neighbors[w]
+            .iter()
+            .all(|j| st.inbox.contains_key(&(iter, *j)))
+        {
+            self.wait(w, w, cx);
+            return;
+        }
+        self.workers[w].blocked = false;
         let (self_weight, row) = &self.weights[w];
         let mut terms = vec![(Slot::Row(w), *self_weight)];
         let mut msgs = Vec::with_capacity(row.len());
@@ -268,11 +316,12 @@ impl Algorithm for Dpsgd {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
             Event::ComputeDone(w) => {
+                // Ready (and, adapt-then-combine, sent: see `sent`) from here on.
+                self.workers[w].ready = true;
                 if self.order == UpdateOrder::AdaptThenCombine {
                     self.apply(w, cx);
                     self.send_model(w, cx);
                 }
-                self.workers[w].ready = true;
                 self.try_finish(w, cx);
             }
             Event::Model {

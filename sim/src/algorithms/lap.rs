@@ -28,6 +28,9 @@
 //! The averaging loops run the same sequence of all-reduces, so the rounds line up and cannot
 //! deadlock.
 //!
+//! **Activities** ([`crate::record`]): a node always computes — its processes never wait; the
+//! averaging loop's all-reduce runs beside them. Its steps are its processes' steps.
+//!
 //! **Invariant**: the in-place averaging keeps the sum of the node models: over a round,
 //! `Σ_i (avg − snap_i) = 0`, so `Σ_i x_i` plus the corrections not yet applied changes only by
 //! the processes' optimizer steps; and the local updates a node made during the all-reduce are
@@ -39,7 +42,7 @@ use super::allreduce::bucket_bytes;
 use super::ring::{Chunk, Ring};
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, MsgId, Slot, blocks};
+use crate::store::{GradId, MsgId, ReplicaStore, Slot, blocks};
 
 fn two() -> usize {
     2
@@ -218,7 +221,8 @@ impl LapSgd {
         let snap = cx.world.store.new_msg(&[(Slot::Row(node), 1.0)]);
         self.nodes[node].snapshot = Some(snap);
         self.nodes[node].since = 0;
-        self.ring().ready_all(node, cx, Event::Chunk);
+        // The processes keep computing: the averaging loop's wait is not the node's activity.
+        let _ = self.ring().ready_all(node, cx, Event::Chunk);
     }
 
     fn averaged(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -241,7 +245,7 @@ impl LapSgd {
             }
         };
         let snap = self.nodes[node].snapshot.take().expect("a snapshot");
-        let store = &mut *cx.world.store;
+        let store = &mut cx.world.store;
         store.mix(
             node,
             &[
@@ -297,7 +301,7 @@ impl Algorithm for LapSgd {
                     cx.world.store.apply_gradient(node, g, lr);
                 }
                 cx.world.store.release_gradient(g);
-                cx.step_done();
+                cx.step_done(node);
                 self.nodes[node].since += 1;
                 self.begin(node, process, cx);
                 self.maybe_average(node, cx);

@@ -26,6 +26,10 @@
 //! contributed its model and is waiting (not computing), so setting every row to the mean at that
 //! instant is exact.
 //!
+//! **Activities** ([`crate::record`]): a worker computes during its steps; at an all-reduce it
+//! is blocked until every worker has contributed (the wait attributed to the last contributor),
+//! then communicates until the ring completes ([`super::ring::mark`]).
+//!
 //! **Invariant**: replicas are equal after every all-reduce — during the warm-up at every step,
 //! then every `H` steps — so every worker's step `k` reads the same parameters whenever step
 //! `k − 1` ended with an all-reduce.
@@ -33,10 +37,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
-use super::ring::{Chunk, Ring};
+use super::ring::{Chunk, Ring, mark};
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx};
-use crate::store::GradId;
+use crate::store::{GradId, ReplicaStore};
 
 fn default_h() -> u32 {
     4
@@ -172,18 +176,20 @@ impl LocalSgd {
         let k = self.workers[w].step;
         if k < self.warmup {
             self.workers[w].phase = Phase::GradientRing;
-            self.ring().ready_all(w, cx, Event::Chunk);
+            let barrier = self.ring().ready_all(w, cx, Event::Chunk);
+            mark(cx, w, barrier);
             return;
         }
         let g = self.workers[w].grad.take().expect("a gradient in flight");
         let lr = cx.lr();
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
-        cx.step_done();
+        cx.step_done(w);
         self.workers[w].step += 1;
         if (k + 1 - self.warmup).is_multiple_of(self.h) {
             self.workers[w].phase = Phase::ModelRing;
-            self.ring().ready_all(w, cx, Event::Chunk);
+            let barrier = self.ring().ready_all(w, cx, Event::Chunk);
+            mark(cx, w, barrier);
         } else {
             self.begin(w, cx);
         }
@@ -210,7 +216,7 @@ impl LocalSgd {
                     }
                 };
                 cx.world.store.apply_gradient(w, mean, lr);
-                cx.step_done();
+                cx.step_done(w);
                 self.workers[w].step += 1;
                 if let Some((_, g, left, _)) = &mut self.mean {
                     *left -= 1;

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 use crate::run::{Observer, Outcome, RunConfig, World, run};
+use crate::store::ReplicaStore;
 use crate::topology::Topology;
 
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Partner};

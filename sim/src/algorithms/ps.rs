@@ -38,7 +38,13 @@
 //!
 //! **Staleness** ([`Algorithm::staleness`]): for each block of a gradient applied at shard `s`,
 //! the number of gradients shard `s` applied between serving the worker's pull and applying this
-//! one.
+//! one. (The store-layer measure of [`crate::tracked`] gives the same numbers.)
+//!
+//! **Activities** ([`crate::record`]): a worker computes its gradient; from pushing it until every
+//! shard has replied to its next pull it communicates (its own round trip, delayed only by the
+//! network), except while a shard holds its pull back under the staleness bound: then it is
+//! blocked, and the wait is attributed to the worker whose gradient, applied at that shard,
+//! released the last held pull.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -46,8 +52,9 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
+use crate::record::Activity;
 use crate::run::{Algorithm, Ctx, StalenessStats};
-use crate::store::{GradId, blocks};
+use crate::store::{GradId, ReplicaStore, blocks};
 
 fn one() -> usize {
     1
@@ -131,6 +138,8 @@ struct WorkerState {
     started: u64,
     replies: usize,
     grad: Option<GradId>,
+    /// Shards holding the worker's pull back.
+    held: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +209,7 @@ impl ParameterServer {
     fn pull(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let clock = self.workers[w].clock;
         self.workers[w].replies = 0;
+        cx.activity(w, Activity::Communicate);
         for s in self.shard_order(w) {
             cx.send(
                 w,
@@ -282,6 +292,10 @@ impl Algorithm for ParameterServer {
                     self.serve(shard, worker, cx);
                 } else {
                     self.shards[shard].held.push((worker, clock));
+                    self.workers[worker].held += 1;
+                    if self.workers[worker].held == 1 {
+                        cx.block(worker);
+                    }
                 }
             }
             Event::Reply { worker, .. } => {
@@ -330,13 +344,17 @@ impl Algorithm for ParameterServer {
                 if *left == 0 {
                     self.pending.remove(&grad);
                     cx.world.store.release_gradient(grad);
-                    cx.step_done();
+                    cx.step_done(worker);
                 }
                 if self.bound.is_some() {
                     let held = std::mem::take(&mut self.shards[shard].held);
                     for (w, clock) in held {
                         if self.may_serve(shard, clock) {
                             self.serve(shard, w, cx);
+                            self.workers[w].held -= 1;
+                            if self.workers[w].held == 0 {
+                                cx.unblock(w, worker, Activity::Communicate);
+                            }
                         } else {
                             self.shards[shard].held.push((w, clock));
                         }

@@ -9,10 +9,45 @@
 //! done with a round when it is done with every bucket. A round cannot complete anywhere before
 //! every worker has contributed to it. Links are FIFO, so chunks arrive in order.
 //!
+//! **Barrier.** A worker that has contributed every bucket of its round waits for the ring. Until
+//! every worker has contributed to the round, the round cannot complete: the worker waits for the
+//! last contributor's progress ([`Barrier::Wait`]); from then on it waits only for the network.
+//! [`Ring::ready`] reports which it is, and [`mark`] turns that into activities: blocked until the
+//! last worker contributes (the wait attributed to that worker), then communicating until the
+//! ring completes.
+//!
 //! Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
 //! JPDC 2009.
 
+use std::collections::BTreeMap;
+
+use crate::record::Activity;
 use crate::run::Ctx;
+
+/// What a worker's full contribution to its round means for its wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Barrier {
+    /// Others have yet to contribute: the worker waits for them.
+    Wait,
+    /// It was the last to contribute: the listed workers, which were waiting, can go on.
+    Last(Vec<usize>),
+}
+
+/// Marks `worker`'s activity after its full contribution: [`Barrier::Wait`] blocks it;
+/// [`Barrier::Last`] unblocks the waiters (their waits attributed to `worker`), and the worker and
+/// the waiters communicate until the ring completes.
+pub fn mark<E>(cx: &mut Ctx<'_, '_, E>, worker: usize, barrier: Option<Barrier>) {
+    match barrier {
+        None => {}
+        Some(Barrier::Wait) => cx.block(worker),
+        Some(Barrier::Last(waiters)) => {
+            for w in waiters {
+                cx.unblock(w, worker, Activity::Communicate);
+            }
+            cx.activity(worker, Activity::Communicate);
+        }
+    }
+}
 
 /// A ring chunk in flight: step `step` of bucket `bucket` of round `round`, to `worker`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +77,8 @@ pub struct Ring {
     lanes: Vec<Vec<Lane>>,
     round: Vec<u64>,
     done: Vec<usize>,
+    /// Per round: the workers that have contributed every bucket, in order.
+    contributed: BTreeMap<u64, Vec<usize>>,
 }
 
 impl Ring {
@@ -54,6 +91,7 @@ impl Ring {
             lanes: vec![vec![Lane::default(); b]; n],
             round: vec![0; n],
             done: vec![0; n],
+            contributed: BTreeMap::new(),
         }
     }
 
@@ -79,22 +117,45 @@ impl Ring {
     }
 
     /// `worker`'s data for `bucket` of its current round is ready: send what can be sent.
+    /// When that completes the worker's contribution to the round, returns the
+    /// [`Barrier`] it reaches.
     pub fn ready<E>(
         &mut self,
         worker: usize,
         bucket: usize,
         cx: &mut Ctx<'_, '_, E>,
         wrap: fn(Chunk) -> E,
-    ) {
+    ) -> Option<Barrier> {
+        let was = self.contributing(worker);
         self.lanes[worker][bucket].ready = true;
         self.try_send(worker, bucket, cx, wrap);
+        (!was && self.contributing(worker)).then(|| self.contribute(worker))
     }
 
-    /// Every bucket of `worker`'s current round is ready.
-    pub fn ready_all<E>(&mut self, worker: usize, cx: &mut Ctx<'_, '_, E>, wrap: fn(Chunk) -> E) {
+    /// Every bucket of `worker`'s current round is ready; returns the [`Barrier`] it reaches.
+    pub fn ready_all<E>(
+        &mut self,
+        worker: usize,
+        cx: &mut Ctx<'_, '_, E>,
+        wrap: fn(Chunk) -> E,
+    ) -> Option<Barrier> {
+        let mut barrier = None;
         for b in 0..self.buckets() {
-            self.ready(worker, b, cx, wrap);
+            barrier = barrier.or(self.ready(worker, b, cx, wrap));
         }
+        barrier
+    }
+
+    fn contribute(&mut self, worker: usize) -> Barrier {
+        let round = self.round[worker];
+        let list = self.contributed.entry(round).or_default();
+        list.push(worker);
+        if list.len() < self.n {
+            return Barrier::Wait;
+        }
+        let mut waiters = self.contributed.remove(&round).unwrap_or_default();
+        waiters.pop();
+        Barrier::Last(waiters)
     }
 
     fn try_send<E>(

@@ -29,7 +29,16 @@
 //! pace in the long run: a node can lead a node `h` hops upstream by at most about `h·(τ + p)`
 //! iterations (`p` the schedule's period), so `τ` buys slack, not independence.
 //!
-//! Evaluation points measure the de-biased average `Σ_i z_i / n = Σ_i x_i / (n·w_i)`.
+//! Evaluation points measure the de-biased average `Σ_i z_i / n = Σ_i x_i / (n·w_i)`; the
+//! consensus distance and the replica evaluations use the de-biased `z_i`
+//! ([`Algorithm::replica_scales`]); [`Algorithm::series`] reports the range of the weights,
+//! `weight_min` and `weight_max`. Every mixed message's age in iterations (the receiver's
+//! iteration minus the sender's) is recorded ([`crate::run::Ctx::message_age`]).
+//!
+//! **Activities** ([`crate::record`]): a node computes its gradient; sending overlaps the next
+//! computation. When it must wait to mix, it is blocked while a message it needs has not been
+//! sent yet (the wait attributed to the node whose push ends it), and communicates once every
+//! message it needs is in flight.
 //!
 //! **Invariants**: the total push-sum weight of the nodes plus the messages in flight is `n` at
 //! all times (up to rounding), and the sum of the numerators of the nodes and the messages in
@@ -42,9 +51,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::record::Activity;
 use crate::run::{Algorithm, Ctx};
 use crate::schedule::PeerSchedule;
-use crate::store::{GradId, MsgId, Slot};
+use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 /// Options of synchronous SGP.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -113,6 +123,8 @@ struct Node {
     complete: u64,
     /// Messages arrived of iterations `≥ complete`.
     arrived: BTreeSet<(u64, usize)>,
+    /// Waiting to mix for a message not sent yet.
+    stalled: bool,
 }
 
 /// The state machine of SGP and Overlap-SGP.
@@ -161,6 +173,7 @@ impl Sgp {
                     inbox: BTreeMap::new(),
                     complete: 0,
                     arrived: BTreeSet::new(),
+                    stalled: false,
                 };
                 n
             ],
@@ -217,6 +230,9 @@ impl Sgp {
         for &j in &peers {
             let msg = cx.world.store.new_msg(&[(Slot::Row(i), share)]);
             self.in_flight.insert(msg, weight);
+            if self.nodes[j].blocked {
+                self.wait(j, i, cx);
+            }
             cx.send(
                 i,
                 j,
@@ -238,6 +254,39 @@ impl Sgp {
     fn may_mix(&self, i: usize) -> bool {
         let node = &self.nodes[i];
         node.iter < self.tau || node.complete > node.iter - self.tau
+    }
+
+    /// Whether node `j` has pushed its messages of iteration `s` (it pushes them, then waits
+    /// to mix, then moves to `s + 1`).
+    fn sent(&self, j: usize, s: u64) -> bool {
+        let node = &self.nodes[j];
+        node.iter > s || (node.iter == s && node.blocked)
+    }
+
+    /// Node `i` waits to mix: blocked while a message of an iteration `≤ k − τ` it needs has
+    /// not been sent, communicating once all are in flight (`by` ended the blocked part, if it
+    /// did).
+    fn wait(&mut self, i: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let node = &self.nodes[i];
+        let last = node.iter.saturating_sub(self.tau);
+        let unsent = (node.complete..=last).any(|s| {
+            self.schedule
+                .in_peers(i, s)
+                .iter()
+                .any(|&j| !node.arrived.contains(&(s, j)) && !self.sent(j, s))
+        });
+        match (unsent, node.stalled) {
+            (true, false) => {
+                self.nodes[i].stalled = true;
+                cx.block(i);
+            }
+            (false, true) => {
+                self.nodes[i].stalled = false;
+                cx.unblock(i, by, Activity::Communicate);
+            }
+            (false, false) => cx.activity(i, Activity::Communicate),
+            (true, true) => {}
+        }
     }
 
     fn advance_complete(&mut self, i: usize) {
@@ -268,6 +317,7 @@ impl Sgp {
                 w += weight;
                 self.max_age = self.max_age.max(k - s);
                 self.mixed += 1;
+                cx.message_age(i, k - s);
             }
             cx.world.store.mix(i, &terms);
             for &(m, _) in now.values() {
@@ -277,6 +327,7 @@ impl Sgp {
             self.nodes[i].w = w;
         }
         self.nodes[i].blocked = false;
+        self.nodes[i].stalled = false;
         self.nodes[i].iter += 1;
         self.begin(i, cx);
     }
@@ -303,11 +354,14 @@ impl Algorithm for Sgp {
                 let lr = cx.lr();
                 cx.world.store.apply_gradient(i, g, lr);
                 cx.world.store.release_gradient(g);
-                cx.step_done();
-                self.push(i, cx);
+                cx.step_done(i);
+                // Pushed from here on (see `sent`), for the receivers' waits.
                 self.nodes[i].blocked = true;
+                self.push(i, cx);
                 if self.may_mix(i) {
                     self.mix(i, cx);
+                } else {
+                    self.wait(i, i, cx);
                 }
             }
             Event::Push {
@@ -345,6 +399,24 @@ impl Algorithm for Sgp {
             }
         }
         out
+    }
+
+    fn replica_scales(&self) -> Option<Vec<f64>> {
+        Some(self.nodes.iter().map(|n| 1.0 / n.w).collect())
+    }
+
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        let w = self.weights();
+        vec![
+            (
+                "weight_min",
+                w.iter().copied().fold(f64::INFINITY, f64::min),
+            ),
+            (
+                "weight_max",
+                w.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ),
+        ]
     }
 
     fn eval_model(&self) -> Option<Vec<(usize, f64)>> {

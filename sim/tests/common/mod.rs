@@ -25,6 +25,7 @@ pub fn stop_after_steps(steps: u64) -> RunConfig {
         epochs: None,
         worker_steps: Some(steps),
         eval_every_s: 1.0,
+        eval_every_steps: None,
     }
 }
 
@@ -34,6 +35,7 @@ pub fn stop_at(seconds: f64) -> RunConfig {
         epochs: None,
         worker_steps: None,
         eval_every_s: 0.05,
+        eval_every_steps: None,
     }
 }
 
@@ -239,6 +241,12 @@ impl ReplicaStore for Checked {
     }
     fn take_train_loss(&mut self) -> f64 {
         self.inner.borrow_mut().take_train_loss()
+    }
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        self.inner.borrow_mut().consensus_distance(scales)
+    }
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        self.inner.borrow_mut().suboptimality(terms)
     }
 }
 

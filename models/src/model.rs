@@ -1,0 +1,378 @@
+//! The model zoo on the flat layout: what `[model]` names, and one [`Model`] the store drives.
+//!
+//! Every model is a function of one row of `P` numbers. The store stacks `R` rows into a
+//! `[R, P]` tensor and calls [`Model::forward`] once for all of them, with inputs `[R, B,
+//! features]` (images flattened CHW; the convolutional models reshape them). A model with state
+//! (batch-norm running statistics) keeps it as the last [`Model::state_len`] coordinates of the
+//! row: the trainable parameters are the prefix `0..P−S`, the state is the suffix `P−S..P`. The
+//! state gets no gradient; a training pass returns the updated state instead, and the store turns
+//! it into a state delta that rides along with the gradient (see [`crate::store`]).
+//!
+//! The loss follows the data: softmax cross-entropy for class labels, half the squared error for
+//! real targets ([`Loss`]). The two convex models add an L2 term `½·l2·‖θ‖²` over the whole
+//! row (weights and biases), which makes their optimum unique, so that the suboptimality
+//! `f(x̄) − f*` of [`crate::convex`] is well defined.
+//!
+//! The synthetic quadratic is listed here too, for its parameter count and FLOPs, but it has no
+//! network: it runs on the exact reference store of `dasim-sim` (see [`crate::quadratic`]).
+
+use burn::tensor::Tensor;
+use serde::{Deserialize, Serialize};
+
+use dasim_sim::ConfigError;
+use dasim_sim::rng::Stream;
+
+use crate::lenet::LeNet;
+use crate::mlp::{Activation, Mlp};
+use crate::resnet::ResNet;
+
+fn default_hidden() -> Vec<usize> {
+    vec![32]
+}
+
+fn default_resnet_depth() -> usize {
+    20
+}
+
+fn default_resnet_width() -> usize {
+    16
+}
+
+/// Default dimension of the synthetic quadratic.
+pub const DEFAULT_QUADRATIC_DIM: usize = 100;
+/// Default condition number of the synthetic quadratic.
+pub const DEFAULT_QUADRATIC_CONDITION: f64 = 10.0;
+/// Default gradient-noise standard deviation of the synthetic quadratic.
+pub const DEFAULT_QUADRATIC_NOISE: f64 = 0.1;
+
+fn default_quadratic_dim() -> usize {
+    DEFAULT_QUADRATIC_DIM
+}
+
+fn default_quadratic_condition() -> f64 {
+    DEFAULT_QUADRATIC_CONDITION
+}
+
+fn default_quadratic_noise() -> f64 {
+    DEFAULT_QUADRATIC_NOISE
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// The `[model]` section of a scenario.
+///
+/// ```toml
+/// [model]
+/// kind = "mlp"                  # mlp (default) | softmax | linear | lenet | resnet | quadratic
+/// hidden = [64, 32]
+/// activation = "tanh"           # relu (default) | tanh
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ModelConfig {
+    /// A multilayer perceptron; cross-entropy on class labels, squared error on real targets.
+    Mlp {
+        /// Widths of the hidden layers (empty: a single linear layer).
+        #[serde(default = "default_hidden")]
+        hidden: Vec<usize>,
+        /// Hidden-layer nonlinearity.
+        #[serde(default)]
+        activation: Activation,
+    },
+    /// Multinomial logistic regression: one linear layer, softmax cross-entropy, and the L2
+    /// term `½·l2·‖θ‖²`. Needs class labels.
+    Softmax {
+        /// L2 coefficient; above zero the optimum is unique and computed for the
+        /// suboptimality.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        l2: f64,
+    },
+    /// Linear least squares: one linear layer with one output, the loss `½·(ŷ − y)²`, and the
+    /// L2 term `½·l2·‖θ‖²`. Needs real targets.
+    Linear {
+        /// L2 coefficient (ridge regression above zero).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        l2: f64,
+    },
+    /// LeNet-5 (LeCun et al. 1998). Needs images.
+    Lenet {},
+    /// A CIFAR ResNet (He et al. 2016, §4.2) with batch normalization. Needs images.
+    Resnet {
+        /// Layers with weights: `6n + 2` (20, 32, 44, 56, 110).
+        #[serde(default = "default_resnet_depth")]
+        depth: usize,
+        /// Channels of the first stage (16 in the paper); the stages have `w`, `2w`, `4w`.
+        #[serde(default = "default_resnet_width")]
+        width: usize,
+    },
+    /// The synthetic quadratic `½ Σ_k a_k (x_k − 1)²` with curvatures spread geometrically over
+    /// `[1, condition]` and Gaussian gradient noise; reads no data.
+    Quadratic {
+        /// Number of parameters.
+        #[serde(default = "default_quadratic_dim")]
+        dim: usize,
+        /// Condition number `max a_k / min a_k ≥ 1`.
+        #[serde(default = "default_quadratic_condition")]
+        condition: f64,
+        /// Standard deviation σ of the noise added to every gradient coordinate.
+        #[serde(default = "default_quadratic_noise")]
+        noise: f64,
+    },
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig::Mlp {
+            hidden: default_hidden(),
+            activation: Activation::Relu,
+        }
+    }
+}
+
+impl ModelConfig {
+    /// The name used in scenario files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ModelConfig::Mlp { .. } => "mlp",
+            ModelConfig::Softmax { .. } => "softmax",
+            ModelConfig::Linear { .. } => "linear",
+            ModelConfig::Lenet {} => "lenet",
+            ModelConfig::Resnet { .. } => "resnet",
+            ModelConfig::Quadratic { .. } => "quadratic",
+        }
+    }
+
+    /// Checks every value that does not depend on the data (the fit between the model and the
+    /// data is checked by [`crate::Problem::load`]).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            ModelConfig::Mlp { hidden, .. } => {
+                if let Some(i) = hidden.iter().position(|&h| h == 0) {
+                    return Err(ConfigError::new(
+                        &format!("model.hidden[{i}]"),
+                        "a hidden layer must have at least one unit",
+                    ));
+                }
+            }
+            ModelConfig::Softmax { l2 } | ModelConfig::Linear { l2 } => {
+                if !(l2.is_finite() && *l2 >= 0.0) {
+                    return Err(ConfigError::new(
+                        "model.l2",
+                        format!("l2 must be zero or positive, got {l2}"),
+                    ));
+                }
+            }
+            ModelConfig::Lenet {} => {}
+            ModelConfig::Resnet { depth, width } => {
+                if *depth < 8 || !(depth - 2).is_multiple_of(6) {
+                    return Err(ConfigError::new(
+                        "model.depth",
+                        format!("a CIFAR ResNet has depth 6n + 2 with n ≥ 1, got {depth}"),
+                    )
+                    .hint(
+                        "20, 32, 44, 56 or 110 (ResNet-20 … ResNet-110); 8 and 14 are the smallest",
+                    ));
+                }
+                if *width == 0 {
+                    return Err(ConfigError::new(
+                        "model.width",
+                        "width must be at least 1 (16 in the paper)",
+                    ));
+                }
+            }
+            ModelConfig::Quadratic {
+                dim,
+                condition,
+                noise,
+            } => {
+                if *dim == 0 {
+                    return Err(ConfigError::new("model.dim", "dim must be at least 1"));
+                }
+                if !(condition.is_finite() && *condition >= 1.0) {
+                    return Err(ConfigError::new(
+                        "model.condition",
+                        format!("the condition number must be at least 1, got {condition}"),
+                    ));
+                }
+                if !(noise.is_finite() && *noise >= 0.0) {
+                    return Err(ConfigError::new(
+                        "model.noise",
+                        format!("noise must be zero or positive, got {noise}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The training loss, chosen by the data's targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// Class labels: `−log softmax(logits)[label]`, mean over the minibatch.
+    CrossEntropy,
+    /// Real targets: `½·(ŷ − y)²`, mean over the minibatch (the model has one output).
+    SquaredError,
+}
+
+/// The synthetic quadratic's shape (its values live in [`dasim_sim::reference::Quadratic`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QuadraticShape {
+    /// Number of parameters.
+    pub dim: usize,
+    /// Condition number.
+    pub condition: f64,
+    /// Gradient-noise standard deviation.
+    pub noise: f64,
+}
+
+/// A model of the zoo, shaped to its data.
+#[derive(Clone, Debug)]
+pub enum Model {
+    /// A multilayer perceptron.
+    Mlp(Mlp),
+    /// Softmax regression: a linear layer `[inputs, classes]` and the L2 coefficient.
+    Softmax {
+        /// The linear layer (an MLP without hidden layers).
+        layer: Mlp,
+        /// `l2` of `½·l2·‖θ‖²`.
+        l2: f64,
+    },
+    /// Least squares: a linear layer `[inputs, 1]` and the L2 coefficient.
+    Linear {
+        /// The linear layer (an MLP without hidden layers).
+        layer: Mlp,
+        /// `l2` of `½·l2·‖θ‖²`.
+        l2: f64,
+    },
+    /// LeNet-5 ([`crate::lenet`]).
+    LeNet(LeNet),
+    /// A CIFAR ResNet with batch-norm state ([`crate::resnet`]).
+    ResNet(ResNet),
+    /// The synthetic quadratic (no network; see [`crate::quadratic`]).
+    Quadratic(QuadraticShape),
+}
+
+impl Model {
+    /// Softmax regression from `inputs` features to `classes` classes.
+    pub fn softmax(inputs: usize, classes: usize, l2: f64) -> Self {
+        Model::Softmax {
+            layer: Mlp::new(&[inputs, classes], Activation::Relu),
+            l2,
+        }
+    }
+
+    /// Least squares on `inputs` features.
+    pub fn linear(inputs: usize, l2: f64) -> Self {
+        Model::Linear {
+            layer: Mlp::new(&[inputs, 1], Activation::Relu),
+            l2,
+        }
+    }
+
+    /// The `kind` of `[model]` this is.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Model::Mlp(_) => "mlp",
+            Model::Softmax { .. } => "softmax",
+            Model::Linear { .. } => "linear",
+            Model::LeNet(_) => "lenet",
+            Model::ResNet(_) => "resnet",
+            Model::Quadratic(_) => "quadratic",
+        }
+    }
+
+    /// Numbers per row: trainable parameters, then the state.
+    pub fn num_params(&self) -> usize {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.num_params()
+            }
+            Model::LeNet(m) => m.num_params(),
+            Model::ResNet(m) => m.num_params(),
+            Model::Quadratic(q) => q.dim,
+        }
+    }
+
+    /// Numbers of state (batch-norm running statistics) at the end of the row; 0 for models
+    /// without state.
+    pub fn state_len(&self) -> usize {
+        match self {
+            Model::LeNet(m) => m.state_len(),
+            Model::ResNet(m) => m.state_len(),
+            _ => 0,
+        }
+    }
+
+    /// The trainable coordinates `0..P−S`.
+    pub fn trainable(&self) -> std::ops::Range<usize> {
+        0..self.num_params() - self.state_len()
+    }
+
+    /// FLOPs (two per multiply-add) of one forward pass on one sample. The quadratic counts
+    /// one multiply-add per coordinate for its gradient `a ⊙ (x − b)`.
+    pub fn forward_flops(&self) -> u64 {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.forward_flops()
+            }
+            Model::LeNet(m) => m.forward_flops(),
+            Model::ResNet(m) => m.forward_flops(),
+            Model::Quadratic(q) => 2 * q.dim as u64,
+        }
+    }
+
+    /// FLOPs of one training sample: forward and backward, three times the forward pass (the
+    /// usual rule), used to derive step times from a device speed.
+    pub fn train_flops_per_sample(&self) -> f64 {
+        3.0 * self.forward_flops() as f64
+    }
+
+    /// The L2 coefficient of the objective's `½·l2·‖θ‖²` (zero but for softmax and linear).
+    pub fn l2(&self) -> f64 {
+        match self {
+            Model::Softmax { l2, .. } | Model::Linear { l2, .. } => *l2,
+            _ => 0.0,
+        }
+    }
+
+    /// Initial parameters (and state), drawn on the host in layout order from `rng`: `P`
+    /// numbers. Linear layers use PyTorch's default, uniform in `±1/√fan_in`; the quadratic
+    /// starts at zero (and draws nothing).
+    pub fn init(&self, rng: &mut Stream) -> Vec<f32> {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.init(rng)
+            }
+            Model::LeNet(m) => m.init(rng),
+            Model::ResNet(m) => m.init(rng),
+            Model::Quadratic(q) => vec![0.0; q.dim],
+        }
+    }
+
+    /// Outputs `[R, B, outputs]` of `R` rows `[R, P]` on inputs `[R, B, features]`; with
+    /// `train`, also the updated state `[R, S]` (no gradient flows through it), `None` when the
+    /// model has no state or `train` is false.
+    ///
+    /// # Panics
+    /// For the quadratic, which has no network.
+    pub fn forward(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                (m.forward(params, x), None)
+            }
+            Model::LeNet(m) => m.forward(params, x, train),
+            Model::ResNet(m) => m.forward(params, x, train),
+            Model::Quadratic(_) => {
+                panic!("the quadratic has no network: it runs on the reference store")
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The synthetic quadratic, run on the exact reference store of `dasim-sim`.
+//!
+//! `kind = "quadratic"` is `f(x) = ½ Σ_k a_k (x_k − 1)²` with curvatures `a_k` spread
+//! geometrically over `[1, condition]` (so the condition number is exactly `condition`), whose
+//! stochastic gradient adds Gaussian noise of standard deviation `noise` to every coordinate,
+//! drawn from the worker's data stream (Data, `i`). It reads no data, so there is nothing to put
+//! on a device: it runs on [`dasim_sim::reference::ReferenceStore`], in `f64`, and every number
+//! is exact and backend-independent. Replicas start at `x = 0`, the optimum is `x* = 1` with
+//! `f* = 0`, so the reported loss of the average model is its suboptimality. A minibatch is one
+//! noisy gradient, and an "epoch" is the reference store's nominal 1,000 of them.
+
+use std::ops::Range;
+
+use dasim_sim::reference::{Quadratic, ReferenceStore};
+use dasim_sim::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
+
+use crate::model::QuadraticShape;
+use crate::store::{RunStore, StoreStats};
+
+/// The reference store of a quadratic, with the counters a run reports.
+pub struct QuadraticStore {
+    inner: ReferenceStore,
+    stats: StoreStats,
+}
+
+impl QuadraticStore {
+    /// `workers` replicas of the quadratic `shape`, all at zero.
+    pub fn new(
+        shape: QuadraticShape,
+        workers: usize,
+        optimizer: OptimizerConfig,
+        seed: u64,
+    ) -> Self {
+        QuadraticStore {
+            inner: ReferenceStore::new(
+                Quadratic::new(shape.dim, shape.condition, shape.noise),
+                workers,
+                optimizer,
+                seed,
+            ),
+            stats: StoreStats::default(),
+        }
+    }
+
+    /// The exact store underneath.
+    pub fn inner(&self) -> &ReferenceStore {
+        &self.inner
+    }
+}
+
+impl RunStore for QuadraticStore {
+    fn stats(&self) -> StoreStats {
+        self.stats
+    }
+}
+
+impl ReplicaStore for QuadraticStore {
+    fn workers(&self) -> usize {
+        self.inner.workers()
+    }
+
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+
+    fn num_params(&self) -> usize {
+        self.inner.num_params()
+    }
+
+    fn batch_size(&self) -> usize {
+        self.inner.batch_size()
+    }
+
+    fn train_size(&self) -> usize {
+        self.inner.train_size()
+    }
+
+    fn add_rows(&mut self, count: usize) -> usize {
+        self.inner.add_rows(count)
+    }
+
+    fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
+        // Eager: every request is its own "pass".
+        self.stats.requests += 1;
+        self.stats.flushes += 1;
+        self.inner.request_gradient_scaled(worker, scale)
+    }
+
+    fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
+        self.inner.mean_gradient(grads)
+    }
+
+    fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
+        self.inner.apply_gradient_block(row, grad, lr, block);
+    }
+
+    fn release_gradient(&mut self, grad: GradId) {
+        self.inner.release_gradient(grad);
+    }
+
+    fn average(&mut self, rows: &[usize]) {
+        self.inner.average(rows);
+    }
+
+    fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
+        self.inner.mix(dst, terms);
+    }
+
+    fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
+        self.inner.new_msg(terms)
+    }
+
+    fn release_msg(&mut self, msg: MsgId) {
+        self.inner.release_msg(msg);
+    }
+
+    fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
+        self.inner.copy_block(dst, src, block);
+    }
+
+    fn evaluate(&mut self) -> Evaluation {
+        self.stats.evaluations += 1;
+        self.inner.evaluate()
+    }
+
+    fn evaluate_mix(&mut self, terms: &[(usize, f64)]) -> Evaluation {
+        self.stats.evaluations += 1;
+        self.inner.evaluate_mix(terms)
+    }
+
+    fn take_train_loss(&mut self) -> f64 {
+        self.inner.take_train_loss()
+    }
+
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        self.inner.consensus_distance(scales)
+    }
+
+    fn evaluate_rows(&mut self, rows: &[usize], scales: Option<&[f64]>) -> Vec<Evaluation> {
+        self.stats.evaluations += rows.len() as u64;
+        self.inner.evaluate_rows(rows, scales)
+    }
+
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        // f* = 0 at x* = 1: the objective is the suboptimality.
+        self.inner.suboptimality(terms)
+    }
+}

@@ -1,0 +1,485 @@
+//! The bar-like figures of a run: staleness histograms, a worker timeline (Gantt chart),
+//! grouped bars (steps per worker) and stacked bars (where each worker's time went).
+//!
+//! Each is a [`Figure`] built from the numbers of [`crate::data`]; sizes grow with the number
+//! of panels or workers so that labels stay readable. Activities have fixed colours in every
+//! figure (compute blue, communicate green, blocked vermillion, idle grey).
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use crate::data::Lane;
+use crate::figure::{
+    AXIS_COLOR, AXIS_DESC_SIZE, DrawResult, FONT_FAMILY, Figure, GRID_BOLD, Key, LABEL_SIZE,
+    TEXT_COLOR, Ticked, format_tick, header, palette,
+};
+use crate::plot::{PLOT_HEIGHT, PLOT_WIDTH};
+use crate::rundir::Activity;
+
+/// Height of one panel of a multi-panel figure, in pixels.
+const PANEL_HEIGHT: u32 = 250;
+/// Most intervals in one Gantt lane for which step boundaries are drawn.
+const SEPARATED_INTERVALS: usize = 300;
+/// Height reserved for a figure's header (title, note, keys), in pixels.
+const HEADER_HEIGHT: u32 = 100;
+
+/// The colour of an activity, the same in every figure.
+pub(crate) fn activity_color(activity: Activity) -> RGBColor {
+    match activity {
+        Activity::Compute => RGBColor(0x00, 0x72, 0xB2),
+        Activity::Communicate => RGBColor(0x00, 0x9E, 0x73),
+        Activity::Blocked => RGBColor(0xD5, 0x5E, 0x00),
+        Activity::Idle => RGBColor(0xC8, 0xC8, 0xC8),
+    }
+}
+
+/// The keys of the four activities.
+fn activity_keys() -> Vec<Key> {
+    Activity::ALL
+        .iter()
+        .map(|&a| Key {
+            label: a.name().to_owned(),
+            color: activity_color(a),
+        })
+        .collect()
+}
+
+/// Height of a figure of `panels` panels.
+fn panels_height(panels: usize) -> u32 {
+    PLOT_HEIGHT.max(HEADER_HEIGHT + PANEL_HEIGHT * panels as u32)
+}
+
+/// About `target` integer ticks in `[lo, hi]`, at multiples of 1, 2 or 5 times a power of ten.
+pub(crate) fn integer_ticks(lo: f64, hi: f64, target: u32) -> Vec<f64> {
+    let first = lo.ceil().max(0.0);
+    let span = (hi.floor() - first).max(0.0);
+    let raw = (span / f64::from(target.max(1))).max(1.0);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = match raw / magnitude {
+        n if n <= 1.0 => 1.0,
+        n if n <= 2.0 => 2.0,
+        n if n <= 5.0 => 5.0,
+        _ => 10.0,
+    } * magnitude;
+    let start = (first / step).ceil() * step;
+    let mut ticks = Vec::new();
+    let mut t = start;
+    while t <= hi {
+        ticks.push(t);
+        t += step;
+    }
+    ticks
+}
+
+/// The bins whose counts can be written above their bars without two labels overlapping, by
+/// increasing value: labels are placed greedily from the smallest count up, each about 8 px
+/// per digit wide, at `px_per_unit` pixels per unit of value.
+pub(crate) fn count_labels(bins: &[(u64, u64)], px_per_unit: f64) -> Vec<(u64, u64)> {
+    let mut order: Vec<&(u64, u64)> = bins.iter().collect();
+    order.sort_by_key(|&&(v, c)| (c, v));
+    let mut placed: Vec<(f64, f64, (u64, u64))> = Vec::new();
+    for &(v, c) in order {
+        let half = (c.to_string().len() as f64 * 8.0 + 6.0) / 2.0;
+        let center = v as f64 * px_per_unit;
+        let (left, right) = (center - half, center + half);
+        if placed.iter().all(|&(l, r, _)| right <= l || left >= r) {
+            placed.push((left, right, (v, c)));
+        }
+    }
+    let mut out: Vec<(u64, u64)> = placed.into_iter().map(|p| p.2).collect();
+    out.sort_unstable();
+    out
+}
+
+/// One panel of a [`HistogramPanels`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HistogramPanel {
+    /// Text above the panel.
+    pub caption: String,
+    /// Index into the palette.
+    pub color: usize,
+    /// `(value, count)`, values increasing.
+    pub bins: Vec<(u64, u64)>,
+}
+
+/// Histograms stacked vertically, one panel per algorithm, sharing the x range.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HistogramPanels {
+    pub title: String,
+    pub note: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub panels: Vec<HistogramPanel>,
+}
+
+impl Figure for HistogramPanels {
+    fn size(&self) -> (u32, u32) {
+        (PLOT_WIDTH, panels_height(self.panels.len()))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let area = header(root, &self.title, &self.note, &[])?;
+        let lo = self
+            .panels
+            .iter()
+            .filter_map(|p| p.bins.first())
+            .map(|b| b.0)
+            .min()
+            .unwrap_or(0);
+        let hi = self
+            .panels
+            .iter()
+            .filter_map(|p| p.bins.last())
+            .map(|b| b.0)
+            .max()
+            .unwrap_or(0);
+        let x_range = (lo as f64 - 0.6)..(hi as f64 + 0.6);
+        let panels = area.split_evenly((self.panels.len().max(1), 1));
+        for (index, (panel, spot)) in self.panels.iter().zip(&panels).enumerate() {
+            let last = index + 1 == self.panels.len();
+            let top = panel.bins.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
+            let x_spec = Ticked {
+                range: x_range.clone(),
+                ticks: integer_ticks(x_range.start, x_range.end, 12),
+            };
+            let mut chart = ChartBuilder::on(spot)
+                .margin(8)
+                .margin_right(30)
+                .caption(
+                    panel.caption.as_str(),
+                    (FONT_FAMILY, LABEL_SIZE + 1).into_font().color(&TEXT_COLOR),
+                )
+                .x_label_area_size(if last { 52 } else { 30 })
+                .y_label_area_size(84)
+                .build_cartesian_2d(x_spec, 0.0..top * 1.18)?;
+            let x_format = |v: &f64| format!("{}", v.round() as i64);
+            let y_format = |v: &f64| format_tick(*v);
+            let mut mesh = chart.configure_mesh();
+            mesh.disable_x_mesh()
+                .y_desc(self.y_label.as_str())
+                .x_label_formatter(&x_format)
+                .y_label_formatter(&y_format)
+                .y_labels(5)
+                .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
+                .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
+                .axis_style(AXIS_COLOR)
+                .bold_line_style(GRID_BOLD)
+                .light_line_style(WHITE);
+            if last {
+                mesh.x_desc(self.x_label.as_str());
+            }
+            mesh.draw()?;
+            let color = palette(panel.color);
+            chart.draw_series(panel.bins.iter().map(|&(v, c)| {
+                let v = v as f64;
+                Rectangle::new([(v - 0.4, 0.0), (v + 0.4, c as f64)], color.filled())
+            }))?;
+            // Counts above the bars, where they do not overlap: small bars first, since tall
+            // ones can be read off the axis.
+            let (plot_px, _) = chart.plotting_area().dim_in_pixel();
+            let px_per_unit = f64::from(plot_px) / (x_range.end - x_range.start);
+            let labelled = count_labels(&panel.bins, px_per_unit);
+            let style = (FONT_FAMILY, 13)
+                .into_font()
+                .color(&TEXT_COLOR)
+                .pos(Pos::new(HPos::Center, VPos::Bottom));
+            chart.draw_series(labelled.into_iter().map(|(v, c)| {
+                Text::new(
+                    c.to_string(),
+                    (v as f64, c as f64 + top * 0.02),
+                    style.clone(),
+                )
+            }))?;
+        }
+        Ok(())
+    }
+}
+
+/// A worker timeline: one row per worker, coloured by activity, x in simulated seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Gantt {
+    pub title: String,
+    pub note: String,
+    pub lanes: Vec<Lane>,
+}
+
+impl Gantt {
+    fn row_height(&self) -> u32 {
+        (2400 / self.lanes.len().max(1) as u32).clamp(6, 26)
+    }
+}
+
+impl Figure for Gantt {
+    fn size(&self) -> (u32, u32) {
+        let rows = self.lanes.len() as u32 * self.row_height();
+        (PLOT_WIDTH, PLOT_HEIGHT.max(HEADER_HEIGHT + 90 + rows))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let area = header(root, &self.title, &self.note, &activity_keys())?;
+        let n = self.lanes.len().max(1);
+        let intervals = || self.lanes.iter().flat_map(|l| &l.intervals);
+        let start = intervals().map(|i| i.1).fold(f64::INFINITY, f64::min);
+        let end = intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max);
+        let x_range = if start < end { start..end } else { 0.0..1.0 };
+        // Worker 0 on top: lane i is drawn at y = n - 1 - i.
+        let every = n.div_ceil(32);
+        let y_keys: Vec<f64> = (0..n)
+            .filter(|i| i % every == 0)
+            .map(|i| (n - 1 - i) as f64)
+            .collect();
+        let y_spec = Ticked {
+            range: -0.5..n as f64 - 0.5,
+            ticks: y_keys,
+        };
+        let lanes = &self.lanes;
+        let worker_of = move |y: &f64| {
+            let i = n as i64 - 1 - y.round() as i64;
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| lanes.get(i))
+                .map_or_else(String::new, |l| l.worker.to_string())
+        };
+        let mut chart = ChartBuilder::on(&area)
+            .margin(12)
+            .margin_right(30)
+            .x_label_area_size(58)
+            .y_label_area_size(84)
+            .build_cartesian_2d(x_range, y_spec)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("simulated time (s)")
+            .y_desc("worker")
+            .x_label_formatter(&|v| format_tick(*v))
+            .y_label_formatter(&worker_of)
+            .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
+            .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
+            .axis_style(AXIS_COLOR)
+            .bold_line_style(GRID_BOLD)
+            .light_line_style(WHITE)
+            .draw()?;
+        // Back-to-back intervals of one activity (successive steps) are told apart by a thin
+        // white line, as long as there is room for them (a few pixels per interval).
+        let separate = self
+            .lanes
+            .iter()
+            .all(|l| l.intervals.len() <= SEPARATED_INTERVALS);
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let y = (n - 1 - i) as f64;
+            chart.draw_series(lane.intervals.iter().map(|&(activity, a, b)| {
+                Rectangle::new(
+                    [(a, y - 0.4), (b, y + 0.4)],
+                    activity_color(activity).filled(),
+                )
+            }))?;
+            if separate {
+                chart.draw_series(
+                    lane.intervals
+                        .windows(2)
+                        .filter(|w| w[0].0 == w[1].0 && w[0].2 == w[1].1)
+                        .map(|w| {
+                            PathElement::new(
+                                vec![(w[1].1, y - 0.4), (w[1].1, y + 0.4)],
+                                WHITE.stroke_width(1),
+                            )
+                        }),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bars grouped by worker, one bar per series (algorithm) in each group.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct GroupedBars {
+    pub title: String,
+    pub note: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// The groups' labels (worker ids), left to right.
+    pub groups: Vec<u64>,
+    /// `(label, palette index, one value per group)`.
+    pub series: Vec<(String, usize, Vec<f64>)>,
+}
+
+impl Figure for GroupedBars {
+    fn size(&self) -> (u32, u32) {
+        (PLOT_WIDTH, PLOT_HEIGHT)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let keys: Vec<Key> = self
+            .series
+            .iter()
+            .map(|(label, color, _)| Key {
+                label: label.clone(),
+                color: palette(*color),
+            })
+            .collect();
+        let area = header(root, &self.title, &self.note, &keys)?;
+        let n = self.groups.len().max(1);
+        let top = self
+            .series
+            .iter()
+            .flat_map(|s| s.2.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        let top = if top > 0.0 { top * 1.08 } else { 1.0 };
+        let mut chart = ChartBuilder::on(&area)
+            .margin(12)
+            .margin_right(30)
+            .x_label_area_size(58)
+            .y_label_area_size(84)
+            .build_cartesian_2d(group_axis(n), 0.0..top)?;
+        let groups = &self.groups;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc(self.x_label.as_str())
+            .y_desc(self.y_label.as_str())
+            .x_label_formatter(&|v| group_label(groups, *v))
+            .y_label_formatter(&|v| format_tick(*v))
+            .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
+            .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
+            .axis_style(AXIS_COLOR)
+            .bold_line_style(GRID_BOLD)
+            .light_line_style(WHITE)
+            .draw()?;
+        let width = 0.8 / self.series.len().max(1) as f64;
+        for (j, (_, color, values)) in self.series.iter().enumerate() {
+            let color = palette(*color);
+            chart.draw_series(
+                values
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.is_finite())
+                    .map(|(i, &v)| {
+                        let left = i as f64 - 0.4 + j as f64 * width;
+                        Rectangle::new([(left, 0.0), (left + width, v)], color.filled())
+                    }),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// An x axis of `n` groups centred on `0..n`, labelled at most about 32 times.
+fn group_axis(n: usize) -> Ticked {
+    let every = n.div_ceil(32);
+    Ticked {
+        range: -0.5..n as f64 - 0.5,
+        ticks: (0..n)
+            .filter(|i| i % every == 0)
+            .map(|i| i as f64)
+            .collect(),
+    }
+}
+
+/// The label of the group at x position `v`.
+fn group_label(groups: &[u64], v: f64) -> String {
+    usize::try_from(v.round() as i64)
+        .ok()
+        .and_then(|i| groups.get(i))
+        .map_or_else(String::new, u64::to_string)
+}
+
+/// One panel of [`StackedPanels`]: each worker's time split into the four activities.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StackedPanel {
+    pub caption: String,
+    pub workers: Vec<u64>,
+    /// Per worker, the fractions in [`Activity::ALL`] order.
+    pub fractions: Vec<[f64; 4]>,
+}
+
+/// Stacked bars of where each worker's time went, one panel per algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StackedPanels {
+    pub title: String,
+    pub note: String,
+    pub panels: Vec<StackedPanel>,
+}
+
+impl Figure for StackedPanels {
+    fn size(&self) -> (u32, u32) {
+        (PLOT_WIDTH, panels_height(self.panels.len()))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let area = header(root, &self.title, &self.note, &activity_keys())?;
+        let spots = area.split_evenly((self.panels.len().max(1), 1));
+        for (index, (panel, spot)) in self.panels.iter().zip(&spots).enumerate() {
+            let last = index + 1 == self.panels.len();
+            let n = panel.workers.len().max(1);
+            let mut chart = ChartBuilder::on(spot)
+                .margin(8)
+                .margin_right(30)
+                .caption(
+                    panel.caption.as_str(),
+                    (FONT_FAMILY, LABEL_SIZE + 1).into_font().color(&TEXT_COLOR),
+                )
+                .x_label_area_size(if last { 52 } else { 30 })
+                .y_label_area_size(84)
+                .build_cartesian_2d(group_axis(n), 0.0..1.0)?;
+            let workers = &panel.workers;
+            let x_format = |v: &f64| group_label(workers, *v);
+            let y_format = |v: &f64| format!("{:.0}%", v * 100.0);
+            let mut mesh = chart.configure_mesh();
+            mesh.disable_x_mesh()
+                .y_desc("share of time")
+                .x_label_formatter(&x_format)
+                .y_label_formatter(&y_format)
+                .y_labels(5)
+                .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
+                .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
+                .axis_style(AXIS_COLOR)
+                .bold_line_style(GRID_BOLD)
+                .light_line_style(WHITE);
+            if last {
+                mesh.x_desc("worker");
+            }
+            mesh.draw()?;
+            for (i, fractions) in panel.fractions.iter().enumerate() {
+                let x = i as f64;
+                let mut bottom = 0.0;
+                for (activity, &f) in Activity::ALL.iter().zip(fractions) {
+                    if f > 0.0 {
+                        chart.draw_series(std::iter::once(Rectangle::new(
+                            [(x - 0.4, bottom), (x + 0.4, (bottom + f).min(1.0))],
+                            activity_color(*activity).filled(),
+                        )))?;
+                    }
+                    bottom += f;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_ticks_are_round() {
+        assert_eq!(integer_ticks(-0.6, 3.6, 12), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(
+            integer_ticks(-0.6, 40.6, 12),
+            vec![0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0]
+        );
+        assert_eq!(integer_ticks(0.4, 0.6, 12), Vec::<f64>::new());
+    }
+
+    #[test]
+    fn count_labels_do_not_overlap() {
+        // 14 px per unit: 3340 (38 px wide) and 1100 side by side overlap; the smaller wins.
+        let bins = [(14, 3340), (15, 1100), (60, 76)];
+        assert_eq!(count_labels(&bins, 14.0), [(15, 1100), (60, 76)]);
+        // Wide bars: every count fits.
+        assert_eq!(count_labels(&bins, 100.0), bins);
+    }
+}

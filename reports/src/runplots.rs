@@ -1,0 +1,892 @@
+//! The plots of a run directory, and the overlay of several runs.
+//!
+//! [`plot_run`] reads whatever CSV files a run directory holds ([`RunData`]) and draws every
+//! plot whose data is there; a plot whose data is absent is skipped, a malformed file is an
+//! error naming the file and line. The same figures are what [`crate::write_report`] embeds.
+//!
+//! | file stem | drawn from | what |
+//! |-----------|------------|------|
+//! | `loss`, `accuracy` | `metrics.csv` | held-out loss (log y) and accuracy of the evaluated model against simulated time, all algorithms overlaid |
+//! | `loss_epochs`, `accuracy_epochs` | `metrics.csv` | the same against epochs |
+//! | `train_loss` | `metrics.csv` | mean minibatch loss between evaluation points (log y) |
+//! | `suboptimality` | `metrics.csv` | `f(x) − f*` (log y), when the model knows its optimum |
+//! | `replica_loss`, `replica_accuracy` | `metrics.csv` | mean over the worker replicas, with a min–max band |
+//! | `consensus` | `metrics.csv` | consensus distance (log y); an algorithm whose distance is exactly 0 is named in the legend, zeros of the others are counted in the note |
+//! | `pushsum_weights` | `series.csv` | push-sum weight range over workers (`weight_min`..`weight_max`) |
+//! | `dasgd_staleness` | `series.csv` | DASGD's S_avg (solid) and S_max (dashed) |
+//! | `series_<name>` | `series.csv` | any other named quantity |
+//! | `staleness`, `message_age` | `staleness.csv` | histograms, one panel per algorithm, with count, mean, p99 and max |
+//! | `steps` | `utilization.csv` | local steps per worker, one bar per algorithm |
+//! | `utilization` | `utilization.csv` | each worker's time split into compute, communicate, blocked and idle, one panel per algorithm |
+//! | `timeline_<algorithm>` | `timeline.csv` | Gantt chart of the timeline window, one row per worker |
+//!
+//! [`plot_runs`] overlays several run directories (for example one scenario under several
+//! seeds): for each algorithm, the mean across runs with a band from the minimum to the
+//! maximum, for loss and accuracy against time and epochs (see [`band`](crate::band) for how
+//! the runs are aligned).
+
+use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::charts::{
+    Gantt, GroupedBars, HistogramPanel, HistogramPanels, StackedPanel, StackedPanels,
+};
+use crate::data::{
+    LogCurve, Metric, XAxis, band, metric_series, named_series, range_series, staleness_histograms,
+    timeline_lanes, utilization,
+};
+use crate::figure::{DrawResult, Figure, format_tick, save};
+use crate::plot::{Band, Line, LineChart};
+use crate::rundir::{MetricRow, RunData};
+use crate::{Error, Result, Series};
+
+/// Any figure of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Chart {
+    Lines(LineChart),
+    Histograms(HistogramPanels),
+    Gantt(Gantt),
+    Bars(GroupedBars),
+    Stacked(StackedPanels),
+}
+
+impl Figure for Chart {
+    fn size(&self) -> (u32, u32) {
+        match self {
+            Chart::Lines(c) => c.size(),
+            Chart::Histograms(c) => c.size(),
+            Chart::Gantt(c) => c.size(),
+            Chart::Bars(c) => c.size(),
+            Chart::Stacked(c) => c.size(),
+        }
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        match self {
+            Chart::Lines(c) => c.draw(root),
+            Chart::Histograms(c) => c.draw(root),
+            Chart::Gantt(c) => c.draw(root),
+            Chart::Bars(c) => c.draw(root),
+            Chart::Stacked(c) => c.draw(root),
+        }
+    }
+}
+
+/// A figure and the file stem it is saved under.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NamedFigure {
+    /// File name without extension, e.g. `loss`.
+    pub stem: String,
+    /// A short heading, for the report.
+    pub heading: String,
+    /// The figure.
+    pub chart: Chart,
+}
+
+/// Draws every plot of the run directory `run_dir` into it (PNG and SVG) and returns the
+/// paths written, PNG before SVG for each plot.
+///
+/// Fails when `run_dir` is not a run directory or one of its files is malformed (the error
+/// names the file and line), or when a plot cannot be written.
+pub fn plot_run(run_dir: &Path) -> Result<Vec<PathBuf>> {
+    plot_run_to(run_dir, run_dir)
+}
+
+/// [`plot_run`], writing the plots to `out_dir` (created if needed) instead.
+pub fn plot_run_to(run_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let data = RunData::load(run_dir)?;
+    save_all(out_dir, &run_figures(&data))
+}
+
+/// Overlays the run directories `run_dirs` into `out_dir`: for each algorithm, the mean across
+/// the runs that have it and a band from their minimum to their maximum, for held-out loss and
+/// accuracy against simulated time (`loss`, `accuracy`) and against epochs (`loss_epochs`,
+/// `accuracy_epochs`). Returns the paths written.
+///
+/// Runs are aligned on the evaluation times they all have, without interpolation (see
+/// [`band`](crate::band)); against epochs, each point sits at the mean of the runs' epochs at
+/// that time. Fails when a directory is not a run directory, a file is malformed, or an
+/// algorithm present in several runs has no evaluation time common to them.
+pub fn plot_runs(run_dirs: &[PathBuf], out_dir: &Path) -> Result<Vec<PathBuf>> {
+    let runs = run_dirs
+        .iter()
+        .map(RunData::load)
+        .collect::<Result<Vec<_>>>()?;
+    save_all(out_dir, &overlay_figures(&runs)?)
+}
+
+fn save_all(out_dir: &Path, figures: &[NamedFigure]) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for f in figures {
+        let (png, svg) = save(out_dir, &f.stem, &f.chart)?;
+        written.push(png);
+        written.push(svg);
+    }
+    Ok(written)
+}
+
+const TIME_LABEL: &str = "simulated time (s)";
+const EPOCH_LABEL: &str = "epochs (passes over the training set)";
+const EVAL_NOTE: &str = "held-out split; evaluated model: the replicas' average (PS: the server's; push-sum: de-biased)";
+
+/// The plots of one run, in the order the report shows them.
+pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
+    let name = data.scenario_name();
+    let algs = &data.algorithms;
+    let mut out = Vec::new();
+    let mut push = |stem: &str, heading: &str, chart: Chart| {
+        out.push(NamedFigure {
+            stem: stem.to_owned(),
+            heading: heading.to_owned(),
+            chart,
+        });
+    };
+
+    // Convergence.
+    let percent = |series: Vec<Series>| -> Vec<Series> {
+        series
+            .into_iter()
+            .map(|s| Series::new(s.label, s.points.into_iter().map(|(x, y)| (x, y * 100.0))))
+            .collect()
+    };
+    for (x, suffix, x_label) in [
+        (XAxis::Time, "", TIME_LABEL),
+        (XAxis::Epoch, "_epochs", EPOCH_LABEL),
+    ] {
+        let against = if x == XAxis::Time { "time" } else { "epochs" };
+        let loss = series_of(data, algs, x, Metric::Loss);
+        if has_points(&loss) {
+            push(
+                &format!("loss{suffix}"),
+                &format!("Held-out loss against {against}"),
+                Chart::Lines(lines_chart(
+                    format!("{name}: held-out loss"),
+                    EVAL_NOTE,
+                    x_label,
+                    "test loss",
+                    true,
+                    &loss,
+                )),
+            );
+        }
+        let accuracy = percent(series_of(data, algs, x, Metric::Accuracy));
+        if has_points(&accuracy) {
+            push(
+                &format!("accuracy{suffix}"),
+                &format!("Held-out accuracy against {against}"),
+                Chart::Lines(lines_chart(
+                    format!("{name}: held-out accuracy"),
+                    EVAL_NOTE,
+                    x_label,
+                    "test accuracy (%)",
+                    false,
+                    &accuracy,
+                )),
+            );
+        }
+    }
+    let train = series_of(data, algs, XAxis::Time, Metric::TrainLoss);
+    if has_points(&train) {
+        push(
+            "train_loss",
+            "Training loss",
+            Chart::Lines(lines_chart(
+                format!("{name}: training loss"),
+                "mean loss of the minibatches whose gradients were computed since the previous point",
+                TIME_LABEL,
+                "train loss",
+                true,
+                &train,
+            )),
+        );
+    }
+    let subopt = series_of(data, algs, XAxis::Time, Metric::Suboptimality);
+    if has_points(&subopt) {
+        push(
+            "suboptimality",
+            "Suboptimality",
+            Chart::Lines(lines_chart(
+                format!("{name}: suboptimality"),
+                "f(x) − f* of the training objective at the evaluated model",
+                TIME_LABEL,
+                "f(x) − f*",
+                true,
+                &subopt,
+            )),
+        );
+    }
+    for (stem, heading, metric, min, max, y_label, scale, log) in [
+        (
+            "replica_loss",
+            "Held-out loss across replicas",
+            Metric::ReplicaLossMean,
+            (|r: &MetricRow| r.replica_loss_min) as fn(&MetricRow) -> Option<f64>,
+            (|r: &MetricRow| r.replica_loss_max) as fn(&MetricRow) -> Option<f64>,
+            "test loss of a replica",
+            1.0,
+            true,
+        ),
+        (
+            "replica_accuracy",
+            "Held-out accuracy across replicas",
+            Metric::ReplicaAccuracyMean,
+            |r: &MetricRow| r.replica_accuracy_min,
+            |r: &MetricRow| r.replica_accuracy_max,
+            "test accuracy of a replica (%)",
+            100.0,
+            false,
+        ),
+    ] {
+        let mut chart = LineChart {
+            title: format!("{name}: {}", heading.to_lowercase()),
+            note: "line: mean over the worker replicas; band: min to max".into(),
+            x_label: TIME_LABEL.into(),
+            y_label: y_label.into(),
+            log_y: log,
+            ..LineChart::default()
+        };
+        for (color, alg) in algs.iter().enumerate() {
+            let rows = data.metrics.iter().filter(|r| &r.algorithm == alg);
+            let mean: Vec<(f64, f64)> = rows
+                .clone()
+                .filter_map(|r| Some((r.time_s, metric.of(r)? * scale)))
+                .collect();
+            let range: Vec<(f64, f64, f64)> = rows
+                .filter_map(|r| Some((r.time_s, min(r)? * scale, max(r)? * scale)))
+                .collect();
+            if mean.is_empty() && range.is_empty() {
+                continue;
+            }
+            chart.lines.push(Line {
+                label: data.legend(alg),
+                points: mean,
+                color,
+                dashed: false,
+            });
+            chart.bands.push(Band {
+                color,
+                points: range,
+            });
+        }
+        if !chart.lines.is_empty() {
+            push(stem, heading, Chart::Lines(chart));
+        }
+    }
+
+    // Consensus distance.
+    let consensus = series_of(data, algs, XAxis::Time, Metric::Consensus);
+    if has_points(&consensus) {
+        push(
+            "consensus",
+            "Consensus distance",
+            Chart::Lines(consensus_chart(&name, &consensus)),
+        );
+    }
+
+    // Algorithm-specific series.
+    out.extend(series_figures(data, &name));
+
+    // Staleness histograms.
+    for (measure, stem, heading, x_label, y_label, note) in [
+        (
+            "gradient",
+            "staleness",
+            "Staleness of applied gradients",
+            "staleness (updates between a gradient's read and its application)",
+            "gradients",
+            "updates the target model received between the read a gradient was computed on and its application; summed over workers",
+        ),
+        (
+            "message_age",
+            "message_age",
+            "Age of mixed messages",
+            "message age (iterations)",
+            "messages",
+            "age in iterations of each mixed message, counted at the receiver; summed over workers",
+        ),
+    ] {
+        let histograms = staleness_histograms(&data.staleness, algs, measure);
+        if histograms.is_empty() {
+            continue;
+        }
+        let panels = histograms
+            .iter()
+            .map(|h| {
+                let s = h.stats().expect("histograms are not empty");
+                HistogramPanel {
+                    caption: format!(
+                        "{}: {} {}, mean {:.2}, p99 {}, max {}",
+                        data.legend(&h.algorithm),
+                        s.count,
+                        y_label,
+                        s.mean,
+                        s.p99,
+                        s.max
+                    ),
+                    color: data.color_of(&h.algorithm),
+                    bins: h.bins.clone(),
+                }
+            })
+            .collect();
+        out.push(NamedFigure {
+            stem: stem.into(),
+            heading: heading.into(),
+            chart: Chart::Histograms(HistogramPanels {
+                title: format!("{name}: {}", heading.to_lowercase()),
+                note: note.into(),
+                x_label: x_label.into(),
+                y_label: y_label.into(),
+                panels,
+            }),
+        });
+    }
+
+    // Utilization.
+    let shares: Vec<(usize, &String, Vec<crate::data::WorkerShare>)> = algs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| (i, a, utilization(&data.utilization, a)))
+        .filter(|(_, _, s)| !s.is_empty())
+        .collect();
+    if !shares.is_empty() {
+        let mut groups: Vec<u64> = shares
+            .iter()
+            .flat_map(|(_, _, s)| s.iter().map(|w| w.worker))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let series = shares
+            .iter()
+            .map(|(color, alg, s)| {
+                let values = groups
+                    .iter()
+                    .map(|g| {
+                        s.iter()
+                            .find(|w| w.worker == *g)
+                            .map_or(f64::NAN, |w| w.steps as f64)
+                    })
+                    .collect();
+                (data.legend(alg), *color, values)
+            })
+            .collect();
+        out.push(NamedFigure {
+            stem: "steps".into(),
+            heading: "Steps per worker".into(),
+            chart: Chart::Bars(GroupedBars {
+                title: format!("{name}: local steps per worker"),
+                note: "gradients each worker computed and applied over the whole run".into(),
+                x_label: "worker".into(),
+                y_label: "steps".into(),
+                groups,
+                series,
+            }),
+        });
+        let panels = shares
+            .iter()
+            .map(|(_, alg, s)| {
+                let mean = |k: usize| s.iter().map(|w| w.fractions[k]).sum::<f64>() / s.len() as f64;
+                StackedPanel {
+                    caption: format!(
+                        "{}: compute {:.1}%, communicate {:.1}%, blocked {:.1}%, idle {:.1}% (mean over workers)",
+                        data.legend(alg),
+                        mean(0) * 100.0,
+                        mean(1) * 100.0,
+                        mean(2) * 100.0,
+                        mean(3) * 100.0
+                    ),
+                    workers: s.iter().map(|w| w.worker).collect(),
+                    fractions: s.iter().map(|w| w.fractions).collect(),
+                }
+            })
+            .collect();
+        out.push(NamedFigure {
+            stem: "utilization".into(),
+            heading: "Where each worker's time went".into(),
+            chart: Chart::Stacked(StackedPanels {
+                title: format!("{name}: where each worker's time went"),
+                note: "blocked: waiting for a peer; communicate: sending or receiving and nothing else".into(),
+                panels,
+            }),
+        });
+    }
+
+    // Timelines.
+    let mut stems: Vec<String> = Vec::new();
+    for alg in algs {
+        let lanes = timeline_lanes(&data.timeline, alg);
+        if lanes.is_empty() {
+            continue;
+        }
+        let mut stem = format!("timeline_{}", slug(alg));
+        if stems.contains(&stem) {
+            stem = format!("{stem}_{}", data.color_of(alg));
+        }
+        stems.push(stem.clone());
+        let intervals = || lanes.iter().flat_map(|l| &l.intervals);
+        let start = intervals().map(|i| i.1).fold(f64::INFINITY, f64::min);
+        let end = intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max);
+        let note = format!(
+            "intervals in the timeline window, {} to {} s of simulated time; one row per worker",
+            format_tick(start),
+            format_tick(end)
+        );
+        out.push(NamedFigure {
+            stem,
+            heading: format!("Worker timeline: {}", data.legend(alg)),
+            chart: Chart::Gantt(Gantt {
+                title: format!("{name}: worker timeline, {}", data.legend(alg)),
+                note,
+                lanes,
+            }),
+        });
+    }
+    mark_identical(&mut out);
+    out
+}
+
+/// Figures from `series.csv`.
+fn series_figures(data: &RunData, name: &str) -> Vec<NamedFigure> {
+    let algs = &data.algorithms;
+    let mut names: Vec<&str> = Vec::new();
+    for r in &data.series {
+        if !names.contains(&r.name.as_str()) {
+            names.push(&r.name);
+        }
+    }
+    let mut out = Vec::new();
+    let has = |n: &str| names.contains(&n);
+
+    if has("weight_min") && has("weight_max") {
+        let mut chart = LineChart {
+            title: format!("{name}: push-sum weights"),
+            note: "range of the push-sum weights w_i over workers (band); min solid, max dashed"
+                .into(),
+            x_label: TIME_LABEL.into(),
+            y_label: "push-sum weight w_i".into(),
+            log_y: true,
+            ..LineChart::default()
+        };
+        for (color, alg) in algs.iter().enumerate() {
+            let range = range_series(&data.series, alg, "weight_min", "weight_max");
+            if range.is_empty() {
+                continue;
+            }
+            chart.lines.push(Line {
+                label: format!("{}: min", data.legend(alg)),
+                points: range.iter().map(|&(t, lo, _)| (t, lo)).collect(),
+                color,
+                dashed: false,
+            });
+            chart.lines.push(Line {
+                label: format!("{}: max", data.legend(alg)),
+                points: range.iter().map(|&(t, _, hi)| (t, hi)).collect(),
+                color,
+                dashed: true,
+            });
+            chart.bands.push(Band {
+                color,
+                points: range,
+            });
+        }
+        out.push(NamedFigure {
+            stem: "pushsum_weights".into(),
+            heading: "Push-sum weights".into(),
+            chart: Chart::Lines(chart),
+        });
+    }
+    if has("staleness_avg") || has("staleness_max") {
+        let mut chart = LineChart {
+            title: format!("{name}: DASGD staleness between models"),
+            note: "S_avg (solid) and S_max (dashed): gradient-set differences between the models"
+                .into(),
+            x_label: TIME_LABEL.into(),
+            y_label: "staleness (gradients)".into(),
+            ..LineChart::default()
+        };
+        let avg = relabel(data, named_series(&data.series, algs, "staleness_avg"));
+        let max = relabel(data, named_series(&data.series, algs, "staleness_max"));
+        for (color, (avg, max)) in avg.into_iter().zip(max).enumerate() {
+            for (s, label, dashed) in [(avg, "S_avg", false), (max, "S_max", true)] {
+                if !s.points.is_empty() {
+                    chart.lines.push(Line {
+                        label: format!("{}: {label}", s.label),
+                        points: s.points,
+                        color,
+                        dashed,
+                    });
+                }
+            }
+        }
+        out.push(NamedFigure {
+            stem: "dasgd_staleness".into(),
+            heading: "DASGD staleness between models".into(),
+            chart: Chart::Lines(chart),
+        });
+    }
+    let known = ["weight_min", "weight_max", "staleness_avg", "staleness_max"];
+    for n in names.iter().filter(|n| !known.contains(n)) {
+        let series = relabel(data, named_series(&data.series, algs, n));
+        if has_points(&series) {
+            out.push(NamedFigure {
+                stem: format!("series_{}", slug(n)),
+                heading: format!("Series `{n}`"),
+                chart: Chart::Lines(lines_chart(
+                    format!("{name}: {n}"),
+                    "from series.csv",
+                    TIME_LABEL,
+                    n,
+                    false,
+                    &series,
+                )),
+            });
+        }
+    }
+    out
+}
+
+/// The consensus chart: positive points on a log axis; an algorithm whose distance is exactly 0
+/// throughout gets a legend entry saying so, zeros of the others are counted in the note.
+fn consensus_chart(name: &str, series: &[Series]) -> LineChart {
+    let curves: Vec<LogCurve> = series.iter().map(LogCurve::new).collect();
+    let any_positive = curves.iter().any(|c| !c.series.points.is_empty());
+    let mut note =
+        String::from("(1/n) Σ_i ‖x_i − x_mean‖² over the worker replicas (push-sum: de-biased)");
+    let mut chart = LineChart {
+        title: format!("{name}: consensus distance"),
+        x_label: TIME_LABEL.into(),
+        y_label: "consensus distance (squared norm)".into(),
+        log_y: any_positive,
+        ..LineChart::default()
+    };
+    let mut partial = Vec::new();
+    let mut only_first = true;
+    for (color, (curve, raw)) in curves.iter().zip(series).enumerate() {
+        if curve.measured == 0 {
+            continue;
+        }
+        if curve.all_zero() {
+            chart.lines.push(Line {
+                label: format!("{}: exactly 0 (replicas equal)", raw.label),
+                points: if any_positive {
+                    Vec::new()
+                } else {
+                    raw.points.clone()
+                },
+                color,
+                dashed: false,
+            });
+        } else {
+            if curve.zeros > 0 {
+                partial.push(format!(
+                    "{} {} of {}",
+                    raw.label, curve.zeros, curve.measured
+                ));
+                let first = raw
+                    .points
+                    .iter()
+                    .find(|p| p.0.is_finite() && p.1.is_finite());
+                only_first &= curve.zeros == 1 && first.is_some_and(|p| p.1 == 0.0);
+            }
+            chart.lines.push(Line {
+                label: raw.label.clone(),
+                points: curve.series.points.clone(),
+                color,
+                dashed: false,
+            });
+        }
+    }
+    if !partial.is_empty() && only_first {
+        note.push_str("; the first point, 0 (replicas start equal), is not drawn on the log axis");
+    } else if !partial.is_empty() {
+        note.push_str("; points equal to 0 are not drawn on the log axis: ");
+        note.push_str(&partial.join(", "));
+    }
+    chart.note = note;
+    chart
+}
+
+/// Makes a line that lies exactly on an earlier one visible: it is drawn dashed (the earlier
+/// line shows through the gaps) and its legend says `(same as <earlier>)`. Two algorithms can
+/// give identical curves (e.g. a parameter server with one shard or four: sharding does not
+/// change the arithmetic), and the later line would otherwise hide the earlier completely.
+fn mark_identical(figures: &mut [NamedFigure]) {
+    for figure in figures {
+        let Chart::Lines(chart) = &mut figure.chart else {
+            continue;
+        };
+        for i in 1..chart.lines.len() {
+            let (earlier, rest) = chart.lines.split_at_mut(i);
+            let line = &mut rest[0];
+            if line.points.len() < 2 {
+                continue;
+            }
+            if let Some(twin) = earlier.iter().find(|e| e.points == line.points) {
+                line.dashed = true;
+                if !line.label.is_empty() && !twin.label.is_empty() {
+                    line.label = format!("{} (same as {})", line.label, twin.label);
+                }
+            }
+        }
+    }
+}
+
+/// A plain line chart of per-algorithm series (colour = position, empty series skipped).
+fn lines_chart(
+    title: String,
+    note: &str,
+    x_label: &str,
+    y_label: &str,
+    log_y: bool,
+    series: &[Series],
+) -> LineChart {
+    LineChart {
+        title,
+        note: note.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        log_y,
+        lines: series
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.points.is_empty())
+            .map(|(color, s)| Line {
+                label: s.label.clone(),
+                points: s.points.clone(),
+                color,
+                dashed: false,
+            })
+            .collect(),
+        bands: Vec::new(),
+    }
+}
+
+/// [`metric_series`] with the legend names of [`RunData::legend`].
+fn series_of(data: &RunData, algs: &[String], x: XAxis, metric: Metric) -> Vec<Series> {
+    relabel(data, metric_series(&data.metrics, algs, x, metric))
+}
+
+/// Replaces each series' label (an algorithm) by its legend name.
+fn relabel(data: &RunData, series: Vec<Series>) -> Vec<Series> {
+    series
+        .into_iter()
+        .map(|s| Series::new(data.legend(&s.label), s.points))
+        .collect()
+}
+
+fn has_points(series: &[Series]) -> bool {
+    series
+        .iter()
+        .any(|s| s.points.iter().any(|(x, y)| x.is_finite() && y.is_finite()))
+}
+
+/// A file-name-safe form of a label: lower-case ASCII letters and digits, other runs of
+/// characters replaced by one `-`.
+pub(crate) fn slug(label: &str) -> String {
+    let mut out = String::new();
+    for c in label.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let out = out.trim_matches('-').to_owned();
+    if out.is_empty() {
+        "algorithm".into()
+    } else {
+        out
+    }
+}
+
+/// The overlay of several runs: loss and accuracy bands against time and epochs.
+pub(crate) fn overlay_figures(runs: &[RunData]) -> Result<Vec<NamedFigure>> {
+    let mut algorithms: Vec<String> = Vec::new();
+    for run in runs {
+        for a in &run.algorithms {
+            if !algorithms.contains(a) {
+                algorithms.push(a.clone());
+            }
+        }
+    }
+    let mut names: Vec<String> = runs.iter().map(RunData::scenario_name).collect();
+    names.dedup();
+    let name = names.join(" / ");
+    let seeds: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            r.summary
+                .as_ref()?
+                .get("seed")?
+                .as_u64()
+                .map(|s| s.to_string())
+        })
+        .collect();
+    let seeds = if seeds.len() == runs.len() {
+        format!(" (seeds {})", seeds.join(", "))
+    } else {
+        String::new()
+    };
+
+    let mut out = Vec::new();
+    for (metric, stem, what, y_label, scale, log) in [
+        (
+            Metric::Loss,
+            "loss",
+            "held-out loss",
+            "test loss",
+            1.0,
+            true,
+        ),
+        (
+            Metric::Accuracy,
+            "accuracy",
+            "held-out accuracy",
+            "test accuracy (%)",
+            100.0,
+            false,
+        ),
+    ] {
+        let mut by_time = LineChart {
+            title: format!("{name}: {what}, {} runs", runs.len()),
+            note: format!(
+                "line: mean over runs{seeds}; band: min to max; aligned on the evaluation times common to all runs (no interpolation)"
+            ),
+            x_label: TIME_LABEL.into(),
+            y_label: y_label.into(),
+            log_y: log,
+            ..LineChart::default()
+        };
+        let mut by_epoch = LineChart {
+            note: format!(
+                "line: mean over runs{seeds}; band: min to max; at each common evaluation time, x = the runs' mean epoch"
+            ),
+            x_label: EPOCH_LABEL.into(),
+            ..by_time.clone()
+        };
+        for (color, alg) in algorithms.iter().enumerate() {
+            let per_run: Vec<Vec<&MetricRow>> = runs
+                .iter()
+                .map(|r| {
+                    r.metrics
+                        .iter()
+                        .filter(|m| &m.algorithm == alg)
+                        .collect::<Vec<_>>()
+                })
+                .filter(|rows| rows.iter().any(|m| metric.of(m).is_some()))
+                .collect();
+            if per_run.is_empty() {
+                continue;
+            }
+            let points = band(&per_run, metric);
+            if points.is_empty() && per_run.len() > 1 {
+                let run = runs
+                    .iter()
+                    .find(|r| r.algorithms.contains(alg))
+                    .expect("the algorithm comes from a run");
+                return Err(Error::Input {
+                    path: run.dir.clone(),
+                    message: format!(
+                        "algorithm `{alg}` has no evaluation time common to all {} runs that have it; \
+                         overlay runs with the same [run] eval_every_s",
+                        per_run.len()
+                    ),
+                });
+            }
+            let legend = runs
+                .iter()
+                .find(|r| r.algorithms.contains(alg))
+                .map_or_else(|| alg.clone(), |r| r.legend(alg));
+            let label = format!("{legend} ({} runs)", per_run.len());
+            by_time.lines.push(Line {
+                label: label.clone(),
+                points: points.iter().map(|p| (p.time_s, p.mean * scale)).collect(),
+                color,
+                dashed: false,
+            });
+            by_time.bands.push(Band {
+                color,
+                points: points
+                    .iter()
+                    .map(|p| (p.time_s, p.min * scale, p.max * scale))
+                    .collect(),
+            });
+            let with_epoch = || points.iter().filter_map(|p| Some((p.epoch?, p)));
+            by_epoch.lines.push(Line {
+                label,
+                points: with_epoch().map(|(e, p)| (e, p.mean * scale)).collect(),
+                color,
+                dashed: false,
+            });
+            by_epoch.bands.push(Band {
+                color,
+                points: with_epoch()
+                    .map(|(e, p)| (e, p.min * scale, p.max * scale))
+                    .collect(),
+            });
+        }
+        let heading = format!("{}{} across runs", what[..1].to_uppercase(), &what[1..]);
+        if by_time.lines.iter().any(|l| !l.points.is_empty()) {
+            out.push(NamedFigure {
+                stem: stem.into(),
+                heading: format!("{heading}, against time"),
+                chart: Chart::Lines(by_time),
+            });
+        }
+        if by_epoch.lines.iter().any(|l| !l.points.is_empty()) {
+            out.push(NamedFigure {
+                stem: format!("{stem}_epochs"),
+                heading: format!("{heading}, against epochs"),
+                chart: Chart::Lines(by_epoch),
+            });
+        }
+    }
+    mark_identical(&mut out);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_on_top_of_another_is_dashed_and_named() {
+        let line = |label: &str, points: Vec<(f64, f64)>| Line {
+            label: label.into(),
+            points,
+            ..Line::default()
+        };
+        let same = vec![(0.0, 1.0), (1.0, 0.5)];
+        let mut figures = vec![NamedFigure {
+            stem: "loss".into(),
+            heading: String::new(),
+            chart: Chart::Lines(LineChart {
+                lines: vec![
+                    line("a", same.clone()),
+                    line("b", vec![(0.0, 1.0), (1.0, 0.25)]),
+                    line("c", same),
+                ],
+                ..LineChart::default()
+            }),
+        }];
+        mark_identical(&mut figures);
+        let Chart::Lines(chart) = &figures[0].chart else {
+            unreachable!()
+        };
+        let marks: Vec<(&str, bool)> = chart
+            .lines
+            .iter()
+            .map(|l| (l.label.as_str(), l.dashed))
+            .collect();
+        assert_eq!(marks, [("a", false), ("b", false), ("c (same as a)", true)]);
+    }
+
+    #[test]
+    fn slugs_are_file_names() {
+        assert_eq!(slug("allreduce"), "allreduce");
+        assert_eq!(slug("Local SGD, h=4"), "local-sgd-h-4");
+        assert_eq!(slug("../x"), "x");
+        assert_eq!(slug("é"), "algorithm");
+    }
+}

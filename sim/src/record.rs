@@ -1,0 +1,642 @@
+//! Recording what happened: utilization, waits, message ages, the worker timeline, and the
+//! optional per-event logs.
+//!
+//! Everything here is a function of simulated events only, so a run records the same figures on
+//! every backend and every host. The [`Recorder`] is owned by the [`crate::run::World`] and fed by
+//! the algorithms through [`crate::run::Ctx`]:
+//!
+//! - **Activities.** Every worker is in exactly one [`Activity`] at every instant: it starts
+//!   [`Activity::Idle`]; [`crate::run::Ctx::begin_step`] makes it [`Activity::Compute`]; an
+//!   algorithm declares the other transitions ([`crate::run::Ctx::activity`],
+//!   [`crate::run::Ctx::block`], [`crate::run::Ctx::unblock`]). Each algorithm's module
+//!   documentation states its rule. Time in each activity is summed per worker in integer
+//!   nanoseconds, so compute + communicate + blocked + idle is the run's simulated time exactly.
+//! - **Waits.** A blocked interval is attributed, when it ends, to the peer whose arrival (a
+//!   message sent, a contribution to a barrier, a gradient applied) ended it: `waits[(w, p)]` is
+//!   the time worker `w` spent blocked on peer `p`.
+//! - **Timeline.** The intervals of every worker's activity inside a window (clipped to it) are
+//!   kept for a Gantt chart: by default from the start until every worker has completed 20 steps
+//!   ([`DEFAULT_TIMELINE_STEPS`]), or `[metrics] timeline_s = [start, end]`.
+//! - **Message ages** ([`crate::run::Ctx::message_age`]): a histogram per receiving worker.
+//! - **Per-event logs** (off by default): every message ([`MessageRecord`]) and, from the store
+//!   layer ([`crate::tracked`]), every applied gradient ([`GradientRecord`]), buffered during an
+//!   event and handed to the [`crate::run::Observer`] after it.
+//!
+//! Gradient staleness is measured in the store layer ([`crate::tracked::Tracked`]) and link
+//! totals in the network ([`crate::network::Network::link_stats`]); a finished run gathers all of
+//! it in a [`RunRecord`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+use crate::network::LinkStats;
+use crate::time::SimTime;
+
+/// What a worker is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Activity {
+    /// Computing a gradient (the foreground activity whenever computation overlaps
+    /// communication).
+    Compute,
+    /// Waiting on its own transfers, which only the network delays (a ring all-reduce once every
+    /// worker has contributed, a parameter server's pull and push round trip, a message in
+    /// flight).
+    Communicate,
+    /// Waiting for a peer's progress: a barrier, a neighbour's message not yet sent, a pull held
+    /// back by a staleness bound.
+    Blocked,
+    /// Nothing to do.
+    Idle,
+}
+
+impl Activity {
+    /// Every activity, in output order.
+    pub const ALL: [Activity; 4] = [
+        Activity::Compute,
+        Activity::Communicate,
+        Activity::Blocked,
+        Activity::Idle,
+    ];
+
+    /// The name in outputs: `compute`, `communicate`, `blocked`, `idle`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activity::Compute => "compute",
+            Activity::Communicate => "communicate",
+            Activity::Blocked => "blocked",
+            Activity::Idle => "idle",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Values below this are counted in a dense array, larger ones in a map.
+const DENSE: usize = 1024;
+
+/// A histogram of non-negative integer measurements (staleness, message ages).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    /// Counts of the values `0..DENSE`, as far as one was recorded.
+    dense: Vec<u64>,
+    /// Counts of the larger values.
+    sparse: BTreeMap<u64, u64>,
+}
+
+impl Histogram {
+    /// Adds one measurement.
+    pub fn record(&mut self, value: u64) {
+        self.record_n(value, 1);
+    }
+
+    fn record_n(&mut self, value: u64, count: u64) {
+        if value < DENSE as u64 {
+            let v = value as usize;
+            if self.dense.len() <= v {
+                self.dense.resize(v + 1, 0);
+            }
+            self.dense[v] += count;
+        } else {
+            *self.sparse.entry(value).or_default() += count;
+        }
+    }
+
+    /// Adds every measurement of `other`.
+    pub fn merge(&mut self, other: &Histogram) {
+        for (v, c) in other.iter() {
+            self.record_n(v, c);
+        }
+    }
+
+    /// Number of measurements.
+    pub fn count(&self) -> u64 {
+        self.iter().map(|(_, c)| c).sum()
+    }
+
+    /// Whether nothing was measured.
+    pub fn is_empty(&self) -> bool {
+        self.iter().next().is_none()
+    }
+
+    /// Their mean (NaN when empty).
+    pub fn mean(&self) -> f64 {
+        let count = self.count();
+        if count == 0 {
+            return f64::NAN;
+        }
+        let sum: u128 = self
+            .iter()
+            .map(|(v, c)| u128::from(v) * u128::from(c))
+            .sum();
+        sum as f64 / count as f64
+    }
+
+    /// Their maximum (0 when empty).
+    pub fn max(&self) -> u64 {
+        self.iter().last().map_or(0, |(v, _)| v)
+    }
+
+    /// The `q`-quantile by the nearest-rank rule: the smallest value `v` such that at least
+    /// `⌈q · count⌉` measurements are `≤ v` (0 when empty). `quantile(0.99)` is the p99.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let count = self.count();
+        let rank = ((q.clamp(0.0, 1.0) * count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (v, c) in self.iter() {
+            seen += c;
+            if seen >= rank {
+                return v;
+            }
+        }
+        0
+    }
+
+    /// `(value, count)` pairs with a nonzero count, by increasing value.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let dense = self
+            .dense
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(v, &c)| (v as u64, c));
+        dense.chain(self.sparse.iter().map(|(&v, &c)| (v, c)))
+    }
+}
+
+/// Steps and time in each activity of one worker over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerUsage {
+    /// Steps the worker completed (gradients of its own applied, as the algorithm counts them).
+    pub steps: u64,
+    /// Time in each activity, indexed like [`Activity::ALL`].
+    pub time: [SimTime; 4],
+}
+
+impl WorkerUsage {
+    /// Time spent in `activity`.
+    pub fn get(&self, activity: Activity) -> SimTime {
+        self.time[activity.index()]
+    }
+
+    /// Time in all activities together: the run's simulated time, once the run has finished.
+    pub fn total(&self) -> SimTime {
+        self.time.iter().fold(SimTime::ZERO, |a, &t| a + t)
+    }
+}
+
+/// One interval of a worker's timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    /// The worker.
+    pub worker: usize,
+    /// What it did.
+    pub activity: Activity,
+    /// Start (clipped to the window).
+    pub start: SimTime,
+    /// End (clipped to the window).
+    pub end: SimTime,
+    /// For a blocked interval, the peer whose arrival ended it (none when the run ended first).
+    pub waited_for: Option<usize>,
+}
+
+/// One applied gradient (the per-event log `gradients.csv`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GradientRecord {
+    /// The worker that computed it.
+    pub worker: usize,
+    /// The row it was applied to.
+    pub row: usize,
+    /// When the parameters it was computed on were read (its request).
+    pub read: SimTime,
+    /// When it was applied.
+    pub apply: SimTime,
+    /// Updates the row received between the read and the application
+    /// ([`crate::tracked`]).
+    pub staleness: u64,
+}
+
+/// One message (the per-event log `messages.csv`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageRecord {
+    /// Sender node.
+    pub src: usize,
+    /// Receiver node.
+    pub dst: usize,
+    /// Bytes on the wire (header included).
+    pub bytes: u64,
+    /// When it was posted.
+    pub send: SimTime,
+    /// When it was delivered.
+    pub arrive: SimTime,
+}
+
+/// Steps of every worker the default timeline window covers.
+pub const DEFAULT_TIMELINE_STEPS: u64 = 20;
+
+/// At most this many timeline intervals are kept; the window ends where the cap is reached.
+pub const MAX_TIMELINE_INTERVALS: usize = 200_000;
+
+/// The `[metrics]` section: what a run records besides the defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Also evaluate every worker replica at each evaluation point (min/mean/max columns).
+    #[serde(default)]
+    pub eval_replicas: bool,
+    /// Report the first simulated time the evaluated model reaches this held-out accuracy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_accuracy: Option<f64>,
+    /// Report the first simulated time the evaluated model's held-out loss is at most this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_loss: Option<f64>,
+    /// The timeline window `[start, end]` in simulated seconds (default: from 0 until every
+    /// worker has completed 20 steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline_s: Option<[f64; 2]>,
+    /// Write every applied gradient (`gradients.csv`).
+    #[serde(default)]
+    pub log_gradients: bool,
+    /// Write every message (`messages.csv`).
+    #[serde(default)]
+    pub log_messages: bool,
+}
+
+impl MetricsConfig {
+    /// Checks every value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(a) = self.target_accuracy
+            && !(a.is_finite() && a > 0.0 && a <= 1.0)
+        {
+            return Err(ConfigError::new(
+                "metrics.target_accuracy",
+                format!("target_accuracy is a fraction in (0, 1], got {a}"),
+            )
+            .hint("e.g. target_accuracy = 0.9 for 90%"));
+        }
+        if let Some(l) = self.target_loss
+            && !l.is_finite()
+        {
+            return Err(ConfigError::new(
+                "metrics.target_loss",
+                format!("target_loss must be a finite number, got {l}"),
+            ));
+        }
+        if let Some([start, end]) = self.timeline_s {
+            if !(start.is_finite() && start >= 0.0) {
+                return Err(ConfigError::new(
+                    "metrics.timeline_s",
+                    format!("the timeline window starts at {start} s; it must start at 0 or later"),
+                )
+                .hint("timeline_s = [start, end] in simulated seconds, e.g. [0.0, 0.5]"));
+            }
+            if !(end.is_finite() && end > start) {
+                return Err(ConfigError::new(
+                    "metrics.timeline_s",
+                    format!(
+                        "the timeline window ends at {end} s, not after it starts at {start} s"
+                    ),
+                )
+                .hint("timeline_s = [start, end] with end > start, e.g. [0.0, 0.5]"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Window {
+    start: SimTime,
+    /// `None` while the default window's end is not known yet.
+    end: Option<SimTime>,
+    /// The default window: it ends when every worker has this many steps.
+    until_steps: Option<u64>,
+    reached: usize,
+}
+
+/// The recorder of one run (see the [module documentation](self)).
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    usage: Vec<WorkerUsage>,
+    current: Vec<(Activity, SimTime)>,
+    waits: BTreeMap<(usize, usize), SimTime>,
+    message_age: Vec<Histogram>,
+    window: Window,
+    timeline: Vec<Interval>,
+    messages: Option<Vec<MessageRecord>>,
+}
+
+impl Recorder {
+    /// A recorder for `workers` workers, all idle at time zero, with the default options.
+    pub fn new(workers: usize) -> Self {
+        let mut r = Recorder {
+            usage: vec![WorkerUsage::default(); workers],
+            current: vec![(Activity::Idle, SimTime::ZERO); workers],
+            waits: BTreeMap::new(),
+            message_age: vec![Histogram::default(); workers],
+            window: Window {
+                start: SimTime::ZERO,
+                end: None,
+                until_steps: None,
+                reached: 0,
+            },
+            timeline: Vec::new(),
+            messages: None,
+        };
+        r.configure(&MetricsConfig::default());
+        r
+    }
+
+    /// Applies the `[metrics]` options (timeline window, message log). Call before the run.
+    pub fn configure(&mut self, cfg: &MetricsConfig) {
+        self.window = match cfg.timeline_s {
+            Some([a, b]) => Window {
+                start: SimTime::from_secs_f64(a),
+                end: Some(SimTime::from_secs_f64(b)),
+                until_steps: None,
+                reached: 0,
+            },
+            None => Window {
+                start: SimTime::ZERO,
+                end: None,
+                until_steps: Some(DEFAULT_TIMELINE_STEPS),
+                reached: 0,
+            },
+        };
+        self.messages = cfg.log_messages.then(Vec::new);
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.usage.len()
+    }
+
+    /// What `worker` is doing now.
+    pub fn activity(&self, worker: usize) -> Activity {
+        self.current[worker].0
+    }
+
+    /// `worker` switches to `next` at `now`; a blocked interval that ends here is attributed to
+    /// `waited_for`. Switching to the current activity (other than blocked-to-blocked with a
+    /// known peer) changes nothing.
+    pub fn set(&mut self, worker: usize, next: Activity, now: SimTime, waited_for: Option<usize>) {
+        let (activity, since) = self.current[worker];
+        if activity == next {
+            return;
+        }
+        let span = now - since;
+        self.usage[worker].time[activity.index()] += span;
+        if activity == Activity::Blocked
+            && let Some(peer) = waited_for
+            && span > SimTime::ZERO
+        {
+            *self.waits.entry((worker, peer)).or_default() += span;
+        }
+        self.interval(Interval {
+            worker,
+            activity,
+            start: since,
+            end: now,
+            waited_for: if activity == Activity::Blocked {
+                waited_for
+            } else {
+                None
+            },
+        });
+        self.current[worker] = (next, now);
+    }
+
+    /// `worker` completed a step at `now`.
+    pub fn step(&mut self, worker: usize, now: SimTime) {
+        self.usage[worker].steps += 1;
+        if let Some(k) = self.window.until_steps
+            && self.usage[worker].steps == k
+        {
+            self.window.reached += 1;
+            if self.window.reached == self.usage.len() && self.window.end.is_none() {
+                self.window.end = Some(now);
+            }
+        }
+    }
+
+    /// `receiver` mixed a message `age` iterations old.
+    pub fn message_age(&mut self, receiver: usize, age: u64) {
+        if let Some(h) = self.message_age.get_mut(receiver) {
+            h.record(age);
+        }
+    }
+
+    /// A message was sent (kept only when the message log is on).
+    pub fn message(&mut self, record: MessageRecord) {
+        if let Some(m) = &mut self.messages {
+            m.push(record);
+        }
+    }
+
+    /// The messages logged since the last call.
+    pub fn take_messages(&mut self) -> Vec<MessageRecord> {
+        self.messages
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    fn interval(&mut self, iv: Interval) {
+        let start = iv.start.max(self.window.start);
+        let end = match self.window.end {
+            Some(e) => iv.end.min(e),
+            None => iv.end,
+        };
+        if start >= end {
+            return;
+        }
+        self.timeline.push(Interval { start, end, ..iv });
+        if self.window.end.is_none() && self.timeline.len() >= MAX_TIMELINE_INTERVALS {
+            self.window.end = Some(end);
+        }
+    }
+
+    /// Closes every worker's current interval at `now`, the end of the run, and returns the
+    /// per-worker usage, the waits, the message ages and the timeline with its window (the
+    /// timeline moves out of the recorder).
+    pub fn finish(&mut self, now: SimTime) -> RunRecord {
+        for w in 0..self.usage.len() {
+            let (activity, _) = self.current[w];
+            // Close at `now` by switching to a sentinel and back: the open interval is counted
+            // and clipped like any other; a blocked one has no peer yet.
+            let other = if activity == Activity::Idle {
+                Activity::Compute
+            } else {
+                Activity::Idle
+            };
+            self.set(w, other, now, None);
+            self.current[w] = (activity, now);
+        }
+        let end = self
+            .window
+            .end
+            .unwrap_or(now)
+            .min(now)
+            .max(self.window.start);
+        RunRecord {
+            usage: self.usage.clone(),
+            waits: self.waits.clone(),
+            message_age: self.message_age.clone(),
+            timeline: std::mem::take(&mut self.timeline),
+            timeline_window: (self.window.start, end),
+            gradient_staleness: Vec::new(),
+            links: BTreeMap::new(),
+        }
+    }
+}
+
+/// Everything recorded over one run, for the writers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunRecord {
+    /// Per worker: steps and time in each activity (summing to the run's simulated time).
+    pub usage: Vec<WorkerUsage>,
+    /// `(worker, peer)`: the time `worker` was blocked on `peer`.
+    pub waits: BTreeMap<(usize, usize), SimTime>,
+    /// Per worker: the staleness of the gradients it computed, at every application
+    /// ([`crate::tracked`]).
+    pub gradient_staleness: Vec<Histogram>,
+    /// Per receiving worker: the age in iterations of the messages it mixed (SGP).
+    pub message_age: Vec<Histogram>,
+    /// Per ordered pair of nodes that carried traffic.
+    pub links: BTreeMap<(usize, usize), LinkStats>,
+    /// The activity intervals inside the window, clipped to it, in the order they ended.
+    pub timeline: Vec<Interval>,
+    /// The timeline window `[start, end]`.
+    pub timeline_window: (SimTime, SimTime),
+}
+
+impl RunRecord {
+    /// Every gradient's staleness, all workers together.
+    pub fn staleness(&self) -> Histogram {
+        merged(&self.gradient_staleness)
+    }
+
+    /// Every mixed message's age, all receivers together.
+    pub fn message_ages(&self) -> Histogram {
+        merged(&self.message_age)
+    }
+
+    /// The fraction of worker-time in each activity (indexed like [`Activity::ALL`]): each
+    /// worker's time divided by the run's simulated time, averaged over workers.
+    pub fn utilization(&self) -> [f64; 4] {
+        let mut out = [0.0; 4];
+        let n = self.usage.len();
+        for u in &self.usage {
+            let total = u.total().as_nanos();
+            if total == 0 {
+                continue;
+            }
+            for (o, t) in out.iter_mut().zip(u.time) {
+                *o += t.as_nanos() as f64 / total as f64 / n as f64;
+            }
+        }
+        out
+    }
+
+    /// Time `worker` was blocked on anyone, and on `peer`.
+    pub fn waited(&self, worker: usize, peer: usize) -> SimTime {
+        self.waits
+            .get(&(worker, peer))
+            .copied()
+            .unwrap_or(SimTime::ZERO)
+    }
+}
+
+fn merged(hs: &[Histogram]) -> Histogram {
+    let mut all = Histogram::default();
+    for h in hs {
+        all.merge(h);
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ns: u64) -> SimTime {
+        SimTime::from_nanos(ns)
+    }
+
+    #[test]
+    fn large_values_are_counted_too() {
+        let mut h = Histogram::default();
+        h.record(5);
+        h.record(5000);
+        h.record(3);
+        assert_eq!(
+            h.iter().collect::<Vec<_>>(),
+            vec![(3, 1), (5, 1), (5000, 1)]
+        );
+        assert_eq!(h.max(), 5000);
+        let mut g = Histogram::default();
+        g.merge(&h);
+        g.merge(&h);
+        assert_eq!(g.count(), 6);
+        assert_eq!(g.quantile(0.5), 5);
+    }
+
+    #[test]
+    fn quantiles_follow_the_nearest_rank_rule() {
+        let mut h = Histogram::default();
+        for v in 1..=100 {
+            h.record(v);
+        }
+        assert_eq!(h.quantile(0.99), 99);
+        assert_eq!(h.quantile(1.0), 100);
+        assert_eq!(h.quantile(0.0), 1);
+        assert_eq!(h.mean(), 50.5);
+        assert_eq!(h.max(), 100);
+        assert_eq!(Histogram::default().quantile(0.5), 0);
+    }
+
+    #[test]
+    fn activities_sum_to_the_run_time_and_waits_are_attributed() {
+        let mut r = Recorder::new(2);
+        r.set(0, Activity::Compute, t(0), None);
+        r.set(1, Activity::Compute, t(0), None);
+        r.set(0, Activity::Blocked, t(10), None);
+        r.set(1, Activity::Communicate, t(40), None);
+        r.set(0, Activity::Communicate, t(40), Some(1));
+        r.set(0, Activity::Compute, t(45), None);
+        let rec = r.finish(t(50));
+        for u in &rec.usage {
+            assert_eq!(u.total(), t(50));
+        }
+        assert_eq!(rec.usage[0].get(Activity::Blocked), t(30));
+        assert_eq!(rec.waited(0, 1), t(30));
+        assert_eq!(rec.timeline.len(), 6);
+        let blocked: Vec<_> = rec
+            .timeline
+            .iter()
+            .filter(|i| i.activity == Activity::Blocked)
+            .collect();
+        assert_eq!(blocked.len(), 1);
+        assert_eq!((blocked[0].start, blocked[0].end), (t(10), t(40)));
+        assert_eq!(blocked[0].waited_for, Some(1));
+    }
+
+    #[test]
+    fn the_timeline_is_clipped_to_its_window() {
+        let mut r = Recorder::new(1);
+        r.configure(&MetricsConfig {
+            timeline_s: Some([1e-8, 3e-8]),
+            ..Default::default()
+        });
+        r.set(0, Activity::Compute, t(0), None);
+        r.set(0, Activity::Communicate, t(20), None);
+        let rec = r.finish(t(100));
+        assert_eq!(rec.timeline_window, (t(10), t(30)));
+        let spans: Vec<_> = rec.timeline.iter().map(|i| (i.start, i.end)).collect();
+        assert_eq!(spans, vec![(t(10), t(20)), (t(20), t(30))]);
+        assert_eq!(rec.usage[0].total(), t(100));
+    }
+}

@@ -1,0 +1,679 @@
+//! Gradient staleness, measured in the store layer for every algorithm alike.
+//!
+//! [`Tracked`] wraps the run's [`ReplicaStore`]: it forwards every operation unchanged and keeps
+//! versions beside it, so no algorithm needs to count anything.
+//!
+//! # Definition
+//!
+//! The staleness of a gradient applied to row `t` is the number of updates row `t` received
+//! between the read the gradient was computed on and its application. In detail:
+//!
+//! - **Writes.** Every operation that writes a row is an update of that row: an optimizer step
+//!   ([`ReplicaStore::apply_gradient_block`]), an average, a mix, a copy. Writes are numbered by
+//!   one global counter and each row keeps the list of its writes with the coordinates they
+//!   touched (a block write touches only its block).
+//! - **Lineage.** Each coordinate block of a row remembers where its values come from: the row
+//!   itself, or — after a *pure copy*, [`ReplicaStore::copy_block`] or a mix or message buffer
+//!   made of a single term of weight 1 — the row it was copied from, as of the write that was
+//!   last before the copy. Message buffers carry the lineage of what they copied (a combination
+//!   of several terms is fresh content of no row). So a parameter-server worker's gradient,
+//!   computed on a pulled copy of the server's model, is measured against the server's row.
+//! - **Read.** A gradient request records the lineage of the worker's row and the write counter
+//!   at that instant.
+//! - **Application** of the gradient to block `B` of row `t`: for each block of the read lineage
+//!   that overlaps `B`, the threshold is the write number the copy was taken at when the lineage
+//!   names `t` itself, else the write counter at the request; the staleness is the number of
+//!   writes of `t` that touched such a block after its threshold. The update itself is not
+//!   counted.
+//! - **Means** ([`ReplicaStore::mean_gradient`]): applied to row `t`, a mean is measured by its
+//!   part computed on `t` itself if it has one (so all-reduce SGD, whose replicas are equal when
+//!   read, measures 0), else by its oldest read.
+//!
+//! What this gives, algorithm by algorithm: a parameter server counts the gradients its model (or
+//! the shard's block of it) received between serving a worker's pull and applying that worker's
+//! push, as [`crate::algorithms::ParameterServer`]'s own counter does — `n − 1` in steady state
+//! for `n` equal workers; DASGD counts the gradients the receiving model applied between the
+//! origin's read and the arrival; decentralized methods count the averagings and local steps a
+//! replica received while the gradient was computed (AD-PSGD's averaging, LAP-SGD's concurrent
+//! processes, D-PSGD's mixing between read and step); all-reduce and local SGD measure 0.
+//!
+//! Histograms are kept per worker (the worker that computed the gradient); with
+//! [`Tracked::log_gradients`] every application is also kept as a [`GradientRecord`] until the
+//! run loop hands it to the observer. Old writes are forgotten once no lineage, buffer or pending
+//! gradient can refer to them, so memory stays bounded.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+
+use crate::record::{GradientRecord, Histogram};
+use crate::store::{Evaluation, GradId, MsgId, ReplicaStore, Slot};
+use crate::time::SimTime;
+
+/// Not a row: the origin of content that is a combination of several terms.
+const FRESH: usize = usize::MAX;
+
+/// Where the values of a block come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// The row's own latest values.
+    Own,
+    /// Row `row` as it was after global write `seq` (`row == FRESH`: a combination taken then).
+    From { row: usize, seq: u64 },
+}
+
+/// Sorted, non-overlapping blocks covering `0..num_params`.
+type Lineage = Vec<(Range<usize>, Origin)>;
+
+/// A resolved lineage: every block names a row (or `FRESH`) and a write number. Nearly always
+/// one block over the whole row, kept without allocating.
+#[derive(Clone, Debug)]
+enum Resolved {
+    /// All of the row comes from `row` after write `seq`.
+    Whole { row: usize, seq: u64 },
+    /// Sorted blocks covering the row.
+    Blocks(Vec<(Range<usize>, usize, u64)>),
+}
+
+impl Resolved {
+    /// The blocks, for a row of `p` parameters.
+    fn pieces(&self, p: usize) -> impl Iterator<Item = (Range<usize>, usize, u64)> + '_ {
+        let (one, many) = match self {
+            Resolved::Whole { row, seq } => (Some((0..p, *row, *seq)), &[][..]),
+            Resolved::Blocks(v) => (None, &v[..]),
+        };
+        one.into_iter().chain(many.iter().cloned())
+    }
+
+    /// The oldest write number named.
+    fn oldest(&self) -> u64 {
+        match self {
+            Resolved::Whole { seq, .. } => *seq,
+            Resolved::Blocks(v) => v.iter().map(|(_, _, s)| *s).min().unwrap_or(u64::MAX),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct RowVersions {
+    lineage: Lineage,
+    /// `(write number, coordinates touched)`, in increasing order.
+    writes: Vec<(u64, Range<usize>)>,
+    /// How many of `writes` touched only part of the row (none: counting is a binary search).
+    partial: usize,
+}
+
+/// The live gradients' reads, by handle: a window over increasing handles (stores hand them out
+/// in increasing order), so inserting is a push and finding a binary search.
+#[derive(Default)]
+struct GradTable {
+    slots: VecDeque<(GradId, Option<Reads>)>,
+}
+
+impl GradTable {
+    fn find(&self, id: GradId) -> Result<usize, usize> {
+        self.slots.binary_search_by_key(&id, |(g, _)| *g)
+    }
+
+    fn insert(&mut self, id: GradId, reads: Reads) {
+        match self.slots.back() {
+            Some((last, _)) if *last >= id => match self.find(id) {
+                Ok(k) => self.slots[k].1 = Some(reads),
+                Err(k) => self.slots.insert(k, (id, Some(reads))),
+            },
+            _ => self.slots.push_back((id, Some(reads))),
+        }
+    }
+
+    fn get(&self, id: GradId) -> Option<&Reads> {
+        self.find(id).ok().and_then(|k| self.slots[k].1.as_ref())
+    }
+
+    fn remove(&mut self, id: GradId) -> Option<Reads> {
+        let k = self.find(id).ok()?;
+        let reads = self.slots[k].1.take();
+        while matches!(self.slots.front(), Some((_, None))) {
+            self.slots.pop_front();
+        }
+        while matches!(self.slots.back(), Some((_, None))) {
+            self.slots.pop_back();
+        }
+        reads
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Reads> {
+        self.slots.iter().filter_map(|(_, r)| r.as_ref())
+    }
+}
+
+/// The reads of a gradient: one, or several for a mean.
+#[derive(Clone, Debug)]
+enum Reads {
+    One(Read),
+    Many(Vec<Read>),
+}
+
+impl Reads {
+    fn as_slice(&self) -> &[Read] {
+        match self {
+            Reads::One(r) => std::slice::from_ref(r),
+            Reads::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Read {
+    worker: usize,
+    time: SimTime,
+    seq: u64,
+    lineage: Resolved,
+}
+
+/// The store of a run, with versions kept beside it (see the [module documentation](self)).
+pub struct Tracked<'s> {
+    inner: &'s mut dyn ReplicaStore,
+    now: SimTime,
+    seq: u64,
+    rows: Vec<RowVersions>,
+    msgs: BTreeMap<MsgId, Resolved>,
+    grads: GradTable,
+    /// Parameters per row (constant).
+    params: usize,
+    staleness: Vec<Histogram>,
+    log: Option<Vec<GradientRecord>>,
+    logged_writes: usize,
+    next_prune: usize,
+}
+
+const FIRST_PRUNE: usize = 4096;
+
+impl<'s> Tracked<'s> {
+    /// Wraps `inner`, whose rows all hold their own values.
+    pub fn new(inner: &'s mut dyn ReplicaStore) -> Self {
+        let p = inner.num_params();
+        let rows = (0..inner.rows())
+            .map(|_| RowVersions {
+                lineage: vec![(0..p, Origin::Own)],
+                ..Default::default()
+            })
+            .collect();
+        let workers = inner.workers();
+        Tracked {
+            inner,
+            now: SimTime::ZERO,
+            seq: 0,
+            rows,
+            msgs: BTreeMap::new(),
+            grads: GradTable::default(),
+            params: p,
+            staleness: vec![Histogram::default(); workers],
+            log: None,
+            logged_writes: 0,
+            next_prune: FIRST_PRUNE,
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&mut self) -> &mut dyn ReplicaStore {
+        self.inner
+    }
+
+    /// Sets the simulated time stamped on gradient records (the run loop does, before each
+    /// event).
+    pub fn set_now(&mut self, now: SimTime) {
+        self.now = now;
+    }
+
+    /// Keeps every application as a [`GradientRecord`] (see [`Tracked::take_gradients`]).
+    pub fn log_gradients(&mut self, on: bool) {
+        self.log = on.then(Vec::new);
+    }
+
+    /// The applications logged since the last call.
+    pub fn take_gradients(&mut self) -> Vec<GradientRecord> {
+        self.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Per worker: the staleness of every application of the gradients it computed.
+    pub fn staleness(&self) -> &[Histogram] {
+        &self.staleness
+    }
+
+    fn full(&self) -> Range<usize> {
+        0..self.params
+    }
+
+    /// Row `r`'s lineage with `Own` resolved to (r, now).
+    fn resolve_row(&self, r: usize) -> Resolved {
+        let resolve = |o: &Origin| match *o {
+            Origin::Own => (r, self.seq),
+            Origin::From { row, seq } => (row, seq),
+        };
+        match &self.rows[r].lineage[..] {
+            [(_, o)] => {
+                let (row, seq) = resolve(o);
+                Resolved::Whole { row, seq }
+            }
+            blocks => Resolved::Blocks(
+                blocks
+                    .iter()
+                    .map(|(b, o)| {
+                        let (row, seq) = resolve(o);
+                        (b.clone(), row, seq)
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    fn resolve(&self, slot: Slot) -> Resolved {
+        match slot {
+            Slot::Row(r) => self.resolve_row(r),
+            // A buffer that is not a pure copy is fresh content of no row; its write number
+            // matters to nobody (a threshold on a row other than the target is the request's).
+            Slot::Msg(m) => self.msgs.get(&m).cloned().unwrap_or(Resolved::Whole {
+                row: FRESH,
+                seq: self.seq,
+            }),
+        }
+    }
+
+    /// A pure copy: a single term of weight 1.
+    fn pure(terms: &[(Slot, f64)]) -> Option<Slot> {
+        match terms {
+            [(slot, w)] if *w == 1.0 => Some(*slot),
+            _ => None,
+        }
+    }
+
+    /// Records a write of `block` of `row` whose values are `pieces` there (`None`: the row's
+    /// own new values).
+    fn write(&mut self, row: usize, block: Range<usize>, pieces: Option<Resolved>) {
+        let seq = self.seq;
+        let p = self.params;
+        let full = block == (0..p);
+        let v = &mut self.rows[row];
+        match pieces {
+            // The common case, a row's own new values over all of it: no allocation.
+            None if full && matches!(v.lineage[..], [(_, Origin::Own)]) => {}
+            None => v.lineage = splice(&v.lineage, &block, vec![(block.clone(), Origin::Own)]),
+            Some(pieces) => {
+                let new: Lineage = pieces
+                    .pieces(p)
+                    .filter_map(|(b, r, s)| {
+                        let b = b.start.max(block.start)..b.end.min(block.end);
+                        (!b.is_empty()).then_some((b, Origin::From { row: r, seq: s }))
+                    })
+                    .collect();
+                v.lineage = splice(&v.lineage, &block, new);
+            }
+        }
+        v.writes.push((seq, block));
+        v.partial += usize::from(!full);
+        self.logged_writes += 1;
+    }
+
+    /// Starts a write operation: a new write number for the rows it writes.
+    fn bump(&mut self) {
+        self.seq += 1;
+    }
+
+    fn maybe_prune(&mut self) {
+        if self.logged_writes < self.next_prune {
+            return;
+        }
+        // The oldest threshold anything may still compare against.
+        let mut keep_after = self.seq;
+        for read in self.grads.values().flat_map(Reads::as_slice) {
+            keep_after = keep_after.min(read.seq).min(read.lineage.oldest());
+        }
+        for l in self.msgs.values() {
+            keep_after = keep_after.min(l.oldest());
+        }
+        for v in &self.rows {
+            for (_, o) in &v.lineage {
+                if let Origin::From { seq, .. } = o {
+                    keep_after = keep_after.min(*seq);
+                }
+            }
+        }
+        let full = self.full();
+        let mut left = 0;
+        for v in &mut self.rows {
+            let cut = v.writes.partition_point(|(s, _)| *s <= keep_after);
+            v.partial -= v.writes[..cut].iter().filter(|(_, b)| *b != full).count();
+            v.writes.drain(..cut);
+            left += v.writes.len();
+        }
+        self.logged_writes = left;
+        self.next_prune = (2 * left).max(FIRST_PRUNE);
+    }
+
+    /// The staleness of `grad` applied to `block` of row `t`, and the worker that computed it.
+    fn measure(
+        &self,
+        grad: GradId,
+        t: usize,
+        block: &Range<usize>,
+    ) -> Option<(usize, u64, SimTime)> {
+        let reads = self.grads.get(grad)?.as_slice();
+        let read = reads
+            .iter()
+            .find(|r| r.worker == t)
+            .or_else(|| reads.iter().min_by_key(|r| (r.seq, r.worker)))?;
+        let p = self.params;
+        let parts = read.lineage.pieces(p).filter_map(|(b, row, s)| {
+            let b = b.start.max(block.start)..b.end.min(block.end);
+            let threshold = if row == t { s } else { read.seq };
+            (!b.is_empty()).then_some((b, threshold))
+        });
+        let writes = &self.rows[t].writes;
+        if self.rows[t].partial == 0 {
+            // Every write touched the whole row, so every part: count those after the oldest
+            // threshold.
+            let oldest = parts.map(|(_, s)| s).min()?;
+            let stale = writes.len() - writes.partition_point(|(s, _)| *s <= oldest);
+            return Some((read.worker, stale as u64, read.time));
+        }
+        let parts: Vec<(Range<usize>, u64)> = parts.collect();
+        let oldest = parts.iter().map(|(_, s)| *s).min()?;
+        let mut stale = 0;
+        for (seq, touched) in writes.iter().rev() {
+            if *seq <= oldest {
+                break;
+            }
+            if parts
+                .iter()
+                .any(|(b, s)| seq > s && touched.start < b.end && b.start < touched.end)
+            {
+                stale += 1;
+            }
+        }
+        Some((read.worker, stale, read.time))
+    }
+}
+
+/// `lineage` with `block` replaced by `new` (which covers exactly `block`), adjacent blocks of
+/// the same origin merged.
+fn splice(lineage: &Lineage, block: &Range<usize>, new: Lineage) -> Lineage {
+    let mut out: Lineage = Vec::with_capacity(lineage.len() + new.len());
+    let push = |b: Range<usize>, o: Origin, out: &mut Lineage| {
+        if b.is_empty() {
+            return;
+        }
+        if let Some((last, lo)) = out.last_mut()
+            && *lo == o
+            && last.end == b.start
+        {
+            last.end = b.end;
+            return;
+        }
+        out.push((b, o));
+    };
+    for (b, o) in lineage {
+        push(b.start..b.end.min(block.start), *o, &mut out);
+    }
+    for (b, o) in new {
+        push(b, o, &mut out);
+    }
+    for (b, o) in lineage {
+        push(b.start.max(block.end)..b.end, *o, &mut out);
+    }
+    out
+}
+
+impl ReplicaStore for Tracked<'_> {
+    fn workers(&self) -> usize {
+        self.inner.workers()
+    }
+
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+
+    fn num_params(&self) -> usize {
+        self.inner.num_params()
+    }
+
+    fn batch_size(&self) -> usize {
+        self.inner.batch_size()
+    }
+
+    fn train_size(&self) -> usize {
+        self.inner.train_size()
+    }
+
+    fn add_rows(&mut self, count: usize) -> usize {
+        let first = self.inner.add_rows(count);
+        let p = self.params;
+        for _ in 0..count {
+            self.rows.push(RowVersions {
+                lineage: vec![(0..p, Origin::Own)],
+                ..Default::default()
+            });
+        }
+        first
+    }
+
+    fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
+        let g = self.inner.request_gradient_scaled(worker, scale);
+        let read = Read {
+            worker,
+            time: self.now,
+            seq: self.seq,
+            lineage: self.resolve_row(worker),
+        };
+        self.grads.insert(g, Reads::One(read));
+        g
+    }
+
+    fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
+        let g = self.inner.mean_gradient(grads);
+        let mut reads = Vec::new();
+        for id in grads {
+            match self.grads.remove(*id) {
+                Some(Reads::One(r)) => reads.push(r),
+                Some(Reads::Many(v)) => reads.extend(v),
+                None => {}
+            }
+        }
+        self.grads.insert(g, Reads::Many(reads));
+        g
+    }
+
+    fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
+        if !block.is_empty()
+            && let Some((worker, stale, read)) = self.measure(grad, row, &block)
+        {
+            if let Some(h) = self.staleness.get_mut(worker) {
+                h.record(stale);
+            }
+            if let Some(log) = &mut self.log {
+                log.push(GradientRecord {
+                    worker,
+                    row,
+                    read,
+                    apply: self.now,
+                    staleness: stale,
+                });
+            }
+        }
+        self.inner
+            .apply_gradient_block(row, grad, lr, block.clone());
+        if !block.is_empty() {
+            self.bump();
+            self.write(row, block, None);
+            self.maybe_prune();
+        }
+    }
+
+    fn release_gradient(&mut self, grad: GradId) {
+        self.grads.remove(grad);
+        self.inner.release_gradient(grad);
+    }
+
+    fn average(&mut self, rows: &[usize]) {
+        self.inner.average(rows);
+        self.bump();
+        let full = self.full();
+        for &r in rows {
+            self.write(r, full.clone(), None);
+        }
+        self.maybe_prune();
+    }
+
+    fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
+        let source = Self::pure(terms);
+        if source == Some(Slot::Row(dst)) {
+            return self.inner.mix(dst, terms);
+        }
+        let pieces = source.map(|s| self.resolve(s));
+        self.inner.mix(dst, terms);
+        self.bump();
+        let full = self.full();
+        self.write(dst, full, pieces);
+        self.maybe_prune();
+    }
+
+    /// Only pure copies are remembered: any other buffer is fresh content, which
+    /// the lineage lookup assumes of a buffer it does not know.
+    fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
+        let lineage = Self::pure(terms).map(|s| self.resolve(s));
+        let m = self.inner.new_msg(terms);
+        if let Some(l) = lineage {
+            self.msgs.insert(m, l);
+        }
+        m
+    }
+
+    fn release_msg(&mut self, msg: MsgId) {
+        self.msgs.remove(&msg);
+        self.inner.release_msg(msg);
+    }
+
+    fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
+        if dst == src || block.is_empty() {
+            return self.inner.copy_block(dst, src, block);
+        }
+        let pieces = self.resolve_row(src);
+        self.inner.copy_block(dst, src, block.clone());
+        self.bump();
+        self.write(dst, block, Some(pieces));
+        self.maybe_prune();
+    }
+
+    fn evaluate(&mut self) -> Evaluation {
+        self.inner.evaluate()
+    }
+
+    fn evaluate_mix(&mut self, terms: &[(usize, f64)]) -> Evaluation {
+        self.inner.evaluate_mix(terms)
+    }
+
+    fn take_train_loss(&mut self) -> f64 {
+        self.inner.take_train_loss()
+    }
+
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        self.inner.consensus_distance(scales)
+    }
+
+    fn evaluate_rows(&mut self, rows: &[usize], scales: Option<&[f64]>) -> Vec<Evaluation> {
+        self.inner.evaluate_rows(rows, scales)
+    }
+
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        self.inner.suboptimality(terms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::{Quadratic, ReferenceStore};
+    use crate::store::OptimizerConfig;
+
+    fn store() -> ReferenceStore {
+        ReferenceStore::new(
+            Quadratic::new(4, 1.0, 0.0),
+            2,
+            OptimizerConfig::default(),
+            1,
+        )
+    }
+
+    fn only(t: &Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
+        t.staleness()[worker].iter().collect()
+    }
+
+    #[test]
+    fn a_copy_is_measured_against_its_source_block_by_block() {
+        let mut inner = store();
+        let mut t = Tracked::new(&mut inner);
+        let server = t.add_rows(1);
+        // Worker 0 pulls both halves, computes; worker 1 updates the first half twice meanwhile.
+        t.copy_block(0, server, 0..2);
+        t.copy_block(0, server, 2..4);
+        let g0 = t.request_gradient(0);
+        let g1 = t.request_gradient(1);
+        t.apply_gradient_block(server, g1, 0.1, 0..2);
+        t.apply_gradient_block(server, g1, 0.1, 0..2);
+        t.apply_gradient_block(server, g0, 0.1, 0..2);
+        t.apply_gradient_block(server, g0, 0.1, 2..4);
+        assert_eq!(only(&t, 0), vec![(0, 1), (2, 1)]);
+        assert_eq!(only(&t, 1), vec![(0, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn a_mean_is_measured_by_its_own_part_on_each_row() {
+        let mut inner = store();
+        let mut t = Tracked::new(&mut inner);
+        let g0 = t.request_gradient(0);
+        let g = t.request_gradient(1);
+        // Row 1 is written before the mean is applied to it: measured by its own part, the mean
+        // is stale by one there and fresh on row 0.
+        t.mix(1, &[(Slot::Row(1), 0.5)]);
+        let mean = t.mean_gradient(&[g0, g]);
+        t.apply_gradient(0, mean, 0.1);
+        t.apply_gradient(1, mean, 0.1);
+        assert_eq!(only(&t, 0), vec![(0, 1)]);
+        assert_eq!(only(&t, 1), vec![(1, 1)]);
+    }
+
+    #[test]
+    fn the_gradient_table_finds_handles_in_any_order() {
+        let read = |w| {
+            Reads::One(Read {
+                worker: w,
+                time: SimTime::ZERO,
+                seq: 0,
+                lineage: Resolved::Whole { row: w, seq: 0 },
+            })
+        };
+        let mut t = GradTable::default();
+        for id in [3, 7, 5, 1] {
+            t.insert(GradId(id), read(id as usize));
+        }
+        let worker = |t: &GradTable, id| t.get(GradId(id)).map(|r| r.as_slice()[0].worker);
+        assert_eq!(worker(&t, 5), Some(5));
+        assert!(t.remove(GradId(1)).is_some());
+        assert!(t.remove(GradId(7)).is_some());
+        assert_eq!(t.slots.len(), 2);
+        assert_eq!(worker(&t, 7), None);
+        assert_eq!(worker(&t, 3), Some(3));
+        assert_eq!(t.values().count(), 2);
+    }
+
+    #[test]
+    fn old_writes_are_forgotten() {
+        let mut inner = store();
+        let mut t = Tracked::new(&mut inner);
+        for _ in 0..3 * FIRST_PRUNE {
+            let g = t.request_gradient(0);
+            t.apply_gradient(0, g, 0.0);
+            t.release_gradient(g);
+        }
+        assert!(t.logged_writes < FIRST_PRUNE);
+        assert_eq!(only(&t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
+    }
+}
