@@ -297,7 +297,24 @@ fn resolved(loaded: &Loaded) -> String {
         let joined = loaded.base_dir().join(&*p);
         *p = joined.canonicalize().unwrap_or(joined);
     }
-    toml::to_string(&s).expect("a scenario serializes")
+    let text = toml::to_string(&s).expect("a scenario serializes");
+    if !matches!(s.model, dasim_models::ModelConfig::Quadratic { .. }) {
+        return text;
+    }
+    // The quadratic reads no data: leave out the default `[data]` tables rather than suggest
+    // they were used (line by line, to keep the sections in their usual order).
+    let mut in_data = false;
+    let mut kept = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with('[') {
+            in_data = line == "[data]" || line.starts_with("[data.");
+        }
+        if !in_data {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
 }
 
 /// Runs every algorithm of the scenario and writes the run directory.
@@ -314,10 +331,12 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
     let scenario_sha256 = sha256_hex(scenario_text.as_bytes());
     let stamp = stamp_line(&scenario_sha256);
     let shards = partition(loaded, &problem)?;
-    let partition_out = opts.out.join("partition.csv");
-    dasim_models::data::write_partition_csv(&partition_out, &shards, &problem.split.train)
-        .map_err(io(format!("cannot write {}", partition_out.display())))?;
-    stamp_file(&partition_out, &stamp)?;
+    if problem.has_data() {
+        let partition_out = opts.out.join("partition.csv");
+        dasim_models::data::write_partition_csv(&partition_out, &shards, &problem.split.train)
+            .map_err(io(format!("cannot write {}", partition_out.display())))?;
+        stamp_file(&partition_out, &stamp)?;
+    }
     let mut out = Outputs::create(
         &opts.out,
         stamp,

@@ -39,6 +39,17 @@ fn every_scenario_trains_every_algorithm() {
         let summary =
             run_scenario(&loaded, &opts).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         assert_eq!(summary.runs.len(), loaded.scenario.algorithms.len());
+        // What the run says it trained on is what it trained on: the quadratic reads no data,
+        // so its run directory has neither a `[data]` section nor a partition.
+        let reads_data = loaded.scenario.model.name() != "quadratic";
+        let resolved = std::fs::read_to_string(out.path().join("scenario.toml")).unwrap();
+        assert_eq!(
+            resolved.lines().any(|l| l == "[data]"),
+            reads_data,
+            "{}",
+            file.display()
+        );
+        assert_eq!(out.path().join("partition.csv").exists(), reads_data);
         for r in &summary.runs {
             if let Some(limit) = loaded.scenario.run.sim_time_s {
                 assert_eq!(

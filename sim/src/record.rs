@@ -409,6 +409,25 @@ impl Recorder {
         self.current[worker] = (next, now);
     }
 
+    /// Ends `worker`'s current interval at `now` and opens another of the same activity: a new
+    /// step begins while the worker was already computing. The totals are unchanged; the
+    /// timeline shows the step boundary.
+    pub fn split(&mut self, worker: usize, now: SimTime) {
+        let (activity, since) = self.current[worker];
+        if now == since {
+            return;
+        }
+        self.usage[worker].time[activity.index()] += now - since;
+        self.interval(Interval {
+            worker,
+            activity,
+            start: since,
+            end: now,
+            waited_for: None,
+        });
+        self.current[worker] = (activity, now);
+    }
+
     /// `worker` completed a step at `now`.
     pub fn step(&mut self, worker: usize, now: SimTime) {
         self.usage[worker].steps += 1;
@@ -622,6 +641,19 @@ mod tests {
         assert_eq!(blocked.len(), 1);
         assert_eq!((blocked[0].start, blocked[0].end), (t(10), t(40)));
         assert_eq!(blocked[0].waited_for, Some(1));
+    }
+
+    #[test]
+    fn back_to_back_steps_stay_apart_on_the_timeline() {
+        let mut r = Recorder::new(1);
+        r.set(0, Activity::Compute, t(0), None);
+        r.split(0, t(10));
+        r.split(0, t(10)); // a zero-length split adds nothing
+        r.split(0, t(25));
+        let rec = r.finish(t(30));
+        assert_eq!(rec.usage[0].get(Activity::Compute), t(30));
+        let spans: Vec<_> = rec.timeline.iter().map(|i| (i.start, i.end)).collect();
+        assert_eq!(spans, vec![(t(0), t(10)), (t(10), t(25)), (t(25), t(30))]);
     }
 
     #[test]

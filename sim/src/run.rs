@@ -259,11 +259,17 @@ impl<E> Ctx<'_, '_, E> {
     /// gradient at `scale ·` replica ([`ReplicaStore::request_gradient_scaled`]) on its next
     /// minibatch, and draws the step's duration from the cluster model. Returns both; the
     /// algorithm schedules what happens when (and while) the step runs. The worker's activity
-    /// becomes [`Activity::Compute`].
+    /// becomes [`Activity::Compute`]; if it was computing already, the timeline starts a new
+    /// interval, so every step shows.
     pub fn begin_step(&mut self, worker: usize, scale: f64) -> (GradId, SimTime) {
         let grad = self.world.store.request_gradient_scaled(worker, scale);
         let d = self.world.cluster.next_step_time(worker, self.now);
-        self.activity(worker, Activity::Compute);
+        if self.world.recorder.activity(worker) == Activity::Compute {
+            // Back-to-back steps: keep them apart on the timeline.
+            self.world.recorder.split(worker, self.now);
+        } else {
+            self.activity(worker, Activity::Compute);
+        }
         (grad, d)
     }
 
