@@ -6,6 +6,8 @@
 //! slices and reshapes each row's blocks into `[R, n_l, n_{l+1}]` weights and runs batched
 //! matrix products, so `R` replicas cost one pass, not `R`.
 
+use std::ops::Range;
+
 use burn::tensor::{Tensor, activation};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -95,18 +97,48 @@ impl Mlp {
 
     /// Logits `[R, B, classes]` of `R` models `[R, P]` on inputs `[R, B, inputs]`.
     pub fn forward(&self, params: Tensor<2>, x: Tensor<3>) -> Tensor<3> {
-        let r = params.dims()[0];
+        self.run(|range| params.clone().slice_dim(1, range), x)
+    }
+
+    /// The contiguous blocks of a row the forward pass reads separately, in layout order (each
+    /// layer's weight, then its bias); together they cover `0..P`.
+    pub fn blocks(&self) -> Vec<Range<usize>> {
+        self.layers
+            .iter()
+            .flat_map(|l| [l.weight..l.bias, l.bias..l.bias + l.fan_out])
+            .collect()
+    }
+
+    /// [`Mlp::forward`] on rows given as their blocks: `blocks[i]` is `[R, len]`, the columns
+    /// `self.blocks()[i]` of every row. Gradients with respect to the blocks, concatenated, are
+    /// the gradient of the rows, without the cost of slicing an `[R, P]` autodiff tensor (the
+    /// backward pass of every slice writes a zero-filled `[R, P]` buffer).
+    ///
+    /// # Panics
+    /// If the blocks do not match [`Mlp::blocks`].
+    pub fn forward_blocks(&self, blocks: &[Tensor<2>], x: Tensor<3>) -> Tensor<3> {
+        let ranges = self.blocks();
+        assert_eq!(ranges.len(), blocks.len(), "one tensor per parameter block");
+        self.run(
+            |range| {
+                let i = ranges
+                    .iter()
+                    .position(|b| *b == range)
+                    .unwrap_or_else(|| panic!("no parameter block {range:?}"));
+                blocks[i].clone()
+            },
+            x,
+        )
+    }
+
+    /// The forward pass, reading each block `[R, len]` through `block`.
+    fn run(&self, block: impl Fn(Range<usize>) -> Tensor<2>, x: Tensor<3>) -> Tensor<3> {
+        let r = x.dims()[0];
         let last = self.layers.len() - 1;
         let mut h = x;
         for (k, l) in self.layers.iter().enumerate() {
-            let w = params
-                .clone()
-                .slice_dim(1, l.weight..l.bias)
-                .reshape([r, l.fan_in, l.fan_out]);
-            let b = params
-                .clone()
-                .slice_dim(1, l.bias..l.bias + l.fan_out)
-                .reshape([r, 1, l.fan_out]);
+            let w = block(l.weight..l.bias).reshape([r, l.fan_in, l.fan_out]);
+            let b = block(l.bias..l.bias + l.fan_out).reshape([r, 1, l.fan_out]);
             h = h.matmul(w) + b;
             if k < last {
                 h = match self.activation {

@@ -16,6 +16,8 @@
 //! The synthetic quadratic is listed here too, for its parameter count and FLOPs, but it has no
 //! network: it runs on the exact reference store of `dasim-sim` (see [`crate::quadratic`]).
 
+use std::ops::Range;
+
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
@@ -349,6 +351,49 @@ impl Model {
             Model::LeNet(m) => m.init(rng),
             Model::ResNet(m) => m.init(rng),
             Model::Quadratic(q) => vec![0.0; q.dim],
+        }
+    }
+
+    /// The contiguous blocks of a row the forward pass reads separately (layer weights and
+    /// biases, batch-norm affine parameters and running statistics), in layout order; together
+    /// they cover `0..P`. The store differentiates with respect to these blocks, one autodiff
+    /// leaf each ([`Model::forward_blocks`]).
+    ///
+    /// # Panics
+    /// For the quadratic, which has no network.
+    pub fn blocks(&self) -> Vec<Range<usize>> {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.blocks()
+            }
+            Model::LeNet(m) => m.blocks(),
+            Model::ResNet(m) => m.blocks(),
+            Model::Quadratic(_) => {
+                panic!("the quadratic has no network: it runs on the reference store")
+            }
+        }
+    }
+
+    /// [`Model::forward`] on rows given as their [`Model::blocks`], each `[R, len]`: the same
+    /// outputs and state, and gradients taken per block that concatenate to the rows' gradient.
+    ///
+    /// # Panics
+    /// For the quadratic, or blocks that do not match [`Model::blocks`].
+    pub fn forward_blocks(
+        &self,
+        blocks: Vec<Tensor<2>>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                (m.forward_blocks(&blocks, x), None)
+            }
+            Model::LeNet(m) => m.forward_blocks(blocks, x, train),
+            Model::ResNet(m) => m.forward_blocks(blocks, x, train),
+            Model::Quadratic(_) => {
+                panic!("the quadratic has no network: it runs on the reference store")
+            }
         }
     }
 

@@ -216,6 +216,23 @@ impl BurnStore {
             !matches!(model, Model::Quadratic(_)),
             "the quadratic has no network: it runs on the reference store"
         );
+        // Gradients are the blocks' gradients concatenated: the blocks must tile the row.
+        let mut end = 0;
+        for b in model.blocks() {
+            assert_eq!(
+                b.start,
+                end,
+                "{}: parameter blocks out of order",
+                model.name()
+            );
+            end = b.end;
+        }
+        assert_eq!(
+            end,
+            model.num_params(),
+            "{}: blocks do not cover the row",
+            model.name()
+        );
         let device = device.without_autodiff();
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
@@ -439,8 +456,25 @@ impl BurnStore {
         y: BatchTargets,
         train: bool,
     ) -> (Tensor<1>, Option<Tensor<2>>) {
-        let [r, b, _] = x.dims();
         let (out, state) = self.model.forward(params.clone(), x, train);
+        let mut loss = Self::data_loss(out, y);
+        let l2 = self.model.l2();
+        if l2 > 0.0 {
+            let r = params.dims()[0];
+            let sq = params
+                .slice_dim(1, self.model.trainable())
+                .square()
+                .sum_dim(1)
+                .reshape([r]);
+            loss = loss + sq.mul_scalar(0.5 * l2);
+        }
+        (loss, state)
+    }
+
+    /// Mean loss of each of `R` models on its own minibatch, from its outputs `[R, B, outputs]`:
+    /// softmax cross-entropy on class labels, `½·(ŷ − y)²` on real targets.
+    fn data_loss(out: Tensor<3>, y: BatchTargets) -> Tensor<1> {
+        let [r, b, _] = out.dims();
         let data = match y {
             BatchTargets::Classes(y) => activation::log_softmax(out, 2)
                 .gather(2, y)
@@ -453,18 +487,7 @@ impl BurnStore {
                 .reshape([r])
                 .mul_scalar(0.5),
         };
-        let mut loss = data.div_scalar(b as f64);
-        let l2 = self.model.l2();
-        if l2 > 0.0 {
-            let trainable = self.model.trainable();
-            let sq = params
-                .slice_dim(1, trainable)
-                .square()
-                .sum_dim(1)
-                .reshape([r]);
-            loss = loss + sq.mul_scalar(0.5 * l2);
-        }
-        (loss, state)
+        data.div_scalar(b as f64)
     }
 
     /// Gradients `[R, params]` and losses `[R]` of `R` models (rows of `params`), model `r` on
@@ -479,12 +502,49 @@ impl BurnStore {
     ) -> (Tensor<2>, Tensor<1>) {
         let r = params.dims()[0];
         let (x, y) = self.minibatches(r, indices, features);
-        let tracked = params.clone().autodiff().require_grad();
-        let (losses, state) = self.losses(tracked.clone(), x.autodiff(), y.autodiff(), true);
+        // One autodiff leaf per parameter block rather than slices of one `[R, P]` leaf: the
+        // backward pass of every slice would write and sum a zero-filled `[R, P]` buffer. The
+        // gradient is the same, block for block.
+        let ranges = self.model.blocks();
+        let leaves: Vec<Tensor<2>> = ranges
+            .iter()
+            .map(|b| {
+                params
+                    .clone()
+                    .slice_dim(1, b.clone())
+                    .autodiff()
+                    .require_grad()
+            })
+            .collect();
+        let (out, state) = self
+            .model
+            .forward_blocks(leaves.clone(), x.autodiff(), true);
+        let mut losses = Self::data_loss(out, y.autodiff());
+        let l2 = self.model.l2();
+        if l2 > 0.0 {
+            let trainable = self.model.trainable();
+            let sq = leaves
+                .iter()
+                .zip(&ranges)
+                .filter(|(_, b)| b.end <= trainable.end)
+                .map(|(leaf, _)| leaf.clone().square().sum_dim(1))
+                .reduce(|a, b| a + b)
+                .expect("a model with an l2 term has trainable blocks")
+                .reshape([r]);
+            losses = losses + sq.mul_scalar(0.5 * l2);
+        }
         let grads = losses.clone().sum().backward();
-        let mut g = tracked
-            .grad(&grads)
-            .expect("the stacked parameters require a gradient");
+        let parts: Vec<Tensor<2>> = leaves
+            .iter()
+            .zip(&ranges)
+            .map(|(leaf, b)| {
+                // A block the pass does not read (running statistics in training mode) has no
+                // gradient.
+                leaf.grad(&grads)
+                    .unwrap_or_else(|| Tensor::zeros([r, b.len()], &self.device))
+            })
+            .collect();
+        let mut g = Tensor::cat(parts, 1);
         if let Some(state) = state {
             let p = self.model.num_params();
             let s = self.model.state_len();
