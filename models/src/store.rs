@@ -595,9 +595,16 @@ impl BurnStore {
         self.params.clone().slice_dim(0, w..w + 1)
     }
 
+    /// The stacked parameters, moved out (an empty tensor is left behind until they are put
+    /// back): a row update on a tensor nobody else holds can be done in place instead of
+    /// copying all `[rows, params]`.
+    fn take_params(&mut self) -> Tensor<2> {
+        std::mem::replace(&mut self.params, Tensor::empty([0, 0], &self.device))
+    }
+
     fn set_row(&mut self, w: usize, value: Tensor<2>) {
         let p = self.model.num_params();
-        self.params = self.params.clone().slice_assign([w..w + 1, 0..p], value);
+        self.params = self.take_params().slice_assign([w..w + 1, 0..p], value);
     }
 
     fn mean_of_workers(&self) -> Tensor<2> {
@@ -758,7 +765,8 @@ impl ReplicaStore for BurnStore {
             let cell = [row..row + 1, state.clone()];
             let delta = g.clone().slice_dim(1, state);
             let x = self.params.clone().slice(cell.clone());
-            self.params = self.params.clone().slice_assign(cell, x + delta);
+            let value = x + delta;
+            self.params = self.take_params().slice_assign(cell, value);
         }
         // The trainable part: the optimizer step.
         let block = block.start..block.end.min(split);
@@ -795,10 +803,8 @@ impl ReplicaStore for BurnStore {
             }
             None => d,
         };
-        self.params = self
-            .params
-            .clone()
-            .slice_assign(cell, x - step.mul_scalar(lr));
+        let value = x - step.mul_scalar(lr);
+        self.params = self.take_params().slice_assign(cell, value);
     }
 
     fn release_gradient(&mut self, grad: GradId) {
@@ -838,8 +844,7 @@ impl ReplicaStore for BurnStore {
         }
         let value = self.params.clone().slice([src..src + 1, block.clone()]);
         self.params = self
-            .params
-            .clone()
+            .take_params()
             .slice_assign([dst..dst + 1, block], value);
     }
 
