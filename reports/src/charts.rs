@@ -260,8 +260,10 @@ impl Figure for Gantt {
             .bold_line_style(GRID_BOLD)
             .light_line_style(WHITE)
             .draw()?;
-        // Back-to-back intervals of one activity (successive steps) are told apart by a thin
-        // white line, as long as there is room for them (a few pixels per interval).
+        // Successive steps are told apart by a thin white line at the start of every compute
+        // interval (and between back-to-back intervals of one activity), as long as there is
+        // room for them (a few pixels per interval): a step that follows a sub-pixel
+        // communication (AD-PSGD's averaging) would otherwise merge with the previous one.
         let separate = self
             .lanes
             .iter()
@@ -278,7 +280,9 @@ impl Figure for Gantt {
                 chart.draw_series(
                     lane.intervals
                         .windows(2)
-                        .filter(|w| w[0].0 == w[1].0 && w[0].2 == w[1].1)
+                        .filter(|w| {
+                            (w[0].0 == w[1].0 || w[1].0 == Activity::Compute) && w[0].2 == w[1].1
+                        })
                         .map(|w| {
                             PathElement::new(
                                 vec![(w[1].1, y - 0.4), (w[1].1, y + 0.4)],
