@@ -29,7 +29,7 @@ fn run(
         &env,
     )
     .unwrap();
-    let topology = Topology::build(&TopologyConfig::Ring, n, &env).unwrap();
+    let topology = Topology::build(&TopologyConfig::Ring {}, n, &env).unwrap();
     let mut world = World::new(cluster, net, topology, store, opt, seed);
     let mut points = Collect::default();
     run_algorithm(&alg, &mut world, &stop, &mut points).unwrap();

@@ -88,7 +88,7 @@ fn simulate(alg: &AlgorithmConfig, workers: usize) -> u64 {
     let mut world = World::new(
         Cluster::new(&cluster, &env).unwrap(),
         Network::new(&NetworkConfig::default(), workers + alg.extra_nodes(), &env).unwrap(),
-        Topology::build(&TopologyConfig::Ring, workers, &env).unwrap(),
+        Topology::build(&TopologyConfig::Ring {}, workers, &env).unwrap(),
         &mut store,
         &OptimizerConfig::default(),
         1,

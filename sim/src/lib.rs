@@ -39,7 +39,7 @@
 //! let cluster = ClusterConfig::new(4)
 //!     .with_step_time_ms(10.0)
 //!     .with_straggler(StragglerConfig::fixed([3], 4.0));
-//! let topology = Topology::build(&TopologyConfig::Ring, 4, &env).unwrap();
+//! let topology = Topology::build(&TopologyConfig::Ring {}, 4, &env).unwrap();
 //! let optimizer = OptimizerConfig { lr: 0.1, ..Default::default() };
 //! let mut store = ReferenceStore::new(Quadratic::new(8, 10.0, 0.0), 4, optimizer.clone(), 7);
 //! let sides = topology.bipartition().unwrap();

@@ -63,18 +63,21 @@ use crate::spectral::symmetric_eigenvalues;
 use crate::workerset::WorkerSet;
 
 /// The `[topology]` section of a scenario.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Kinds without keys are empty struct variants (`Ring {}`), not unit variants: serde ignores
+/// unknown keys beside the tag of a unit variant, so `kind = "ring"` with a misspelt key would
+/// pass silently.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum TopologyConfig {
     /// `i — (i+1) mod n`.
-    #[default]
-    Ring,
+    Ring {},
     /// Every pair connected.
-    Complete,
+    Complete {},
     /// Worker 0 is the hub, connected to every other.
-    Star,
+    Star {},
     /// `i — i xor 2^k`; `n` must be a power of two.
-    Hypercube,
+    Hypercube {},
     /// A 2-D torus of `rows × cols = n` workers; each connects to its four grid neighbours.
     Torus {
         /// Number of rows.
@@ -83,7 +86,7 @@ pub enum TopologyConfig {
         cols: usize,
     },
     /// The static exponential graph: `i — (i + 2^m) mod n`.
-    Exponential,
+    Exponential {},
     /// A random regular graph.
     RandomRegular {
         /// Every worker's degree (`n · degree` even, `degree < n`).
@@ -106,30 +109,36 @@ pub enum TopologyConfig {
         file: PathBuf,
     },
     /// SGP's one-peer time-varying directed exponential schedule.
-    OnePeerExponential,
+    OnePeerExponential {},
     /// SGP's two-peer time-varying directed exponential schedule.
-    TwoPeerExponential,
+    TwoPeerExponential {},
     /// One random peer per node and iteration.
-    RandomPeer,
+    RandomPeer {},
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        TopologyConfig::Ring {}
+    }
 }
 
 impl TopologyConfig {
     /// The `kind` tag.
     pub fn kind(&self) -> &'static str {
         match self {
-            TopologyConfig::Ring => "ring",
-            TopologyConfig::Complete => "complete",
-            TopologyConfig::Star => "star",
-            TopologyConfig::Hypercube => "hypercube",
+            TopologyConfig::Ring {} => "ring",
+            TopologyConfig::Complete {} => "complete",
+            TopologyConfig::Star {} => "star",
+            TopologyConfig::Hypercube {} => "hypercube",
             TopologyConfig::Torus { .. } => "torus",
-            TopologyConfig::Exponential => "exponential",
+            TopologyConfig::Exponential {} => "exponential",
             TopologyConfig::RandomRegular { .. } => "random-regular",
             TopologyConfig::ErdosRenyi { .. } => "erdos-renyi",
             TopologyConfig::Bipartite { .. } => "bipartite",
             TopologyConfig::EdgeList { .. } => "edge-list",
-            TopologyConfig::OnePeerExponential => "one-peer-exponential",
-            TopologyConfig::TwoPeerExponential => "two-peer-exponential",
-            TopologyConfig::RandomPeer => "random-peer",
+            TopologyConfig::OnePeerExponential {} => "one-peer-exponential",
+            TopologyConfig::TwoPeerExponential {} => "two-peer-exponential",
+            TopologyConfig::RandomPeer {} => "random-peer",
         }
     }
 }
@@ -269,14 +278,14 @@ impl Topology {
         let mut edges = Vec::new();
         let mut sides = None;
         match cfg {
-            TopologyConfig::Ring => edges.extend((0..n).map(|i| (i, (i + 1) % n))),
-            TopologyConfig::Complete => {
+            TopologyConfig::Ring {} => edges.extend((0..n).map(|i| (i, (i + 1) % n))),
+            TopologyConfig::Complete {} => {
                 for i in 0..n {
                     edges.extend((i + 1..n).map(|j| (i, j)));
                 }
             }
-            TopologyConfig::Star => edges.extend((1..n).map(|i| (0, i))),
-            TopologyConfig::Hypercube => {
+            TopologyConfig::Star {} => edges.extend((1..n).map(|i| (0, i))),
+            TopologyConfig::Hypercube {} => {
                 if !n.is_power_of_two() {
                     return Err(ConfigError::new(
                         "topology.kind",
@@ -313,7 +322,7 @@ impl Topology {
                     }
                 }
             }
-            TopologyConfig::Exponential => {
+            TopologyConfig::Exponential {} => {
                 let mut step = 1;
                 while step < n {
                     edges.extend((0..n).map(|i| (i, (i + step) % n)));
@@ -399,12 +408,12 @@ impl Topology {
                     ConfigError::new(blame, format!("edge list {}: {m}", path.display())).hint(hint)
                 })?;
             }
-            TopologyConfig::OnePeerExponential
-            | TopologyConfig::TwoPeerExponential
-            | TopologyConfig::RandomPeer => {
+            TopologyConfig::OnePeerExponential {}
+            | TopologyConfig::TwoPeerExponential {}
+            | TopologyConfig::RandomPeer {} => {
                 let schedule = match cfg {
-                    TopologyConfig::OnePeerExponential => PeerSchedule::one_peer_exponential(n),
-                    TopologyConfig::TwoPeerExponential => PeerSchedule::two_peer_exponential(n),
+                    TopologyConfig::OnePeerExponential {} => PeerSchedule::one_peer_exponential(n),
+                    TopologyConfig::TwoPeerExponential {} => PeerSchedule::two_peer_exponential(n),
                     _ => PeerSchedule::random_peer(n, env.seed),
                 };
                 if schedule.period().is_some() {
@@ -651,24 +660,24 @@ mod tests {
 
     #[test]
     fn ring_neighbors_and_bipartition() {
-        let t = build(&TopologyConfig::Ring, 6).unwrap();
+        let t = build(&TopologyConfig::Ring {}, 6).unwrap();
         assert_eq!(t.neighbors(0), &[1, 5]);
         assert!(t.is_connected());
         let sides = t.bipartition().unwrap();
         assert_eq!(sides, vec![true, false, true, false, true, false]);
-        let odd = build(&TopologyConfig::Ring, 5).unwrap();
+        let odd = build(&TopologyConfig::Ring {}, 5).unwrap();
         assert!(odd.bipartition().is_none());
     }
 
     #[test]
     fn degrees_of_standard_graphs() {
-        let h = build(&TopologyConfig::Hypercube, 16).unwrap();
+        let h = build(&TopologyConfig::Hypercube {}, 16).unwrap();
         assert!((0..16).all(|i| h.neighbors(i).len() == 4));
         let t = build(&TopologyConfig::Torus { rows: 4, cols: 4 }, 16).unwrap();
         assert!((0..16).all(|i| t.neighbors(i).len() == 4));
-        let c = build(&TopologyConfig::Complete, 5).unwrap();
+        let c = build(&TopologyConfig::Complete {}, 5).unwrap();
         assert!((0..5).all(|i| c.neighbors(i).len() == 4));
-        assert!(build(&TopologyConfig::Hypercube, 12).is_err());
+        assert!(build(&TopologyConfig::Hypercube {}, 12).is_err());
     }
 
     #[test]

@@ -354,7 +354,7 @@ fn realized(alg: &AlgorithmConfig, cfg: &ClusterConfig, seed: u64) -> Vec<Vec<Si
     let mut world = World::new(
         cluster,
         Network::new(&net(10.0, 5.0), n, &env).unwrap(),
-        Topology::build(&TopologyConfig::Ring, n, &env).unwrap(),
+        Topology::build(&TopologyConfig::Ring {}, n, &env).unwrap(),
         &mut store,
         &optimizer(0.05, 0.5),
         seed,

@@ -146,7 +146,7 @@ fn every_kind_parses_validates_and_round_trips_through_toml() {
     assert_eq!(algs.algorithms[10].label(), "lpp");
     assert_eq!(algs.algorithms[3].extra_nodes(), 2);
     assert_eq!(algs.algorithms[0].extra_nodes(), 0);
-    let ring = Topology::build(&TopologyConfig::Ring, 8, &BuildEnv::new(1)).unwrap();
+    let ring = Topology::build(&TopologyConfig::Ring {}, 8, &BuildEnv::new(1)).unwrap();
     for (i, a) in algs.algorithms.iter().enumerate() {
         a.validate(&ring, &format!("algorithms[{i}]")).unwrap();
     }
@@ -171,9 +171,9 @@ fn every_kind_parses_validates_and_round_trips_through_toml() {
 #[test]
 fn invalid_options_name_their_key_and_give_a_hint() {
     let env = BuildEnv::new(1);
-    let ring = Topology::build(&TopologyConfig::Ring, 8, &env).unwrap();
-    let one_peer = Topology::build(&TopologyConfig::OnePeerExponential, 8, &env).unwrap();
-    let odd_ring = Topology::build(&TopologyConfig::Ring, 7, &env).unwrap();
+    let ring = Topology::build(&TopologyConfig::Ring {}, 8, &env).unwrap();
+    let one_peer = Topology::build(&TopologyConfig::OnePeerExponential {}, 8, &env).unwrap();
+    let odd_ring = Topology::build(&TopologyConfig::Ring {}, 7, &env).unwrap();
     let cases: Vec<(&str, &Topology, &str)> = vec![
         (
             "kind = \"allreduce\"\nbuckets = 0",
@@ -249,7 +249,7 @@ schedule = { kind = "step", unit = "seconds", warmup = 1.0, milestones = [2.0, 3
         &cfg,
         &cluster(n, &[]),
         &net(10.0, 5.0),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &doc.optimizer,
         1,
@@ -345,7 +345,7 @@ fn bucketed_allreduce_keeps_replicas_equal_and_overlaps_the_backward_pass() {
             &cfg,
             &cluster(n, &[(1, 2.0)]),
             &net(0.0005, 5.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &stop_after_steps(20 * n as u64),
             SEED,
@@ -380,7 +380,7 @@ fn local_sgd_replicas_agree_after_every_model_all_reduce() {
         &cfg,
         &cluster(n, &[(2, 3.0)]),
         &net(10.0, 5.0),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &stop_after_steps(30 * n as u64),
         SEED,
@@ -414,7 +414,7 @@ fn post_local_sgd_is_minibatch_sgd_during_its_warmup() {
             cfg,
             &cluster(n, &[(2, 3.0)]),
             &net(10.0, 5.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &stop_after_steps(30 * n as u64),
             SEED,
@@ -453,7 +453,7 @@ fn ps_applies_every_gradient_once_per_shard_and_workers_read_the_server_model() 
         &cfg,
         &cluster(n, &[(4, 3.0)]),
         &net(1.0, 5.0),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &sgd(lr),
         &stop_at(1.0),
@@ -534,7 +534,7 @@ fn ps_with_a_staleness_bound_never_lets_a_worker_run_more_than_s_steps_ahead() {
             &cfg,
             &cluster(n, &[(4, 4.0)]),
             &net(10.0, 5.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &sgd(0.02),
             &stop_at(0.6),
@@ -578,7 +578,7 @@ fn the_server_nic_bounds_ps_throughput() {
             &cfg,
             &cluster(n, &[]),
             &net_cfg,
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &stop_at(2.0),
             SEED,
@@ -604,17 +604,17 @@ fn dpsgd_mixing_keeps_the_sum_of_replicas() {
     let lr = 0.03;
     for (topology, weights, update) in [
         (
-            TopologyConfig::Star,
+            TopologyConfig::Star {},
             MixingWeights::Metropolis,
             UpdateOrder::CombineThenAdapt,
         ),
         (
-            TopologyConfig::Star,
+            TopologyConfig::Star {},
             MixingWeights::Uniform,
             UpdateOrder::AdaptThenCombine,
         ),
         (
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             MixingWeights::Metropolis,
             UpdateOrder::AdaptThenCombine,
         ),
@@ -685,7 +685,7 @@ fn dpsgd_on_the_complete_graph_with_uniform_weights_is_allreduce_sgd() {
             cfg,
             &cluster(n, &[]),
             &free,
-            TopologyConfig::Complete,
+            TopologyConfig::Complete {},
             &mut store,
             &opt,
             SEED,
@@ -753,7 +753,7 @@ fn adpsgd_thread_mode_keeps_the_sum_counting_replies_in_flight_at_every_event() 
             &cfg,
             &cluster(n, &[(3, 4.0)]),
             &net(1.0, 20.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &opt,
             &stop_at(0.5),
@@ -846,10 +846,10 @@ fn run_sgp(
 #[test]
 fn sgp_conserves_push_sum_weight_and_numerators_at_every_event() {
     for (tau, topology) in [
-        (None, TopologyConfig::TwoPeerExponential),
-        (None, TopologyConfig::Ring),
-        (Some(1), TopologyConfig::TwoPeerExponential),
-        (Some(3), TopologyConfig::OnePeerExponential),
+        (None, TopologyConfig::TwoPeerExponential {}),
+        (None, TopologyConfig::Ring {}),
+        (Some(1), TopologyConfig::TwoPeerExponential {}),
+        (Some(3), TopologyConfig::OnePeerExponential {}),
     ] {
         let (outcome, alg, _) = run_sgp(tau, 10, topology, &[(4, 3.0)], 0.4);
         assert!(outcome.worker_steps > 100, "{} steps", outcome.worker_steps);
@@ -869,7 +869,7 @@ fn synchronous_one_peer_sgp_keeps_every_weight_at_one() {
         &cfg,
         &cluster(n, &[(2, 3.0)]),
         &net(10.0, 5.0),
-        TopologyConfig::OnePeerExponential,
+        TopologyConfig::OnePeerExponential {},
         &mut store,
         &optimizer(0.05, 0.5),
         &stop_at(0.4),
@@ -898,7 +898,10 @@ fn synchronous_one_peer_sgp_keeps_every_weight_at_one() {
 fn overlap_sgp_never_mixes_a_message_older_than_tau() {
     let n = 16;
     for tau in [1u64, 2, 5] {
-        for topology in [TopologyConfig::Ring, TopologyConfig::OnePeerExponential] {
+        for topology in [
+            TopologyConfig::Ring {},
+            TopologyConfig::OnePeerExponential {},
+        ] {
             let (_, alg, _) = run_sgp(Some(tau), n, topology.clone(), &[(5, 8.0)], 0.5);
             assert!(
                 alg.max_mixed_age() <= tau,
@@ -923,7 +926,7 @@ fn overlap_sgp_never_mixes_a_message_older_than_tau() {
             &cfg,
             &cluster(n, &[(5, 8.0)]),
             &net(10.0, 5.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &opt,
             &stop_at(1.0),
@@ -956,7 +959,7 @@ fn overlap_sgp_with_tau_zero_is_synchronous_sgp() {
             &cfg,
             &cluster(n, &[(3, 2.0)]),
             &net(10.0, 5.0),
-            TopologyConfig::TwoPeerExponential,
+            TopologyConfig::TwoPeerExponential {},
             &mut store,
             &stop_at(0.5),
             SEED,
@@ -998,7 +1001,7 @@ fn dasgd_applies_every_gradient_once_everywhere_and_measures_staleness_exactly()
             &cfg,
             &cluster(n, &[(2, 4.0)]),
             &net(0.1, 50.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &sgd(lr),
             &stop_at(0.5),
@@ -1104,7 +1107,7 @@ fn lap_sgd_averages_in_place_and_keeps_the_local_updates() {
             &cfg,
             &cluster(n, &[(1, 4.0)]),
             &net(1.0, 20.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &opt,
             &stop_at(0.6),
@@ -1172,7 +1175,7 @@ fn lap_sgd_keeps_the_local_steps_made_during_an_all_reduce() {
         &cfg,
         &cluster(n, &[]),
         &net(0.000_01, 5.0),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &opt,
         &stop_at(0.2),
@@ -1221,7 +1224,7 @@ fn steps_per_second(alg: &AlgorithmConfig, slowdown: f64) -> f64 {
         alg,
         &cluster(n, &stragglers),
         &net(10.0, 5.0),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &stop_at(3.0),
         9,
@@ -1299,7 +1302,7 @@ fn every_algorithm_is_reproducible_from_its_seed() {
                 alg,
                 &cluster(n, &[(1, 2.5)]),
                 &net(10.0, 5.0),
-                TopologyConfig::Ring,
+                TopologyConfig::Ring {},
                 &mut store,
                 &stop_at(0.3),
                 seed,
@@ -1339,7 +1342,7 @@ fn asynchronous_algorithms_converge_at_a_rate_suited_to_their_delays() {
             alg,
             &cluster(n, &[(1, 2.5)]),
             &net(10.0, 5.0),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &opt,
             4,

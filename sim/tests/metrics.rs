@@ -147,7 +147,7 @@ fn ps_staleness_settles_at_n_minus_1_and_matches_the_servers_counter() {
             let (outcome, _, _) = run_alg(
                 &cfg,
                 &cluster(n, &[]),
-                TopologyConfig::Ring,
+                TopologyConfig::Ring {},
                 &mut store,
                 &stop_at(1.0),
                 &MetricsConfig::default(),
@@ -187,7 +187,7 @@ fn a_straggler_s_times_slower_computes_gradients_about_n_minus_1_times_s_stale()
     let (outcome, alg, _) = run_alg(
         &cfg,
         &cluster(n, &[(2, s)]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &stop_at(2.0),
         &MetricsConfig::default(),
@@ -232,7 +232,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
         let (o, _) = run_cfg(
             &cfg,
             &cluster(n, &[(1, 3.0)]),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &stop,
             &metrics,
         );
@@ -255,7 +255,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
     let (o, _) = run_cfg(
         &lap,
         &cluster(n, &[]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &stop,
         &metrics,
     );
@@ -265,7 +265,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
     let (o, _) = run_cfg(
         &AlgorithmConfig::Dasgd(DasgdConfig::default()),
         &cluster(n, &[]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &stop,
         &metrics,
     );
@@ -285,7 +285,7 @@ fn allreduce_keeps_the_consensus_distance_exactly_zero() {
     let (outcome, _, obs) = run_alg(
         &cfg,
         &cluster(n, &[(3, 2.0)]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &mut store,
         &stop,
         &MetricsConfig::default(),
@@ -361,7 +361,7 @@ fn gossip_decay(topology: TopologyConfig, n: usize) {
 
 #[test]
 fn gossip_consensus_decays_at_the_rate_of_the_second_eigenvalue() {
-    gossip_decay(TopologyConfig::Ring, 8);
+    gossip_decay(TopologyConfig::Ring {}, 8);
     gossip_decay(TopologyConfig::Torus { rows: 3, cols: 4 }, 12);
 }
 
@@ -373,7 +373,7 @@ fn push_sum_consensus_is_measured_on_the_debiased_replicas() {
     let (_, alg, obs) = run_alg(
         &cfg,
         &cluster(n, &[(0, 3.0)]),
-        TopologyConfig::TwoPeerExponential,
+        TopologyConfig::TwoPeerExponential {},
         &mut store,
         &stop_at(0.3),
         &MetricsConfig {
@@ -425,7 +425,7 @@ fn every_workers_activities_add_up_to_the_simulated_time_exactly() {
             let (o, _) = run_cfg(
                 &cfg,
                 &cluster(n, &[(3, 3.0)]),
-                TopologyConfig::Ring,
+                TopologyConfig::Ring {},
                 &stop,
                 &MetricsConfig::default(),
             );
@@ -460,7 +460,7 @@ fn a_straggler_blocks_allreduce_and_leaves_adpsgd_computing() {
     let (ar, _) = run_cfg(
         &AlgorithmConfig::AllReduce(AllReduceConfig::default()),
         &cluster(n, &[(slow, s)]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &stop,
         &metrics,
     );
@@ -490,7 +490,7 @@ fn a_straggler_blocks_allreduce_and_leaves_adpsgd_computing() {
     let (ad, _) = run_cfg(
         &AlgorithmConfig::AdPsgd(AdPsgdConfig::default()),
         &cluster(n, &[(slow, s)]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &stop,
         &metrics,
     );
@@ -518,7 +518,7 @@ fn dpsgd_is_blocked_on_models_not_yet_sent_and_communicates_while_they_fly() {
             &atc,
             &cluster(n, stragglers),
             &slow_links,
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &mut store,
             &opt,
             SEED,
@@ -566,7 +566,7 @@ fn a_ps_staleness_bound_blocks_fast_workers_on_the_slowest() {
     let (o, _) = run_cfg(
         &AlgorithmConfig::Ps(c),
         &cluster(n, &[(slow, 3.0)]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &stop_at(0.5),
         &MetricsConfig::default(),
     );
@@ -596,7 +596,7 @@ fn link_totals_sum_to_the_network_totals_and_logs_match_the_histograms() {
         let (o, obs) = run_cfg(
             &cfg,
             &cluster(n, &[(2, 2.0)]),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &stop_at(0.2),
             &metrics,
         );
@@ -648,7 +648,7 @@ fn overlap_sgp_records_every_mixed_messages_age() {
     let (o, alg, _) = run_alg(
         &AlgorithmConfig::OverlapSgp(c.clone()),
         &cluster(n, &[(4, 3.0)]),
-        TopologyConfig::OnePeerExponential,
+        TopologyConfig::OnePeerExponential {},
         &mut store,
         &stop_at(0.5),
         &MetricsConfig::default(),
@@ -675,7 +675,7 @@ fn the_timeline_tiles_its_window_for_every_worker() {
         let (o, _) = run_cfg(
             &cfg,
             &cluster(n, &[(1, 2.0)]),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &stop_at(1.0),
             &metrics,
         );
@@ -737,7 +737,7 @@ fn points_fall_on_the_time_grid_and_every_n_worker_steps() {
     let (o, obs) = run_cfg(
         &cfg,
         &cluster(n, &[]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &both,
         &MetricsConfig::default(),
     );
@@ -765,7 +765,7 @@ fn points_fall_on_the_time_grid_and_every_n_worker_steps() {
     let (_, obs) = run_cfg(
         &cfg,
         &cluster(n, &[]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &steps_only,
         &MetricsConfig::default(),
     );
@@ -786,7 +786,7 @@ fn the_dasgd_series_reports_staleness_between_models_since_the_last_point() {
     let (o, obs) = run_cfg(
         &AlgorithmConfig::Dasgd(DasgdConfig::default()),
         &cluster(n, &[(0, 2.0)]),
-        TopologyConfig::Ring,
+        TopologyConfig::Ring {},
         &stop_at(0.3),
         &MetricsConfig::default(),
     );
@@ -812,14 +812,14 @@ fn records_are_reproducible() {
         let a = run_cfg(
             &cfg,
             &cluster(n, &[(1, 2.5)]),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &stop_at(0.2),
             &metrics,
         );
         let b = run_cfg(
             &cfg,
             &cluster(n, &[(1, 2.5)]),
-            TopologyConfig::Ring,
+            TopologyConfig::Ring {},
             &stop_at(0.2),
             &metrics,
         );

@@ -192,7 +192,7 @@ fn an_empty_queue_with_waiting_workers_is_a_deadlock_naming_who_waits_for_whom()
     let mut world = World::new(
         Cluster::new(&common::cluster(n, &[]), &env).unwrap(),
         Network::new(&common::net(10.0, 5.0), n, &env).unwrap(),
-        Topology::build(&TopologyConfig::Ring, n, &env).unwrap(),
+        Topology::build(&TopologyConfig::Ring {}, n, &env).unwrap(),
         &mut store,
         &opt,
         1,
@@ -270,7 +270,7 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
         let mut world = World::new(
             Cluster::new(&common::cluster(n, &[(2, 8.0)]), &env).unwrap(),
             Network::new(&common::net(0.01, 50.0), n + cfg.extra_nodes(), &env).unwrap(),
-            Topology::build(&TopologyConfig::Ring, n, &env).unwrap(),
+            Topology::build(&TopologyConfig::Ring {}, n, &env).unwrap(),
             &mut store,
             &opt,
             3,

@@ -97,17 +97,17 @@ fn every_schedule_is_strongly_connected_over_a_period() {
 
 #[test]
 fn time_varying_topologies_carry_their_schedule() {
-    let t = build(&TopologyConfig::OnePeerExponential, 8).unwrap();
+    let t = build(&TopologyConfig::OnePeerExponential {}, 8).unwrap();
     assert!(t.is_time_varying());
     assert_eq!(t.schedule().name(), "one-peer-exponential");
     assert_eq!(t.schedule().out_peers(3, 1), [5]);
     // The graph is the undirected union over a period: ±1, ±2, ±4.
     assert_eq!(t.neighbors(0), [1, 2, 4, 6, 7]);
-    let t = build(&TopologyConfig::RandomPeer, 6).unwrap();
+    let t = build(&TopologyConfig::RandomPeer {}, 6).unwrap();
     assert_eq!(t.schedule().period(), None);
     assert_eq!(t.degree_stats().min, 5);
     // A static graph's schedule sends to every neighbour, always.
-    let t = build(&TopologyConfig::Ring, 5).unwrap();
+    let t = build(&TopologyConfig::Ring {}, 5).unwrap();
     assert!(!t.is_time_varying());
     assert_eq!(t.schedule().out_peers(0, 17), [1, 4]);
     assert_eq!(t.schedule().period(), Some(1));
@@ -195,12 +195,12 @@ fn edge_lists_are_read_from_files() {
 
 #[test]
 fn static_graphs_have_their_degrees() {
-    let t = build(&TopologyConfig::Exponential, 8).unwrap();
+    let t = build(&TopologyConfig::Exponential {}, 8).unwrap();
     assert!((0..8).all(|i| t.neighbors(i).len() == 5)); // ±1, ±2, 4
     assert_eq!(t.neighbors(0), [1, 2, 4, 6, 7]);
-    let t = build(&TopologyConfig::Exponential, 16).unwrap();
+    let t = build(&TopologyConfig::Exponential {}, 16).unwrap();
     assert!((0..16).all(|i| t.neighbors(i).len() == 7));
-    let s = build(&TopologyConfig::Star, 6).unwrap().degree_stats();
+    let s = build(&TopologyConfig::Star {}, 6).unwrap().degree_stats();
     assert_eq!((s.min, s.max), (1, 5));
     assert!((s.mean - 10.0 / 6.0).abs() < 1e-12);
 
@@ -238,22 +238,22 @@ fn static_graphs_have_their_degrees() {
 #[test]
 fn spectral_gaps_match_closed_forms() {
     for n in 4..=24 {
-        let ring = build(&TopologyConfig::Ring, n).unwrap();
+        let ring = build(&TopologyConfig::Ring {}, n).unwrap();
         let want = 1.0 - (1.0 + 2.0 * (2.0 * PI / n as f64).cos()) / 3.0;
         assert!((ring.spectral_gap() - want).abs() < 1e-10, "ring {n}");
     }
     for n in 2..=12 {
-        let c = build(&TopologyConfig::Complete, n).unwrap();
+        let c = build(&TopologyConfig::Complete {}, n).unwrap();
         assert!((c.spectral_gap() - 1.0).abs() < 1e-10, "complete {n}");
     }
     for d in 1..=6u32 {
-        let h = build(&TopologyConfig::Hypercube, 1 << d).unwrap();
+        let h = build(&TopologyConfig::Hypercube {}, 1 << d).unwrap();
         let want = 2.0 / (d as f64 + 1.0);
         assert!((h.spectral_gap() - want).abs() < 1e-10, "hypercube {d}");
     }
     // A star is not regular: Metropolis weights give eigenvalues 1, 1 − 1/n (n − 2 times), 0.
     for n in 3..=12 {
-        let s = build(&TopologyConfig::Star, n).unwrap();
+        let s = build(&TopologyConfig::Star {}, n).unwrap();
         assert!(
             (s.spectral_gap() - 1.0 / n as f64).abs() < 1e-10,
             "star {n}"
@@ -305,4 +305,28 @@ fn topology_tables_parse_from_toml_and_round_trip() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("degre"), "{e}");
+}
+
+/// A kind that takes no keys rejects any it is given: a misspelt key (`peers` for an
+/// exponential graph, `degree` for a ring) is an error, not silently ignored.
+#[test]
+fn kinds_without_keys_reject_unknown_keys() {
+    for kind in [
+        "ring",
+        "complete",
+        "star",
+        "hypercube",
+        "exponential",
+        "one-peer-exponential",
+        "two-peer-exponential",
+        "random-peer",
+    ] {
+        let ok: TopologyConfig = toml::from_str(&format!("kind = \"{kind}\"")).unwrap();
+        assert_eq!(ok.kind(), kind);
+        let text = format!("kind = \"{kind}\"\ndegree = 4");
+        let err = toml::from_str::<TopologyConfig>(&text)
+            .expect_err(&format!("{kind} accepted an unknown key"))
+            .to_string();
+        assert!(err.contains("degree"), "{kind}: {err}");
+    }
 }
