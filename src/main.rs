@@ -140,11 +140,14 @@ fn execute(command: Command) -> dasim::Result<()> {
             let summary = run_scenario(&loaded, &opts)?;
             for r in &summary.runs {
                 // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
-                let accuracy = if r.final_accuracy.is_finite() {
+                let mut accuracy = if r.final_accuracy.is_finite() {
                     format!("  accuracy {:.2}%", r.final_accuracy * 100.0)
                 } else {
                     String::new()
                 };
+                if let Some(gap) = r.final_suboptimality {
+                    accuracy.push_str(&format!("  f-f* {gap:.3e}"));
+                }
                 println!(
                     "{:<12} sim {:>8.3} s  {:>7} steps  {:>8.1} steps/s(sim)  epochs {:>6.2}  test loss {:.4}{accuracy}  wall {:.1} s",
                     r.algorithm,

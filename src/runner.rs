@@ -92,6 +92,10 @@ pub struct AlgorithmSummary {
     pub dasgd: Option<StalenessSummary>,
     /// Consensus distance of the worker replicas at the last evaluation point.
     pub final_consensus: f64,
+    /// `f(x) − f*` of the training objective at the last evaluation point, for models that know
+    /// their optimum; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_suboptimality: Option<f64>,
     /// When the evaluated model first reached `[metrics]` targets.
     pub time_to_target: TimeToTarget,
     /// Fractions of worker-time in each activity, averaged over the workers.
@@ -436,6 +440,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
                     max: st.max,
                 }),
             final_consensus: points.last().map_or(f64::NAN, |p| p.consensus),
+            final_suboptimality: points.last().and_then(|p| p.suboptimality),
             time_to_target: TimeToTarget {
                 accuracy_s: s
                     .metrics

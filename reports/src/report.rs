@@ -246,6 +246,9 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
         ("final consensus distance", |v| {
             num(v, "final_consensus").map(fmt_num)
         }),
+        ("final suboptimality f(x) − f*", |v| {
+            num(v, "final_suboptimality").map(fmt_num)
+        }),
         ("time to target accuracy (s)", |v| target(v, "accuracy_s")),
         ("time to target loss (s)", |v| target(v, "loss_s")),
         ("messages", |v| v.get("messages")?.as_u64().map(fmt_int)),
@@ -322,6 +325,7 @@ fn from_metrics(data: &RunData, algorithm: &str) -> Value {
         put("final_loss", last.loss);
         put("final_accuracy", last.accuracy);
         put("final_consensus", last.consensus);
+        put("final_suboptimality", last.suboptimality);
         if let Some(s) = last.worker_steps {
             run.insert("worker_steps".into(), s.into());
         }
