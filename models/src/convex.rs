@@ -388,7 +388,7 @@ fn two_loop(g: &[f64], history: &[(Vec<f64>, Vec<f64>, f64)]) -> Vec<f64> {
 
 /// Solves `A·x = b` for a symmetric positive-definite `A` (`m × m`, lower triangle used,
 /// overwritten by its Cholesky factor). `None` if `A` is not numerically positive definite.
-fn cholesky_solve(a: &mut [f64], mut b: Vec<f64>, m: usize) -> Option<Vec<f64>> {
+pub(crate) fn cholesky_solve(a: &mut [f64], mut b: Vec<f64>, m: usize) -> Option<Vec<f64>> {
     let trace: f64 = (0..m).map(|p| a[p * m + p]).sum();
     for p in 0..m {
         for q in 0..=p {

@@ -6,13 +6,11 @@
 //!
 //! | file | written by | content |
 //! |------|------------|---------|
-//! | `metrics.csv` | [`MetricsWriter`] | one row per evaluation point, streamed and flushed row by row, so an interrupted run keeps what it wrote |
 //! | `summary.json` | [`write_json`] | any serializable summary, pretty-printed, replaced atomically (written to `summary.json.tmp`, then renamed) |
-//! | `series.csv`, `staleness.csv`, `utilization.csv`, `timeline.csv`, ... | the runner | the recorder's measurements (read back by [`RunData`]) |
+//! | `metrics.csv`, `series.csv`, `staleness.csv`, `utilization.csv`, `timeline.csv`, ... | the runner | evaluation points and the recorder's measurements (read back by [`RunData`]) |
 //! | `<stem>.png`, `<stem>.svg` | [`plot_run`], [`line_plot`] | the run's plots (see [`plot_run`] for the list) |
 //! | `report.html` | [`write_report`] | one self-contained page: summary table, plots, scenario |
 //!
-//! [`read_metrics`] reads a `metrics.csv` of [`MetricsWriter`] back into [`EvalRow`]s;
 //! [`RunData::load`] reads a whole run directory (skipping `#` comment lines, finding columns
 //! by name, an empty cell meaning "not measured"). The functions of the `data` module
 //! ([`metric_series`], [`staleness_histograms`], [`band`], [`utilization`], ...) turn those rows
@@ -32,7 +30,6 @@ mod error;
 mod figure;
 mod fsutil;
 mod json;
-mod metrics;
 mod plot;
 mod report;
 mod rundir;
@@ -44,7 +41,6 @@ pub use data::{
 };
 pub use error::{Error, Result};
 pub use json::write_json;
-pub use metrics::{EvalRow, METRICS_HEADER, MetricsWriter, read_metrics};
 pub use plot::{LinePlot, PALETTE, PLOT_HEIGHT, PLOT_WIDTH, Series, line_plot};
 pub use report::{report_html, write_report};
 pub use rundir::{

@@ -182,8 +182,5 @@ fn read_only_directory_names_the_path() {
     }
     let err = line_plot(&locked, "loss", &plot(&curves(), false)).unwrap_err();
     assert!(err.to_string().contains("locked"), "{err}");
-    let err = dasim_reports::MetricsWriter::create(locked.join("metrics.csv")).unwrap_err();
-    assert!(err.to_string().starts_with("cannot create "), "{err}");
-    assert!(err.to_string().contains("locked/metrics.csv"), "{err}");
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
 }

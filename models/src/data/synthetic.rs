@@ -158,39 +158,7 @@ pub fn least_squares(data: &Dataset) -> Option<LeastSquares> {
             }
         }
     }
-    // Cholesky: a = L Lᵀ, L stored in the lower triangle.
-    let trace: f64 = (0..m).map(|p| a[p * m + p]).sum();
-    for p in 0..m {
-        for q in 0..=p {
-            let mut s = a[p * m + q];
-            for k in 0..q {
-                s -= a[p * m + k] * a[q * m + k];
-            }
-            if p == q {
-                if s <= 1e-12 * trace {
-                    return None;
-                }
-                a[p * m + p] = s.sqrt();
-            } else {
-                a[p * m + q] = s / a[q * m + q];
-            }
-        }
-    }
-    // Solve L u = b, then Lᵀ β = u.
-    for p in 0..m {
-        let mut s = b[p];
-        for k in 0..p {
-            s -= a[p * m + k] * b[k];
-        }
-        b[p] = s / a[p * m + p];
-    }
-    for p in (0..m).rev() {
-        let mut s = b[p];
-        for k in p + 1..m {
-            s -= a[k * m + p] * b[k];
-        }
-        b[p] = s / a[p * m + p];
-    }
+    let mut b = crate::convex::cholesky_solve(&mut a, b, m)?;
     let mut sq = 0.0;
     for (i, x) in data.features.chunks_exact(d).enumerate() {
         let pred: f64 = x
