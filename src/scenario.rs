@@ -198,14 +198,8 @@ impl Loaded {
             let hint = message.starts_with("unknown field").then(|| {
                 "check the spelling against the scenario reference in the book".to_string()
             });
-            Box::new(locate(
-                path,
-                &text,
-                span.map(|s| s.start),
-                None,
-                message,
-                hint,
-            ))
+            let offset = span.map(|s| unknown_key_offset(&text, s.start, &message));
+            Box::new(locate(path, &text, offset, None, message, hint))
         })?;
         let loaded = Loaded {
             scenario,
@@ -250,6 +244,43 @@ impl Loaded {
 }
 
 /// The byte offset of the value at `path`, or of its deepest ancestor present in the text.
+/// Where to point for a parse error at `offset`: for "unknown field `k`" reported at a table
+/// header (serde reports keys of internally tagged tables, such as `[topology]` or a
+/// `[[cluster.stragglers]]` entry, at the table), the line of key `k` inside that table;
+/// otherwise `offset` itself.
+fn unknown_key_offset(text: &str, offset: usize, message: &str) -> usize {
+    let Some(key) = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next())
+    else {
+        return offset;
+    };
+    if !text[offset..].starts_with('[') {
+        return offset;
+    }
+    let mut at = offset
+        + text[offset..]
+            .find('\n')
+            .map_or(text.len() - offset, |i| i + 1);
+    for line in text[at..].split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            break;
+        }
+        let name = trimmed
+            .split('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches('"');
+        if trimmed.contains('=') && name == key {
+            return at + (line.len() - trimmed.len());
+        }
+        at += line.len();
+    }
+    offset
+}
+
 fn span_of(text: &str, path: &FieldPath) -> Option<usize> {
     let table = DeTable::parse(text).ok()?;
     let root = toml::Spanned::new(table.span(), DeValue::Table(table.into_inner()));
@@ -349,6 +380,22 @@ kind = "allreduce"
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn unknown_keys_of_tagged_tables_point_at_the_key() {
+        // serde reports these at the table header; the error points at the key's own line.
+        let text = format!("{GOOD}[topology]\nkind = \"ring\"\n\npeers = 2\n");
+        let e = load(&text).unwrap_err();
+        assert!(e.message.contains("unknown field `peers`"), "{}", e.message);
+        assert_eq!((e.line, e.column), (Some(12), Some(1)));
+        let text = GOOD.replace(
+            "workers = 4",
+            "workers = 4\n[[cluster.stragglers]]\nworkers = [1]\n  factr = 2.0",
+        );
+        let e = load(&text).unwrap_err();
+        assert!(e.message.contains("unknown field `factr`"), "{}", e.message);
+        assert_eq!((e.line, e.column), (Some(7), Some(3)));
     }
 
     #[test]
