@@ -6,28 +6,10 @@ mod common;
 mod images;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
-use images::{check_svg, decode_png};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("reports/tests/fixtures")
-        .join(name)
-}
-
-/// A writable copy of a fixture run directory (hand-written to the run-directory contract).
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join(name);
-    fs::create_dir(&dir).unwrap();
-    for entry in fs::read_dir(fixture(name)).unwrap() {
-        let entry = entry.unwrap();
-        fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
-    (tmp, dir)
-}
+use images::{check_svg, copy_fixture, decode_png, fixture};
 
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

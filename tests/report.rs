@@ -13,13 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use images::{Image, decode_png};
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("reports/tests/fixtures")
-        .join(name)
-}
+use images::{Image, decode_png, fixture};
 
 /// Writes the report of the fixture run `run-a` to `out` and returns its text.
 fn fixture_report(out: &Path) -> String {

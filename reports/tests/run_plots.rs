@@ -6,32 +6,14 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use common::{Image, check_svg, decode_png};
+use common::{Image, check_svg, copy_fixture, decode_png, fixture};
 use dasim_reports::{
     Activity, Error, LogCurve, Metric, MetricRow, RunData, XAxis, band, metric_series, plot_run,
     plot_run_to, plot_runs, range_series, report_html, staleness_histograms, timeline_lanes,
     utilization,
 };
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-/// A writable copy of a fixture run directory.
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join(name);
-    fs::create_dir(&dir).unwrap();
-    for entry in fs::read_dir(fixture(name)).unwrap() {
-        let entry = entry.unwrap();
-        fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
-    (tmp, dir)
-}
 
 fn algs(data: &RunData) -> Vec<&str> {
     data.algorithms.iter().map(String::as_str).collect()

@@ -1,8 +1,35 @@
-//! Checks shared by the plot and report tests: decode a PNG, check an SVG is well-formed XML.
-//! (Also used by the `dasim` package's tests, through `#[path]`.)
+//! Checks shared by the plot and report tests: the fixture run directories, decode a PNG, check
+//! an SVG is well-formed XML. (Also used by the `dasim` package's tests, through `#[path]`.)
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The hand-written fixture run directory `name` (`reports/tests/fixtures/NAME`), from the tests
+/// of either package.
+pub fn fixture(name: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let here = manifest.join("tests/fixtures");
+    let dir = if here.is_dir() {
+        here
+    } else {
+        manifest.join("reports/tests/fixtures")
+    };
+    dir.join(name)
+}
+
+/// A writable copy of a fixture run directory.
+pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(name);
+    fs::create_dir(&dir).unwrap();
+    for entry in fs::read_dir(fixture(name)).unwrap() {
+        let entry = entry.unwrap();
+        fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    (tmp, dir)
+}
 
 /// A decoded image, as 8-bit RGB pixels (alpha dropped), row by row.
 #[derive(Debug)]
