@@ -24,68 +24,14 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use dasim_reports::columns::{
+    GRADIENTS, LINKS, MESSAGES, METRICS, SERIES, STALENESS, TIMELINE, UTILIZATION, WAITS,
+};
 use dasim_sim::record::{Activity, GradientRecord, MessageRecord, RunRecord};
 use dasim_sim::run::EvalPoint;
 use dasim_sim::time::SimTime;
 
 use crate::{Error, Result};
-
-/// The columns of `metrics.csv`.
-pub const METRICS: &[&str] = &[
-    "algorithm",
-    "time_s",
-    "worker_steps",
-    "epoch",
-    "loss",
-    "accuracy",
-    "train_loss",
-    "consensus",
-    "replica_loss_min",
-    "replica_loss_mean",
-    "replica_loss_max",
-    "replica_accuracy_min",
-    "replica_accuracy_mean",
-    "replica_accuracy_max",
-    "suboptimality",
-];
-/// The columns of `series.csv`.
-pub const SERIES: &[&str] = &["algorithm", "time_s", "name", "value"];
-/// The columns of `staleness.csv`.
-pub const STALENESS: &[&str] = &["algorithm", "measure", "worker", "value", "count"];
-/// The columns of `utilization.csv`.
-pub const UTILIZATION: &[&str] = &[
-    "algorithm",
-    "worker",
-    "steps",
-    "compute_s",
-    "communicate_s",
-    "blocked_s",
-    "idle_s",
-];
-/// The columns of `waits.csv`.
-pub const WAITS: &[&str] = &["algorithm", "worker", "waited_for", "seconds"];
-/// The columns of `links.csv`.
-pub const LINKS: &[&str] = &["algorithm", "src", "dst", "messages", "bytes", "busy_s"];
-/// The columns of `timeline.csv`.
-pub const TIMELINE: &[&str] = &[
-    "algorithm",
-    "worker",
-    "activity",
-    "start_s",
-    "end_s",
-    "waited_for",
-];
-/// The columns of `gradients.csv`.
-pub const GRADIENTS: &[&str] = &[
-    "algorithm",
-    "worker",
-    "row",
-    "read_s",
-    "apply_s",
-    "staleness",
-];
-/// The columns of `messages.csv`.
-pub const MESSAGES: &[&str] = &["algorithm", "src", "dst", "bytes", "send_s", "arrive_s"];
 
 /// The git revision this dasim was built from (`unknown` outside a git checkout).
 pub const GIT_REVISION: &str = env!("DASIM_GIT_REVISION");

@@ -25,6 +25,7 @@
 //! Every failure is an [`Error`] that names the path involved.
 
 mod charts;
+pub mod columns;
 mod data;
 mod error;
 mod figure;

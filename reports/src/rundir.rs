@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::{Error, Result};
+use crate::{Error, Result, columns};
 
 /// The stamp of a run's CSV files: `# dasim <version> git=<revision> scenario_sha256=<hex>`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -262,7 +262,7 @@ impl RunData {
         if let Some(t) = read("metrics.csv", &["algorithm", "time_s"])? {
             data.metrics = t.rows(metric_row)?;
         }
-        if let Some(t) = read("series.csv", &["algorithm", "time_s", "name", "value"])? {
+        if let Some(t) = read("series.csv", columns::SERIES)? {
             data.series = t.rows(|r| {
                 Ok(SeriesRow {
                     algorithm: r.text("algorithm")?.to_owned(),
@@ -272,10 +272,7 @@ impl RunData {
                 })
             })?;
         }
-        if let Some(t) = read(
-            "staleness.csv",
-            &["algorithm", "measure", "worker", "value", "count"],
-        )? {
+        if let Some(t) = read("staleness.csv", columns::STALENESS)? {
             data.staleness = t.rows(|r| {
                 Ok(StalenessRow {
                     algorithm: r.text("algorithm")?.to_owned(),
@@ -286,18 +283,7 @@ impl RunData {
                 })
             })?;
         }
-        if let Some(t) = read(
-            "utilization.csv",
-            &[
-                "algorithm",
-                "worker",
-                "steps",
-                "compute_s",
-                "communicate_s",
-                "blocked_s",
-                "idle_s",
-            ],
-        )? {
+        if let Some(t) = read("utilization.csv", columns::UTILIZATION)? {
             data.utilization = t.rows(|r| {
                 Ok(UtilizationRow {
                     algorithm: r.text("algorithm")?.to_owned(),
@@ -310,6 +296,7 @@ impl RunData {
                 })
             })?;
         }
+        // `waited_for` may be absent: only blocked intervals have one.
         if let Some(t) = read(
             "timeline.csv",
             &["algorithm", "worker", "activity", "start_s", "end_s"],
