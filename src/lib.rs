@@ -31,6 +31,9 @@ pub enum Error {
     /// Bad command-line flags.
     #[error("{0}")]
     Usage(String),
+    /// The run would not fit in memory (refused before it starts).
+    #[error("{0}")]
+    Memory(String),
     /// Another I/O failure.
     #[error("{context}: {source}")]
     Io {

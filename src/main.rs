@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 
 use dasim::runner::{build_system, load_problem, partition};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
-use dasim_models::BackendChoice;
+use dasim_models::{BackendChoice, Execution};
 
 /// A deterministic simulator of asynchronous and decentralized SGD on a training cluster.
 #[derive(Parser, Debug)]
@@ -35,6 +35,17 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
+        /// Threads for the gradient passes (default: every core). Results do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Gradient requests per forward/backward pass at most (default: every pending one).
+        /// Bounds the memory of a pass; results do not depend on it.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        max_batch: Option<u64>,
+        /// Refuse to start when the memory estimate exceeds this size, e.g. 4GiB (default: the
+        /// memory available on this machine).
+        #[arg(long)]
+        memory_limit: Option<dasim_models::Bytes>,
     },
     /// Print what a scenario or flags describe.
     #[command(subcommand)]
@@ -78,7 +89,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             match e {
-                Error::Scenario(_) | Error::Usage(_) => ExitCode::from(2),
+                Error::Scenario(_) | Error::Usage(_) | Error::Memory(_) => ExitCode::from(2),
                 // A run directory that is missing, not one, or malformed is bad input.
                 Error::Reports(r) if reads_runs && r.is_input() => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
@@ -128,17 +139,36 @@ fn execute(command: Command) -> dasim::Result<()> {
             out,
             backend,
             quiet,
+            threads,
+            max_batch,
+            memory_limit,
         } => {
             let loaded = Loaded::from_file(&scenario)?;
+            let threads = match threads {
+                Some(0) => return Err(Error::Usage("--threads must be at least 1".into())),
+                Some(t) => t,
+                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            };
+            // One pool for the whole run: the store's flush groups and the backend's own
+            // parallel kernels share it, so `--threads 1` is one thread.
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build_global()
+                .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
             let backend = dasim_models::backend::select(backend)?;
-            eprintln!("backend: {backend}");
+            eprintln!("backend: {backend}, {threads} thread(s)");
             let opts = RunOptions {
                 backend,
                 out: out.clone(),
                 progress: !quiet,
+                execution: Execution {
+                    threads,
+                    max_batch: max_batch.map(|m| m as usize),
+                },
+                memory_limit: memory_limit.map(|b| b.0),
             };
             let summary = run_scenario(&loaded, &opts)?;
-            for r in &summary.runs {
+            for (r, t) in summary.runs.iter().zip(&summary.timings) {
                 // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
                 let mut accuracy = if r.final_accuracy.is_finite() {
                     format!("  accuracy {:.2}%", r.final_accuracy * 100.0)
@@ -149,14 +179,21 @@ fn execute(command: Command) -> dasim::Result<()> {
                     accuracy.push_str(&format!("  f-f* {gap:.3e}"));
                 }
                 println!(
-                    "{:<12} sim {:>8.3} s  {:>7} steps  {:>8.1} steps/s(sim)  epochs {:>6.2}  test loss {:.4}{accuracy}  wall {:.1} s",
+                    "{:<12} sim {:>8.3} s  {:>7} steps  {:>8.1} steps/s(sim)  epochs {:>6.2}  test loss {:.4}{accuracy}",
                     r.algorithm,
                     r.sim_time_s,
                     r.worker_steps,
                     r.steps_per_sim_s,
                     r.epochs,
                     r.final_loss,
-                    r.wall_time_s
+                );
+                println!(
+                    "{:<12} wall {:.2} s  {:.0} steps/s(wall)  {:.3} sim s/wall s  gradient math {:.0}% of wall",
+                    "",
+                    t.wall_time_s,
+                    t.worker_steps_per_wall_s,
+                    t.sim_s_per_wall_s,
+                    100.0 * t.gradient_share
                 );
             }
             println!("results in {}", out.display());

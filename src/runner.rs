@@ -16,7 +16,8 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use dasim_models::{Backend, Problem};
+use dasim_models::memory::{self, Bytes, MemoryEstimate, RunShape};
+use dasim_models::{Backend, Execution, Problem};
 use dasim_reports::write_json;
 use dasim_sim::ConfigError;
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
@@ -39,6 +40,12 @@ pub struct RunOptions {
     pub out: PathBuf,
     /// Show a progress bar on stderr.
     pub progress: bool,
+    /// How the store executes gradient flushes (threads, batch limit); results do not depend
+    /// on it.
+    pub execution: Execution,
+    /// Refuse to start when the memory estimate exceeds this many bytes (default: the memory
+    /// the machine has available).
+    pub memory_limit: Option<u64>,
 }
 
 /// One algorithm's totals in `summary.json`.
@@ -52,8 +59,6 @@ pub struct AlgorithmSummary {
     pub backend: String,
     /// Simulated time at the stop, in seconds.
     pub sim_time_s: f64,
-    /// Host wall-clock time of the run, in seconds.
-    pub wall_time_s: f64,
     /// Events handled.
     pub events: u64,
     /// Gradients applied, summed over workers.
@@ -70,14 +75,11 @@ pub struct AlgorithmSummary {
     pub messages: u64,
     /// Bytes sent.
     pub bytes: u64,
-    /// Batched gradient passes run by the store.
+    /// Flushes of the pending gradient requests (each one batched forward/backward pass unless
+    /// the execution settings cut it into groups; see `timings.json`'s `gradient_passes`).
     pub gradient_flushes: u64,
     /// Gradients requested.
     pub gradient_requests: u64,
-    /// Host wall time in batched forward/backward passes, in seconds.
-    pub gradient_wall_s: f64,
-    /// Host wall time evaluating, in seconds.
-    pub eval_wall_s: f64,
     /// Staleness of every applied gradient: the updates the target model received between the
     /// read the gradient was computed on and its application (`dasim_sim::tracked`); absent when
     /// no gradient was applied.
@@ -161,6 +163,42 @@ pub struct Utilization {
     pub idle: f64,
 }
 
+/// How fast one algorithm ran on this host: `timings.json`, apart from `summary.json` so that
+/// the simulation's own results stay byte-identical from run to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostTimings {
+    /// Label of the algorithm.
+    pub algorithm: String,
+    /// Host wall-clock time of the run, in seconds.
+    pub wall_time_s: f64,
+    /// Host wall time in batched forward/backward passes, in seconds.
+    pub gradient_wall_s: f64,
+    /// Host wall time evaluating, in seconds.
+    pub eval_wall_s: f64,
+    /// Share of the wall time in gradient math (`gradient_wall_s / wall_time_s`).
+    pub gradient_share: f64,
+    /// Forward/backward passes run: the flushes of `summary.json`, cut into groups by
+    /// `--threads` and `--max-batch`.
+    pub gradient_passes: u64,
+    /// Worker steps per wall-clock second.
+    pub worker_steps_per_wall_s: f64,
+    /// Simulated seconds per wall-clock second.
+    pub sim_s_per_wall_s: f64,
+}
+
+/// `timings.json`: the host, the execution settings and each algorithm's speed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timings {
+    /// Threads a flush was spread over.
+    pub threads: usize,
+    /// Requests per forward/backward pass at most; `None`: unlimited.
+    pub max_batch: Option<usize>,
+    /// The memory estimate made before the run, in bytes.
+    pub memory_estimate_bytes: u64,
+    /// One entry per algorithm, in scenario order.
+    pub runs: Vec<HostTimings>,
+}
+
 /// `summary.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
@@ -184,6 +222,9 @@ pub struct Summary {
     pub params: usize,
     /// One entry per algorithm, in scenario order.
     pub runs: Vec<AlgorithmSummary>,
+    /// How fast each algorithm ran (written to `timings.json`, not to `summary.json`).
+    #[serde(skip)]
+    pub timings: Vec<HostTimings>,
 }
 
 struct Recorder<'a> {
@@ -321,11 +362,58 @@ fn resolved(loaded: &Loaded) -> String {
     kept
 }
 
+/// The memory the scenario's largest run will need (the algorithm with the most rows).
+pub fn memory_estimate(loaded: &Loaded, problem: &Problem, execution: Execution) -> MemoryEstimate {
+    let s = &loaded.scenario;
+    let n = s.cluster.workers;
+    let extra = s
+        .algorithms
+        .iter()
+        .map(|a| a.extra_nodes())
+        .max()
+        .unwrap_or(0);
+    MemoryEstimate::new(RunShape {
+        model: &problem.model,
+        workers: n,
+        rows: n + extra,
+        batch: s.data.batch_size,
+        momentum: s.optimizer.momentum > 0.0,
+        data_floats: problem.data_floats(),
+        max_batch: execution.max_batch,
+    })
+}
+
+/// Refuses, before anything is written, a run whose memory estimate exceeds `limit` (or, when
+/// not given, the memory the machine has available), saying what would help.
+pub fn check_memory(estimate: &MemoryEstimate, limit: Option<u64>) -> Result<()> {
+    let (limit, what) = match limit {
+        Some(l) => (l, "the limit set by --memory-limit"),
+        None => match memory::available() {
+            Some(a) => (a, "the memory available on this machine"),
+            None => return Ok(()),
+        },
+    };
+    if estimate.total() <= limit {
+        return Ok(());
+    }
+    Err(Error::Memory(format!(
+        "this run needs an estimated {estimate}, more than {what} ({}); \
+         hint: use fewer workers, a smaller model or minibatch, `--max-batch` to evaluate fewer \
+         gradients per pass, or `--backend flex` to train in main memory",
+        Bytes(limit)
+    )))
+}
+
 /// Runs every algorithm of the scenario and writes the run directory.
 pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
     let s = &loaded.scenario;
     let problem = load_problem(loaded)?;
     let backend = &opts.backend;
+    let estimate = memory_estimate(loaded, &problem, opts.execution);
+    check_memory(&estimate, opts.memory_limit)?;
+    if opts.progress {
+        eprintln!("memory: estimated {estimate}");
+    }
     std::fs::create_dir_all(&opts.out)
         .map_err(io(format!("cannot create {}", opts.out.display())))?;
     let scenario_out = opts.out.join("scenario.toml");
@@ -359,6 +447,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
         workers: s.cluster.workers,
         params: problem.model.num_params(),
         runs: Vec::new(),
+        timings: Vec::new(),
     };
 
     for alg in &s.algorithms {
@@ -380,6 +469,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             s.data.batch_size,
             s.optimizer.clone(),
             s.seed,
+            opts.execution,
         );
         let (cluster, network, topology) = build_system(loaded, &problem, alg)?;
         let mut world = World::new(
@@ -415,7 +505,6 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             kind: alg.kind().into(),
             backend: backend.name.into(),
             sim_time_s: outcome.sim_time.as_secs_f64(),
-            wall_time_s: wall,
             events: outcome.events,
             worker_steps: outcome.worker_steps,
             steps_per_sim_s: outcome.worker_steps as f64
@@ -427,8 +516,6 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             bytes: outcome.network.bytes,
             gradient_flushes: stats.flushes,
             gradient_requests: stats.requests,
-            gradient_wall_s: stats.gradient_wall.as_secs_f64(),
-            eval_wall_s: stats.eval_wall.as_secs_f64(),
             staleness: Distribution::of(&record.staleness()),
             message_age: Distribution::of(&record.message_ages()),
             dasgd: outcome
@@ -458,10 +545,32 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
                 idle,
             },
         });
+        let gradient_wall_s = stats.gradient_wall.as_secs_f64();
+        summary.timings.push(HostTimings {
+            algorithm: label.clone(),
+            wall_time_s: wall,
+            gradient_wall_s,
+            eval_wall_s: stats.eval_wall.as_secs_f64(),
+            gradient_share: gradient_wall_s / wall.max(1e-12),
+            gradient_passes: stats.passes,
+            worker_steps_per_wall_s: outcome.worker_steps as f64 / wall.max(1e-12),
+            sim_s_per_wall_s: outcome.sim_time.as_secs_f64() / wall.max(1e-12),
+        });
         write_json(opts.out.join("summary.json"), &summary)?;
-        // Every file of this algorithm is on disk: redraw every plot from the files, so the
-        // plots of a run and of `dasim plot` are the same by construction.
-        dasim_reports::plot_run(&opts.out)?;
+        write_json(
+            opts.out.join("timings.json"),
+            &Timings {
+                threads: opts.execution.threads,
+                max_batch: opts.execution.max_batch,
+                memory_estimate_bytes: estimate.total(),
+                runs: summary.timings.clone(),
+            },
+        )?;
     }
+    // Every file of every algorithm is on disk: draw every plot once, from the files, so the
+    // plots of a run and of `dasim plot` are the same by construction. (Not after each
+    // algorithm: at 1,024 workers redrawing is not free, and `dasim plot` draws an interrupted
+    // run's plots from the files it kept.)
+    dasim_reports::plot_run(&opts.out)?;
     Ok(summary)
 }

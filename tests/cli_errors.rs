@@ -157,3 +157,71 @@ fn every_shipped_scenario_validates() {
     }
     assert!(seen >= 1);
 }
+
+/// A run whose memory estimate exceeds the limit is refused before anything is written, with
+/// the estimate and what would help.
+#[test]
+fn memory_estimate_over_the_limit_is_refused_before_the_run() {
+    let (dir, path) = scenario(SMALL, "big.toml");
+    let out = dir.path().join("out");
+    let o = dasim(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--backend",
+        "flex",
+        "--quiet",
+        "--memory-limit",
+        "1KiB",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for needle in [
+        "estimated",
+        "parameters",
+        "more than the limit set by --memory-limit (1.0 KiB)",
+        "hint: use fewer workers",
+    ] {
+        assert!(err.contains(needle), "`{needle}` not in:\n{err}");
+    }
+    assert!(!out.exists(), "a refused run writes nothing");
+    // The same run under a generous limit goes ahead.
+    let o = dasim(&[
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--backend",
+        "flex",
+        "--quiet",
+        "--memory-limit",
+        "4GiB",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn zero_threads_and_batches_are_usage_errors() {
+    let (dir, path) = scenario(SMALL, "s.toml");
+    for (flag, value) in [
+        ("--threads", "0"),
+        ("--max-batch", "0"),
+        ("--memory-limit", "3 parsecs"),
+    ] {
+        let o = dasim(&[
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            dir.path().join("out").to_str().unwrap(),
+            "--quiet",
+            flag,
+            value,
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(flag) || err.contains("parsecs"), "{err}");
+        assert!(!dir.path().join("out").exists());
+    }
+}

@@ -40,6 +40,7 @@ fn a_run_writes_every_output_and_is_byte_reproducible() {
         "timeline.csv",
         "partition.csv",
         "scenario.toml",
+        "summary.json",
     ] {
         let csv_a = std::fs::read(a.join(f)).unwrap_or_else(|_| panic!("{f} missing"));
         let csv_b = std::fs::read(b.join(f)).unwrap();
@@ -76,7 +77,6 @@ fn a_run_writes_every_output_and_is_byte_reproducible() {
             "algorithm",
             "backend",
             "sim_time_s",
-            "wall_time_s",
             "events",
             "worker_steps",
             "epochs",
@@ -87,6 +87,90 @@ fn a_run_writes_every_output_and_is_byte_reproducible() {
         }
         assert_eq!(r["backend"], "flex");
         assert_eq!(r["sim_time_s"], 0.5);
+        assert!(
+            r.get("wall_time_s").is_none(),
+            "host timings stay out of summary.json: {r}"
+        );
+    }
+    // The host's speed goes beside it, one entry per algorithm.
+    let timings: Value =
+        serde_json::from_slice(&std::fs::read(a.join("timings.json")).unwrap()).unwrap();
+    let runs = timings["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        for key in [
+            "wall_time_s",
+            "gradient_wall_s",
+            "eval_wall_s",
+            "gradient_share",
+            "gradient_passes",
+            "worker_steps_per_wall_s",
+            "sim_s_per_wall_s",
+        ] {
+            assert!(r[key].as_f64().unwrap() >= 0.0, "timings lack {key}: {r}");
+        }
+    }
+    assert!(timings["memory_estimate_bytes"].as_u64().unwrap() > 0);
+}
+
+/// Every file a run writes but `timings.json` (the host's speed), for comparisons.
+fn outputs(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "csv" || e == "json"))
+        .filter(|p| p.file_name().unwrap() != "timings.json")
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// How the store executes — how many threads, how many requests per forward/backward pass —
+/// changes nothing a run writes: every replica's gradient is computed on its own, and losses are
+/// summed on the host in request order.
+#[test]
+fn threads_and_batch_limits_give_byte_identical_outputs() {
+    // Momentum, a straggler and both a synchronous flush of every worker (all-reduce) and
+    // asynchronous single requests (AD-PSGD); 16 workers so that flushes split unevenly.
+    let text = SMALL.replace("workers = 8", "workers = 16");
+    let (dir, path) = scenario(&text, "s.toml");
+    let run = |name: &str, flags: &[&str]| {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--backend",
+            "flex",
+            "--quiet",
+        ];
+        args.extend_from_slice(flags);
+        let o = dasim(&args);
+        assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
+        outputs(&out)
+    };
+    let reference = run("t1", &["--threads", "1"]);
+    assert!(
+        reference.len() >= 8,
+        "{:?}",
+        reference.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for (name, flags) in [
+        ("t2", &["--threads", "2"][..]),
+        ("t3", &["--threads", "3"]),
+        ("b1", &["--threads", "1", "--max-batch", "1"]),
+        ("b5", &["--threads", "2", "--max-batch", "5"]),
+    ] {
+        let other = run(name, flags);
+        assert_eq!(other.len(), reference.len());
+        for ((f, a), (_, b)) in reference.iter().zip(&other) {
+            assert!(a == b, "{f} differs with {flags:?}");
+        }
     }
 }
 

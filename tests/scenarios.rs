@@ -35,6 +35,8 @@ fn every_scenario_trains_every_algorithm() {
             backend: select(BackendChoice::Flex).unwrap(),
             out: out.path().to_path_buf(),
             progress: false,
+            execution: Default::default(),
+            memory_limit: None,
         };
         let summary =
             run_scenario(&loaded, &opts).unwrap_or_else(|e| panic!("{}: {e}", file.display()));

@@ -405,6 +405,17 @@ impl LeNet {
             + self.fc.iter().map(Linear::flops).sum::<u64>()
     }
 
+    /// Floats of activation one sample keeps through a training pass: the image, each
+    /// convolution's output, its activation and its pooled map, and the dense layers' outputs
+    /// before and after activation (for the memory estimate).
+    pub fn activations_per_sample(&self) -> u64 {
+        let image = self.shape.channels * self.shape.height * self.shape.width;
+        let map = |c: &Conv, [h, w]: [usize; 2]| c.cout * h * w;
+        let convs = map(&self.conv1, self.maps[0]) + map(&self.conv2, self.maps[1]);
+        let dense: usize = self.fc.iter().map(|l| 2 * l.fan_out).sum();
+        (image + 2 * convs + convs / 4 + dense) as u64
+    }
+
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule).
     pub fn train_flops_per_sample(&self) -> f64 {

@@ -18,10 +18,12 @@ pub mod convex;
 pub mod data;
 pub mod error;
 pub mod lenet;
+pub mod memory;
 pub mod mlp;
 pub mod model;
 pub mod quadratic;
 pub mod resnet;
+pub mod rows;
 pub mod store;
 
 pub use backend::{Backend, BackendChoice};
@@ -31,11 +33,12 @@ pub use data::{
 };
 pub use error::{Error, Result};
 pub use lenet::LeNet;
+pub use memory::{Bytes, MemoryEstimate};
 pub use mlp::{Activation, Mlp};
 pub use model::{Loss, Model, ModelConfig};
 pub use quadratic::QuadraticStore;
 pub use resnet::ResNet;
-pub use store::{BurnStore, RunStore, StoreStats};
+pub use store::{BurnStore, Execution, RunStore, StoreStats};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -259,8 +262,9 @@ impl Problem {
         }
     }
 
-    /// The store a run drives, with one replica per shard: a [`BurnStore`] on `device`, or for
-    /// the quadratic a [`QuadraticStore`] (exact, on the host; `device` and `batch` unused).
+    /// The store a run drives, with one replica per shard: a [`BurnStore`] on `device` executing
+    /// as `execution` says, or for the quadratic a [`QuadraticStore`] (exact, on the host;
+    /// `device`, `batch` and `execution` unused).
     pub fn run_store(
         &self,
         device: burn::tensor::Device,
@@ -268,13 +272,23 @@ impl Problem {
         batch: usize,
         optimizer: OptimizerConfig,
         seed: u64,
+        execution: Execution,
     ) -> Box<dyn RunStore> {
         match &self.model {
             Model::Quadratic(shape) => {
                 Box::new(QuadraticStore::new(*shape, shards.len(), optimizer, seed))
             }
-            _ => Box::new(self.store_with_shards(device, shards, batch, optimizer, seed)),
+            _ => Box::new(
+                self.store_with_shards(device, shards, batch, optimizer, seed)
+                    .with_threads(execution.threads)
+                    .with_max_batch(execution.max_batch),
+            ),
         }
+    }
+
+    /// Features of the training and test splits together (numbers), for the memory estimate.
+    pub fn data_floats(&self) -> usize {
+        self.split.train.features.len() + self.split.test.features.len()
     }
 }
 

@@ -76,6 +76,13 @@ impl Mlp {
             .sum()
     }
 
+    /// Floats of activation one sample keeps through a training pass: the input, and every
+    /// layer's output before and after its activation (for the memory estimate).
+    pub fn activations_per_sample(&self) -> u64 {
+        let input = self.layers.first().map_or(0, |l| l.fan_in);
+        (input + self.layers.iter().map(|l| 2 * l.fan_out).sum::<usize>()) as u64
+    }
+
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule), used to derive step times from a device speed.
     pub fn train_flops_per_sample(&self) -> f64 {

@@ -326,6 +326,19 @@ impl Model {
         }
     }
 
+    /// Floats of activation one training sample keeps through a forward and backward pass (an
+    /// estimate, for [`crate::memory`]); the quadratic keeps none.
+    pub fn activations_per_sample(&self) -> u64 {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.activations_per_sample()
+            }
+            Model::LeNet(m) => m.activations_per_sample(),
+            Model::ResNet(m) => m.activations_per_sample(),
+            Model::Quadratic(_) => 0,
+        }
+    }
+
     /// FLOPs of one training sample: forward and backward, three times the forward pass (the
     /// usual rule), used to derive step times from a device speed.
     pub fn train_flops_per_sample(&self) -> f64 {

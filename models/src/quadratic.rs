@@ -83,6 +83,7 @@ impl ReplicaStore for QuadraticStore {
         // Eager: every request is its own "pass".
         self.stats.requests += 1;
         self.stats.flushes += 1;
+        self.stats.passes += 1;
         self.inner.request_gradient_scaled(worker, scale)
     }
 

@@ -246,6 +246,19 @@ impl ResNet {
         flops + self.fc.flops()
     }
 
+    /// Floats of activation one sample keeps through a training pass: the image, and for every
+    /// convolution its output, the batch-normalized map and the activation (plus each block's
+    /// sum), and the logits (for the memory estimate).
+    pub fn activations_per_sample(&self) -> u64 {
+        let image = self.shape.channels * self.shape.height * self.shape.width;
+        let map = |c: &Conv, [h, w]: [usize; 2]| c.cout * h * w;
+        let mut floats = image + 3 * map(&self.stem, [self.shape.height, self.shape.width]);
+        for b in &self.blocks {
+            floats += 3 * map(&b.conv1, b.map) + 4 * map(&b.conv2, b.map);
+        }
+        (floats + self.classes) as u64
+    }
+
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule).
     pub fn train_flops_per_sample(&self) -> f64 {

@@ -1,15 +1,22 @@
-//! The replica store on burn: every replica in one `[rows, params]` tensor.
+//! The replica store on burn: parameters on the host, gradients batched on the device.
 //!
-//! - **Stacked replicas.** Row `i < workers` of `params` is worker `i`'s model; rows after them
-//!   are an algorithm's extra models (a parameter server's); `velocity` holds the momentum
-//!   buffers the same way. Averaging, mixing, momentum, weight decay and block updates are row
-//!   operations. Message buffers (what a worker sent) are `[1, params]` tensors beside them.
-//! - **Lazy, batched gradients.** [`ReplicaStore::request_gradient`] copies the worker's row (the
-//!   snapshot it read) and draws its minibatch indices from the worker's data stream, and returns
-//!   at once. The first time a result is needed, every pending request is evaluated together:
-//!   snapshots stacked into `[R, params]`, minibatches gathered into `[R, batch, inputs]`, one
-//!   forward and one backward pass on the autodiff device. Requests and uses come in event order,
-//!   so the batches are the same on every run.
+//! - **Rows on the host, copy-on-write.** Row `i < workers` is worker `i`'s model; rows after
+//!   them are an algorithm's extra models (a parameter server's). Every row is its own buffer
+//!   ([`crate::rows`]), so the optimizer step, averaging, mixing and block copies are `O(P)`
+//!   loops over the rows they touch, with no tensor dispatch and nothing proportional to the
+//!   number of rows. Message buffers (what a worker sent) are buffers of the same kind; a plain
+//!   copy of a row shares the row's buffer until the row is next written.
+//! - **Lazy, batched gradients.** [`ReplicaStore::request_gradient`] takes a reference to the
+//!   worker's row (the snapshot it read, in `O(1)`) and draws its minibatch indices from the
+//!   worker's data stream, and returns at once. The first time a result is needed, every pending
+//!   request is evaluated together: snapshots stacked into `[R, params]` and uploaded in one
+//!   transfer, minibatches gathered into `[R, batch, inputs]`, one forward and one backward pass
+//!   on the autodiff device, gradients and losses read back in one transfer. Requests and uses
+//!   come in event order, so the batches are the same on every run. A flush may be cut into
+//!   groups ([`BurnStore::with_max_batch`]) and the groups evaluated on several threads
+//!   ([`BurnStore::with_threads`]); each replica's gradient is computed on its own (a batched
+//!   matrix product per replica, reductions over its own minibatch), so the numbers are the same
+//!   for every grouping and every number of threads.
 //! - **Losses follow the data.** Softmax cross-entropy for class labels, `½·(ŷ − y)²` for real
 //!   targets ([`Loss`]), the mean over the minibatch, plus `½·l2·‖θ‖²` for the convex models.
 //! - **Model state.** A model with batch normalization keeps its running statistics as the last
@@ -29,17 +36,18 @@
 //! - **No autodiff outside the gradient pass.** Parameters, updates and evaluation live on the
 //!   plain device; only the stacked snapshots of a flush are moved to the autodiff device, and
 //!   their graph is consumed by the backward pass, so nothing leaks.
-//! - **Few host reads.** Training losses are summed on the device and read only at evaluation
-//!   points; an evaluation runs the test split in chunks of [`EVAL_CHUNK`] samples and reads
-//!   loss and accuracy in one transfer. The suboptimality of a convex model reads its row (`P`
-//!   numbers) and evaluates the training objective in `f64` on the host ([`crate::convex`]).
+//! - **Few host reads.** A flush reads its gradients and per-replica losses in one transfer;
+//!   training losses are summed on the host in request order. An evaluation runs the test split in chunks of [`EVAL_CHUNK`] samples and reads
+//!   loss and accuracy in one transfer. The suboptimality of a convex model evaluates the
+//!   training objective of its row in `f64` on the host ([`crate::convex`]).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Device, Int, Tensor, TensorData, activation};
+use burn::tensor::{Device, Int, Tensor, TensorData, Transaction, activation};
+use rayon::prelude::*;
 
 use dasim_sim::rng::{StreamKind, stream};
 use dasim_sim::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
@@ -47,6 +55,7 @@ use dasim_sim::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore,
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
+use crate::rows::{Row, Rows, combine};
 
 /// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
 /// models' activations).
@@ -60,14 +69,39 @@ pub const EVAL_CHUNK: usize = 1000;
 pub struct StoreStats {
     /// Gradients requested.
     pub requests: u64,
-    /// Batched forward/backward passes run.
+    /// Flushes of pending requests the simulator asked for (independent of how they execute).
     pub flushes: u64,
+    /// Forward/backward passes run: one per flush, or more where a flush was cut into groups
+    /// for threads or a batch limit ([`Execution`]); an execution detail, not a result.
+    pub passes: u64,
     /// Evaluations run.
     pub evaluations: u64,
     /// Host wall time spent in batched forward/backward passes.
     pub gradient_wall: Duration,
     /// Host wall time spent evaluating.
     pub eval_wall: Duration,
+    /// Floats copied because a row was written while a snapshot or a message still held it
+    /// (at most `P` per write; see [`crate::rows`]).
+    pub floats_copied: u64,
+}
+
+/// How a store executes a flush. Results never depend on it: outputs are byte-identical for
+/// every value (on flex).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Execution {
+    /// Threads a flush's requests are spread over (see [`BurnStore::with_threads`]).
+    pub threads: usize,
+    /// Requests per forward/backward pass at most (see [`BurnStore::with_max_batch`]).
+    pub max_batch: Option<usize>,
+}
+
+impl Default for Execution {
+    fn default() -> Self {
+        Execution {
+            threads: 1,
+            max_batch: None,
+        }
+    }
 }
 
 /// A store the runner drives: the replica-store language plus its batching counters.
@@ -80,7 +114,9 @@ pub trait RunStore: ReplicaStore {
 
 struct Pending {
     id: GradId,
-    snapshot: Tensor<2>,
+    /// The row as it was read; the gradient is taken at `scale · snapshot`.
+    snapshot: Row,
+    scale: f64,
     batch: Vec<usize>,
     /// Augmented features of the minibatch (`batch × dim`), when augmentation is on.
     features: Option<Vec<f32>>,
@@ -175,8 +211,7 @@ pub struct BurnStore {
     device: Device,
     model: Model,
     loss: Loss,
-    params: Tensor<2>,
-    velocity: Option<Tensor<2>>,
+    rows: Rows,
     optimizer: OptimizerConfig,
     train: DeviceData,
     test: DeviceData,
@@ -188,11 +223,14 @@ pub struct BurnStore {
     train_host: Option<Dataset>,
     objective: Option<Arc<Objective>>,
     pending: Vec<Pending>,
-    ready: BTreeMap<GradId, Tensor<2>>,
-    msgs: BTreeMap<MsgId, Tensor<2>>,
+    ready: BTreeMap<GradId, Arc<Vec<f32>>>,
+    msgs: BTreeMap<MsgId, Row>,
     next_id: u64,
-    train_loss: Option<Tensor<1>>,
+    /// Sum (in request order, in `f64`) and count of the training losses since the last read.
+    train_loss: f64,
     train_loss_count: usize,
+    threads: usize,
+    max_batch: Option<usize>,
     stats: StoreStats,
 }
 
@@ -236,10 +274,7 @@ impl BurnStore {
         let device = device.without_autodiff();
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
-        let p = model.num_params();
-        let row: Tensor<2> = Tensor::from_data(TensorData::new(init, [1, p]), &device);
-        let params = row.repeat_dim(0, workers);
-        let velocity = (optimizer.momentum > 0.0).then(|| Tensor::zeros([workers, p], &device));
+        let rows = Rows::new(init, workers, optimizer.momentum > 0.0);
         let loss = match split.train.target {
             TargetKind::Classes(_) => Loss::CrossEntropy,
             TargetKind::Real => Loss::SquaredError,
@@ -256,8 +291,7 @@ impl BurnStore {
             device,
             model,
             loss,
-            params,
-            velocity,
+            rows,
             optimizer,
             batch,
             augment: Augment::default(),
@@ -267,10 +301,28 @@ impl BurnStore {
             ready: BTreeMap::new(),
             msgs: BTreeMap::new(),
             next_id: 0,
-            train_loss: None,
+            train_loss: 0.0,
             train_loss_count: 0,
+            threads: 1,
+            max_batch: None,
             stats: StoreStats::default(),
         }
+    }
+
+    /// This store with a flush's requests evaluated on up to `threads` threads of the current
+    /// rayon pool (at least 1): the pending requests are cut into that many groups of nearly
+    /// equal size. The results do not depend on it.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// This store with at most `max_batch` requests per forward/backward pass (`None`: all
+    /// pending requests in one). Bounds the memory of a pass's activations; the results do not
+    /// depend on it.
+    pub fn with_max_batch(mut self, max_batch: Option<usize>) -> Self {
+        self.max_batch = max_batch.map(|m| m.max(1));
+        self
     }
 
     /// This store with training minibatches augmented by `augment` (see [`Augment::apply`]);
@@ -306,7 +358,36 @@ impl BurnStore {
 
     /// Batching counters.
     pub fn stats(&self) -> StoreStats {
-        self.stats
+        StoreStats {
+            floats_copied: self.rows.floats_copied(),
+            ..self.stats
+        }
+    }
+
+    /// Parameter buffers alive (rows, snapshots of pending requests, messages, gradients), in
+    /// floats: what the store holds on the host now. Rows shared between a snapshot and its row
+    /// count once.
+    pub fn floats_held(&self) -> usize {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut floats = 0;
+        let mut count = |ptr: *const f32, len: usize| {
+            if seen.insert(ptr as usize) {
+                floats += len;
+            }
+        };
+        for r in 0..self.rows.len() {
+            count(self.rows.get(r).as_ptr(), self.rows.width());
+        }
+        for p in &self.pending {
+            count(p.snapshot.as_ptr(), p.snapshot.len());
+        }
+        for m in self.msgs.values() {
+            count(m.as_ptr(), m.len());
+        }
+        for g in self.ready.values() {
+            count(g.as_ptr(), g.len());
+        }
+        floats
     }
 
     /// `f*`, the minimum of the training objective, for the convex models where it is known
@@ -335,32 +416,29 @@ impl BurnStore {
             }
             None => self.mean_of_workers(),
         };
-        let v: Vec<f32> = model.into_data().try_into_vec().expect("f32 parameters");
-        Some(v.into_iter().map(f64::from).collect())
+        Some(model.into_iter().map(f64::from).collect())
     }
 
     /// All replicas, read back to the host (row-major `[workers, params]`).
     pub fn params_host(&self) -> Vec<f32> {
-        self.params
-            .clone()
-            .into_data()
-            .try_into_vec::<f32>()
-            .expect("f32 parameters")
+        (0..self.rows.len())
+            .flat_map(|r| self.rows.get(r).iter().copied())
+            .collect()
     }
 
     /// Overwrites row `row` (for tests that start replicas from distinct models).
     pub fn set_params_host(&mut self, row: usize, values: &[f32]) {
-        let p = self.model.num_params();
-        let v = Tensor::from_data(TensorData::new(values.to_vec(), [1, p]), &self.device);
-        self.set_row(row, v);
+        assert_eq!(
+            values.len(),
+            self.model.num_params(),
+            "one value per parameter"
+        );
+        self.rows.set(row, values.to_vec());
     }
 
     /// A requested gradient, read back to the host (evaluating pending requests if needed).
     pub fn gradient_host(&mut self, grad: GradId) -> Vec<f32> {
-        self.gradient(grad)
-            .into_data()
-            .try_into_vec::<f32>()
-            .expect("f32 gradient")
+        self.gradient(grad).as_ref().clone()
     }
 
     /// The features of the `k`-th pending request's minibatch as the gradient pass will see
@@ -377,7 +455,7 @@ impl BurnStore {
         (p.batch.clone(), features)
     }
 
-    fn gradient(&mut self, id: GradId) -> Tensor<2> {
+    fn gradient(&mut self, id: GradId) -> Arc<Vec<f32>> {
         if !self.ready.contains_key(&id) {
             self.flush();
         }
@@ -387,7 +465,8 @@ impl BurnStore {
             .unwrap_or_else(|| panic!("gradient {id:?} was released or never requested"))
     }
 
-    /// Evaluates every pending request in one batched forward/backward pass.
+    /// Evaluates every pending request: in one batched forward/backward pass, or in groups of
+    /// at most `max_batch`, cut further so that each of `threads` threads has one.
     fn flush(&mut self) {
         if self.pending.is_empty() {
             return;
@@ -395,33 +474,75 @@ impl BurnStore {
         let started = Instant::now();
         let pending = std::mem::take(&mut self.pending);
         let r = pending.len();
+        let groups = r
+            .div_ceil(self.max_batch.unwrap_or(r))
+            .max(self.threads.min(r));
+        let bounds = dasim_sim::store::blocks(r, groups);
+        let results: Vec<(Vec<f32>, Vec<f32>)> = if groups > 1 && self.threads > 1 {
+            bounds
+                .par_iter()
+                .map(|b| self.group_gradients(&pending[b.clone()]))
+                .collect()
+        } else {
+            bounds
+                .iter()
+                .map(|b| self.group_gradients(&pending[b.clone()]))
+                .collect()
+        };
+        let p = self.model.num_params();
+        let mut pending = pending.into_iter();
+        for (grads, losses) in results {
+            for (g, loss) in grads.chunks_exact(p).zip(losses) {
+                let id = pending.next().expect("one result per request").id;
+                self.ready.insert(id, Arc::new(g.to_vec()));
+                self.train_loss += f64::from(loss);
+            }
+            self.stats.passes += 1;
+        }
+        self.stats.flushes += 1;
+        self.train_loss_count += r;
+        self.stats.gradient_wall += started.elapsed();
+    }
+
+    /// Gradients `[R·P]` and losses `[R]` of a group of requests, read back in one transfer.
+    fn group_gradients(&self, group: &[Pending]) -> (Vec<f32>, Vec<f32>) {
+        let r = group.len();
+        let p = self.model.num_params();
         let mut indices = Vec::with_capacity(r * self.batch);
-        let mut snapshots = Vec::with_capacity(r);
-        let mut ids = Vec::with_capacity(r);
-        let mut features = pending[0]
+        let mut stacked = Vec::with_capacity(r * p);
+        let mut features = group[0]
             .features
             .is_some()
             .then(|| Vec::with_capacity(r * self.batch * self.dim));
-        for p in pending {
-            indices.extend_from_slice(&p.batch);
-            snapshots.push(p.snapshot);
-            ids.push(p.id);
-            if let (Some(all), Some(f)) = (features.as_mut(), p.features) {
-                all.extend_from_slice(&f);
+        for q in group {
+            indices.extend_from_slice(&q.batch);
+            if q.scale == 1.0 {
+                stacked.extend_from_slice(&q.snapshot);
+            } else {
+                let s = q.scale as f32;
+                stacked.extend(q.snapshot.iter().map(|&x| x * s));
+            }
+            if let (Some(all), Some(f)) = (features.as_mut(), q.features.as_ref()) {
+                all.extend_from_slice(f);
             }
         }
-        let (g, losses) = self.batched_gradient(Tensor::cat(snapshots, 0), &indices, features);
-        let batch_loss = losses.sum();
-        self.train_loss = Some(match self.train_loss.take() {
-            Some(acc) => acc + batch_loss,
-            None => batch_loss,
-        });
-        self.train_loss_count += r;
-        for (row, id) in ids.into_iter().enumerate() {
-            self.ready.insert(id, g.clone().slice_dim(0, row..row + 1));
-        }
-        self.stats.flushes += 1;
-        self.stats.gradient_wall += started.elapsed();
+        let params = Tensor::from_data(TensorData::new(stacked, [r, p]), &self.device);
+        let (g, losses) = self.batched_gradient(params, &indices, features);
+        let mut read = Transaction::default()
+            .register(g)
+            .register(losses)
+            .execute();
+        let losses = read
+            .pop()
+            .expect("losses")
+            .try_into_vec()
+            .expect("f32 losses");
+        let grads = read
+            .pop()
+            .expect("gradients")
+            .try_into_vec()
+            .expect("f32 gradients");
+        (grads, losses)
     }
 
     /// Minibatch inputs `[R, B, dim]` and targets for `R·B` training indices: gathered on the
@@ -591,49 +712,33 @@ impl BurnStore {
         )
     }
 
-    fn row(&self, w: usize) -> Tensor<2> {
-        self.params.clone().slice_dim(0, w..w + 1)
+    fn mean_of_workers(&self) -> Vec<f32> {
+        self.rows.mean_of(0..self.workers())
     }
 
-    /// The stacked parameters, moved out (an empty tensor is left behind until they are put
-    /// back): a row update on a tensor nobody else holds can be done in place instead of
-    /// copying all `[rows, params]`.
-    fn take_params(&mut self) -> Tensor<2> {
-        std::mem::replace(&mut self.params, Tensor::empty([0, 0], &self.device))
+    fn slot(&self, slot: Slot) -> &[f32] {
+        match slot {
+            Slot::Row(r) => self.rows.get(r),
+            Slot::Msg(m) => self
+                .msgs
+                .get(&m)
+                .unwrap_or_else(|| panic!("message buffer {m:?} was released or never made")),
+        }
     }
 
-    fn set_row(&mut self, w: usize, value: Tensor<2>) {
-        let p = self.model.num_params();
-        self.params = self.take_params().slice_assign([w..w + 1, 0..p], value);
-    }
-
-    fn mean_of_workers(&self) -> Tensor<2> {
-        let w = self.workers();
-        self.params.clone().slice_dim(0, 0..w).mean_dim(0)
-    }
-
-    /// `Σ weight · slot` as a `[1, params]` tensor.
-    fn combine(&self, terms: &[(Slot, f64)]) -> Tensor<2> {
-        let term = |&(slot, w): &(Slot, f64)| {
-            let t =
-                match slot {
-                    Slot::Row(r) => self.row(r),
-                    Slot::Msg(m) => self.msgs.get(&m).cloned().unwrap_or_else(|| {
-                        panic!("message buffer {m:?} was released or never made")
-                    }),
-                };
-            if w == 1.0 { t } else { t.mul_scalar(w) }
-        };
-        let mut iter = terms.iter();
-        let first = term(iter.next().expect("a combination has at least one term"));
-        iter.fold(first, |acc, t| acc + term(t))
+    /// `Σ weight · slot`.
+    fn combine(&self, terms: &[(Slot, f64)]) -> Vec<f32> {
+        let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
+        combine(&terms)
     }
 
     /// Held-out loss and accuracy (NaN for real targets) of one model `[1, params]`, the test
     /// split run in chunks of [`EVAL_CHUNK`] with the running statistics, read back in one
     /// transfer.
-    fn evaluate_model(&mut self, model: Tensor<2>) -> Evaluation {
+    fn evaluate_model(&mut self, model: Vec<f32>) -> Evaluation {
         let started = Instant::now();
+        let p = model.len();
+        let model: Tensor<2> = Tensor::from_data(TensorData::new(model, [1, p]), &self.device);
         self.stats.evaluations += 1;
         let n = self.test.len;
         let mut loss_sum: Option<Tensor<1>> = None;
@@ -686,7 +791,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn rows(&self) -> usize {
-        self.params.dims()[0]
+        self.rows.len()
     }
 
     fn num_params(&self) -> usize {
@@ -702,15 +807,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn add_rows(&mut self, count: usize) -> usize {
-        let first = self.rows();
-        let p = self.model.num_params();
-        let copies = self.row(0).repeat_dim(0, count);
-        self.params = Tensor::cat(vec![self.params.clone(), copies], 0);
-        if let Some(v) = self.velocity.take() {
-            let zeros = Tensor::zeros([count, p], &self.device);
-            self.velocity = Some(Tensor::cat(vec![v, zeros], 0));
-        }
-        first
+        self.rows.push_copies_of_first(count)
     }
 
     fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
@@ -725,15 +822,10 @@ impl ReplicaStore for BurnStore {
                 .apply(train, &batch, sampler.augment_stream(), &mut out);
             out
         });
-        let row = self.row(worker);
-        let snapshot = if scale == 1.0 {
-            row
-        } else {
-            row.mul_scalar(scale)
-        };
         self.pending.push(Pending {
             id,
-            snapshot,
+            snapshot: self.rows.share(worker),
+            scale,
             batch,
             features,
         });
@@ -742,13 +834,23 @@ impl ReplicaStore for BurnStore {
     }
 
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
-        let rows: Vec<Tensor<2>> = grads.iter().map(|&g| self.gradient(g)).collect();
+        let parts: Vec<Arc<Vec<f32>>> = grads.iter().map(|&g| self.gradient(g)).collect();
         for g in grads {
             self.ready.remove(g);
         }
+        let mut mean = parts[0].as_ref().clone();
+        for part in &parts[1..] {
+            for (m, x) in mean.iter_mut().zip(part.iter()) {
+                *m += x;
+            }
+        }
+        let k = parts.len() as f32;
+        for m in &mut mean {
+            *m /= k;
+        }
         let id = GradId(self.next_id);
         self.next_id += 1;
-        self.ready.insert(id, Tensor::cat(rows, 0).mean_dim(0));
+        self.ready.insert(id, Arc::new(mean));
         id
     }
 
@@ -756,55 +858,19 @@ impl ReplicaStore for BurnStore {
         if block.is_empty() {
             return;
         }
-        let p = self.model.num_params();
         let split = self.model.trainable().end;
         let g = self.gradient(grad);
         // The state part of the block: add the state delta as it is.
         let state = block.start.max(split)..block.end;
         if !state.is_empty() {
-            let cell = [row..row + 1, state.clone()];
-            let delta = g.clone().slice_dim(1, state);
-            let x = self.params.clone().slice(cell.clone());
-            let value = x + delta;
-            self.params = self.take_params().slice_assign(cell, value);
+            self.rows.add_block(row, &g[state.clone()], state);
         }
         // The trainable part: the optimizer step.
         let block = block.start..block.end.min(split);
-        if block.is_empty() {
-            return;
+        if !block.is_empty() {
+            self.rows
+                .sgd_step(row, &g[block.clone()], lr, block, &self.optimizer);
         }
-        let g = if block == (0..p) {
-            g
-        } else {
-            g.slice_dim(1, block.clone())
-        };
-        let cell = [row..row + 1, block.clone()];
-        let x = self.params.clone().slice(cell.clone());
-        let OptimizerConfig {
-            momentum,
-            nesterov,
-            weight_decay,
-            ..
-        } = self.optimizer;
-        let d = if weight_decay > 0.0 {
-            g + x.clone().mul_scalar(weight_decay)
-        } else {
-            g
-        };
-        let step = match self.velocity.take() {
-            Some(velocity) => {
-                let v = velocity.clone().slice(cell.clone()).mul_scalar(momentum) + d.clone();
-                self.velocity = Some(velocity.slice_assign(cell.clone(), v.clone()));
-                if nesterov {
-                    d + v.mul_scalar(momentum)
-                } else {
-                    v
-                }
-            }
-            None => d,
-        };
-        let value = x - step.mul_scalar(lr);
-        self.params = self.take_params().slice_assign(cell, value);
     }
 
     fn release_gradient(&mut self, grad: GradId) {
@@ -814,20 +880,25 @@ impl ReplicaStore for BurnStore {
     }
 
     fn average(&mut self, rows: &[usize]) {
-        let parts: Vec<Tensor<2>> = rows.iter().map(|&w| self.row(w)).collect();
-        let mean = Tensor::cat(parts, 0).mean_dim(0);
-        for &w in rows {
-            self.set_row(w, mean.clone());
-        }
+        self.rows.average(rows);
     }
 
     fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
         let value = self.combine(terms);
-        self.set_row(dst, value);
+        self.rows.assign(dst, &value);
     }
 
     fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
-        let value = self.combine(terms);
+        let value = match *terms {
+            // A plain copy shares the buffer (copied only if the row is written while it lives).
+            [(Slot::Row(r), w)] if w == 1.0 => self.rows.share(r),
+            [(Slot::Msg(m), w)] if w == 1.0 => Arc::clone(
+                self.msgs
+                    .get(&m)
+                    .unwrap_or_else(|| panic!("message buffer {m:?} was released or never made")),
+            ),
+            _ => Arc::new(self.combine(terms)),
+        };
         let id = MsgId(self.next_id);
         self.next_id += 1;
         self.msgs.insert(id, value);
@@ -839,13 +910,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
-        if block.is_empty() {
-            return;
-        }
-        let value = self.params.clone().slice([src..src + 1, block.clone()]);
-        self.params = self
-            .take_params()
-            .slice_assign([dst..dst + 1, block], value);
+        self.rows.copy_block(dst, src, block);
     }
 
     fn evaluate(&mut self) -> Evaluation {
@@ -861,30 +926,43 @@ impl ReplicaStore for BurnStore {
 
     fn take_train_loss(&mut self) -> f64 {
         let count = std::mem::take(&mut self.train_loss_count);
-        match self.train_loss.take() {
-            Some(sum) if count > 0 => {
-                let s: f32 = sum.into_scalar();
-                f64::from(s) / count as f64
-            }
-            _ => f64::NAN,
+        let sum = std::mem::take(&mut self.train_loss);
+        if count > 0 {
+            sum / count as f64
+        } else {
+            f64::NAN
         }
     }
 
-    /// Computed on the device on the differences to the first replica, `d_i = s_i·x_i − s_0·x_0`,
-    /// so that equal replicas give exactly 0; one scalar read.
+    /// Computed on the host in `f64` on the differences to the first replica,
+    /// `d_i = s_i·x_i − s_0·x_0`, so that equal replicas give exactly 0.
     fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
         let n = self.workers();
-        let mut rows = self.params.clone().slice_dim(0, 0..n);
-        if let Some(s) = scales {
-            let s: Vec<f32> = s[..n].iter().map(|&v| v as f32).collect();
-            let s: Tensor<2> = Tensor::from_data(TensorData::new(s, [n, 1]), &self.device);
-            rows = rows * s;
+        let p = self.model.num_params();
+        let scale = |i: usize| scales.map_or(1.0, |s| s[i]);
+        let first = self.rows.get(0);
+        let s0 = scale(0);
+        let d = |i: usize, k: usize| {
+            scale(i) * f64::from(self.rows.get(i)[k]) - s0 * f64::from(first[k])
+        };
+        // Two passes: the mean difference d̄, then Σ_i ‖d_i − d̄‖².
+        let mut mean = vec![0.0f64; p];
+        for i in 0..n {
+            for (k, m) in mean.iter_mut().enumerate() {
+                *m += d(i, k);
+            }
         }
-        let first = rows.clone().slice_dim(0, 0..1);
-        let d = rows - first;
-        let centred = d.clone() - d.mean_dim(0);
-        let sum: f32 = centred.square().sum().into_scalar();
-        f64::from(sum) / n as f64
+        for m in &mut mean {
+            *m /= n as f64;
+        }
+        let mut sum = 0.0;
+        for i in 0..n {
+            for (k, m) in mean.iter().enumerate() {
+                let c = d(i, k) - m;
+                sum += c * c;
+            }
+        }
+        sum / n as f64
     }
 
     fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {

@@ -250,7 +250,14 @@ fn the_quadratic_runs_on_the_reference_store_with_its_suboptimality() {
     let shards = pb.partition(4, 3).unwrap();
     assert_eq!(shards.len(), 4);
     let opt = optimizer("lr = 0.05");
-    let mut store: Box<dyn RunStore> = pb.run_store(Device::flex(), shards, 32, opt.clone(), 3);
+    let mut store: Box<dyn RunStore> = pb.run_store(
+        Device::flex(),
+        shards,
+        32,
+        opt.clone(),
+        3,
+        Default::default(),
+    );
     let points = run(
         &mut *store,
         "kind = \"allreduce\"",

@@ -1,0 +1,205 @@
+//! The memory a run needs, estimated before it starts.
+//!
+//! A run that would not fit should say so before it has spent an hour, not fail mid-way. The
+//! store's memory is linear in what it holds ([`crate::rows`]): the rows, their momentum buffers,
+//! and whatever is in flight — the snapshot of each pending gradient request, messages and
+//! computed gradients, each at most `P` numbers. The estimate counts, for `n` workers and `P`
+//! parameters (4 bytes each, 8 for the exact `f64` quadratic):
+//!
+//! | part | bytes |
+//! |---|---|
+//! | parameters | `rows · P · 4` (the workers' replicas and an algorithm's extra rows) |
+//! | optimizer state | as much again with momentum |
+//! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
+//! | data | the training and test features, twice (host copy and device copy) |
+//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients |
+//!
+//! It is an estimate: an algorithm that keeps many messages per worker in flight (DASGD sending
+//! to everyone) can hold more, and the allocator adds its own overhead.
+
+use std::fmt;
+
+use crate::model::Model;
+
+/// The estimated memory of one run, by part, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryEstimate {
+    /// Every row's parameters.
+    pub parameters: u64,
+    /// Momentum buffers.
+    pub optimizer: u64,
+    /// Snapshots of pending gradient requests, messages and computed gradients.
+    pub in_flight: u64,
+    /// The data set, on the host and on the device.
+    pub data: u64,
+    /// The activations, stacked parameters and gradients of the largest flush.
+    pub activations: u64,
+}
+
+/// What a run is made of, for [`MemoryEstimate::new`].
+#[derive(Clone, Copy, Debug)]
+pub struct RunShape<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// Worker replicas.
+    pub workers: usize,
+    /// Rows in all: the workers' and an algorithm's extra rows.
+    pub rows: usize,
+    /// Samples per minibatch.
+    pub batch: usize,
+    /// Whether rows have momentum buffers.
+    pub momentum: bool,
+    /// Features of the training and test splits together (numbers).
+    pub data_floats: usize,
+    /// Requests evaluated in one forward/backward pass at most (`None`: every worker's).
+    pub max_batch: Option<usize>,
+}
+
+impl MemoryEstimate {
+    /// The estimate for a run of `shape`.
+    pub fn new(shape: RunShape<'_>) -> Self {
+        let p = shape.model.num_params() as u64;
+        let width = if matches!(shape.model, Model::Quadratic(_)) {
+            8
+        } else {
+            4
+        };
+        let row = p * width;
+        let parameters = shape.rows as u64 * row;
+        let flush = shape
+            .max_batch
+            .map_or(shape.workers, |m| m.min(shape.workers)) as u64;
+        MemoryEstimate {
+            parameters,
+            optimizer: if shape.momentum { parameters } else { 0 },
+            in_flight: 3 * shape.workers as u64 * row,
+            data: 2 * 4 * shape.data_floats as u64,
+            activations: flush * shape.batch as u64 * shape.model.activations_per_sample() * 4 * 3
+                + 2 * flush * row,
+        }
+    }
+
+    /// All parts together.
+    pub fn total(&self) -> u64 {
+        self.parameters + self.optimizer + self.in_flight + self.data + self.activations
+    }
+}
+
+impl fmt::Display for MemoryEstimate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (parameters {}, optimizer state {}, in flight {}, data {}, activations {})",
+            Bytes(self.total()),
+            Bytes(self.parameters),
+            Bytes(self.optimizer),
+            Bytes(self.in_flight),
+            Bytes(self.data),
+            Bytes(self.activations)
+        )
+    }
+}
+
+/// A byte count in binary units (`1.5 GiB`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut v = self.0 as f64;
+        let mut unit = 0;
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            write!(f, "{} B", self.0)
+        } else {
+            write!(f, "{v:.1} {}", UNITS[unit])
+        }
+    }
+}
+
+impl std::str::FromStr for Bytes {
+    type Err = String;
+
+    /// `512MiB`, `2 GiB`, `1.5GB`, `100000` (bytes): binary units with `i`, decimal without.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let split = s
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let num: f64 = num
+            .parse()
+            .map_err(|_| format!("`{s}` is not a size: write e.g. 512MiB or 2GiB"))?;
+        let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1.0,
+            "k" | "kb" => 1e3,
+            "m" | "mb" => 1e6,
+            "g" | "gb" => 1e9,
+            "t" | "tb" => 1e12,
+            "ki" | "kib" => 1024.0,
+            "mi" | "mib" => 1024.0 * 1024.0,
+            "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
+            "ti" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            other => {
+                return Err(format!(
+                    "unknown unit `{other}` in `{s}`: use B, KiB, MiB, GiB, TiB (or kB, MB, GB, TB)"
+                ));
+            }
+        };
+        Ok(Bytes((num * scale) as u64))
+    }
+}
+
+/// The memory this machine can still give a process (`MemAvailable` of `/proc/meminfo`), where
+/// the system says.
+pub fn available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mlp::{Activation, Mlp};
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!("512MiB".parse::<Bytes>().unwrap(), Bytes(512 << 20));
+        assert_eq!("2 GiB".parse::<Bytes>().unwrap(), Bytes(2 << 30));
+        assert_eq!("1.5GB".parse::<Bytes>().unwrap(), Bytes(1_500_000_000));
+        assert_eq!("100".parse::<Bytes>().unwrap(), Bytes(100));
+        assert!("12 parsecs".parse::<Bytes>().is_err());
+        assert_eq!(Bytes(1536 << 20).to_string(), "1.5 GiB");
+        assert_eq!(Bytes(10).to_string(), "10 B");
+    }
+
+    #[test]
+    fn the_estimate_is_linear_in_the_workers() {
+        let model = Model::Mlp(Mlp::new(&[64, 32, 10], Activation::Relu));
+        let at = |workers| {
+            MemoryEstimate::new(RunShape {
+                model: &model,
+                workers,
+                rows: workers,
+                batch: 32,
+                momentum: true,
+                data_floats: 0,
+                max_batch: None,
+            })
+            .total()
+        };
+        assert_eq!(at(1024), 64 * at(16));
+        // The 1,024-worker quickstart: 2,410 parameters, so rows, momentum and in-flight buffers
+        // are 5 · 1024 · 2410 · 4 bytes ≈ 47 MiB; a flush of every worker holds 1024 · 32
+        // samples · 148 floats · 3 ≈ 56 MiB of activations and 2 · 1024 · 2410 · 4 ≈ 19 MiB of
+        // stacked parameters and gradients.
+        let total = at(1024);
+        assert!((120 << 20..125 << 20).contains(&total), "{}", Bytes(total));
+    }
+}

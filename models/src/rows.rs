@@ -1,0 +1,318 @@
+//! The replicas' parameters on the host: one buffer per row, shared copy-on-write.
+//!
+//! Every parameter operation an algorithm asks for (the optimizer step, mixing, averaging, block
+//! copies, message buffers) is elementwise work of `O(P)` per row touched. Here it is a plain
+//! loop over `f32`s on the host: no tensor dispatch, no allocation when nobody else holds the
+//! row, no kernel launch, and nothing proportional to the number of rows.
+//!
+//! A row is an `Arc<Vec<f32>>`. A gradient request's snapshot, or a message holding a plain copy
+//! of a row, is a second reference to the same buffer, taken in `O(1)`. A later write to that row
+//! copies it first ([`Arc::make_mut`]), once: the reader keeps the value it read and the writer
+//! gets its own buffer, while every other row is left alone. So memory is `P` floats per row plus
+//! `P` per snapshot or message still alive — linear in what the algorithm holds — and a write
+//! costs `O(P)` whatever the number of rows. [`Rows::floats_copied`] counts the copies, for the
+//! tests that keep it so.
+//!
+//! The arithmetic is `f32`, term by term in a fixed order, so results do not depend on threads
+//! or on how requests were batched.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use dasim_sim::store::OptimizerConfig;
+
+/// A row's parameters, shared copy-on-write.
+pub type Row = Arc<Vec<f32>>;
+
+/// Every row's parameters and momentum buffer.
+pub struct Rows {
+    p: usize,
+    params: Vec<Row>,
+    velocity: Option<Vec<Vec<f32>>>,
+    copied: u64,
+}
+
+impl Rows {
+    /// `count` rows equal to `init`; momentum buffers (zero) when `momentum` is set.
+    pub fn new(init: Vec<f32>, count: usize, momentum: bool) -> Self {
+        let p = init.len();
+        let first: Row = Arc::new(init);
+        Rows {
+            p,
+            params: (0..count)
+                .map(|_| Arc::new(first.as_ref().clone()))
+                .collect(),
+            velocity: momentum.then(|| vec![vec![0.0; p]; count]),
+            copied: 0,
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.params.len()
+    }
+
+    /// Whether there is no row.
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
+    /// Numbers per row.
+    pub fn width(&self) -> usize {
+        self.p
+    }
+
+    /// Row `r` as it is now.
+    pub fn get(&self, r: usize) -> &[f32] {
+        &self.params[r]
+    }
+
+    /// A reference to row `r` as it is now, in `O(1)`: later writes to the row do not change it.
+    pub fn share(&self, r: usize) -> Row {
+        Arc::clone(&self.params[r])
+    }
+
+    /// Floats copied because a row was written while someone else held it.
+    pub fn floats_copied(&self) -> u64 {
+        self.copied
+    }
+
+    /// Row `r` for writing: copied first if a snapshot or a message still holds it.
+    fn get_mut(&mut self, r: usize) -> &mut [f32] {
+        let row = &mut self.params[r];
+        if Arc::strong_count(row) > 1 {
+            self.copied += self.p as u64;
+        }
+        Arc::make_mut(row).as_mut_slice()
+    }
+
+    /// Replaces row `r`.
+    pub fn set(&mut self, r: usize, value: Vec<f32>) {
+        debug_assert_eq!(value.len(), self.p);
+        self.params[r] = Arc::new(value);
+    }
+
+    /// Overwrites row `r` with `value`, in place when nobody else holds it.
+    pub fn assign(&mut self, r: usize, value: &[f32]) {
+        if Arc::strong_count(&self.params[r]) > 1 {
+            self.params[r] = Arc::new(value.to_vec());
+        } else {
+            self.get_mut(r).copy_from_slice(value);
+        }
+    }
+
+    /// Appends `count` copies of row 0 with zero momentum; returns the index of the first.
+    pub fn push_copies_of_first(&mut self, count: usize) -> usize {
+        let first = self.len();
+        for _ in 0..count {
+            let copy = Arc::new(self.params[0].as_ref().clone());
+            self.params.push(copy);
+            if let Some(v) = self.velocity.as_mut() {
+                v.push(vec![0.0; self.p]);
+            }
+        }
+        first
+    }
+
+    /// Copies the coordinates `block` of row `src` into row `dst`.
+    pub fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
+        if dst == src || block.is_empty() {
+            return;
+        }
+        let from = Arc::clone(&self.params[src]);
+        self.get_mut(dst)[block.clone()].copy_from_slice(&from[block]);
+    }
+
+    /// Adds `delta` (the batch-norm state change a gradient carries) to the coordinates `block`
+    /// of row `r`, as it is: no rate, momentum or decay.
+    pub fn add_block(&mut self, r: usize, delta: &[f32], block: Range<usize>) {
+        let x = &mut self.get_mut(r)[block];
+        for (x, d) in x.iter_mut().zip(delta) {
+            *x += d;
+        }
+    }
+
+    /// One optimizer step on the coordinates `block` of row `r` with gradient `g` (the gradient
+    /// of `block` only) and rate `lr`, as `dasim_sim::store` defines it:
+    /// `d = g + λx; v = μv + d; x -= lr·(nesterov ? d + μv : v)`.
+    pub fn sgd_step(
+        &mut self,
+        r: usize,
+        g: &[f32],
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+    ) {
+        debug_assert_eq!(g.len(), block.len());
+        let lr = lr as f32;
+        let wd = opt.weight_decay as f32;
+        let mu = opt.momentum as f32;
+        let decay = opt.weight_decay > 0.0;
+        let nesterov = opt.nesterov;
+        // The momentum buffer is taken out so that the row can be borrowed mutably beside it.
+        let mut velocity = self.velocity.take();
+        let x = &mut self.get_mut(r)[block.clone()];
+        match velocity.as_mut() {
+            Some(v) => {
+                let v = &mut v[r][block];
+                for ((x, v), &g) in x.iter_mut().zip(v.iter_mut()).zip(g) {
+                    let d = if decay { g + *x * wd } else { g };
+                    *v = *v * mu + d;
+                    let step = if nesterov { d + *v * mu } else { *v };
+                    *x -= step * lr;
+                }
+            }
+            None => {
+                for (x, &g) in x.iter_mut().zip(g) {
+                    let d = if decay { g + *x * wd } else { g };
+                    *x -= d * lr;
+                }
+            }
+        }
+        self.velocity = velocity;
+    }
+
+    /// Sets every listed row to their mean, atomically: `(Σ rows) / k`, summed in list order.
+    pub fn average(&mut self, rows: &[usize]) {
+        let Some((&first, rest)) = rows.split_first() else {
+            return;
+        };
+        let mut mean = self.params[first].as_ref().clone();
+        for &r in rest {
+            for (m, x) in mean.iter_mut().zip(self.params[r].iter()) {
+                *m += x;
+            }
+        }
+        let k = rows.len() as f32;
+        for m in &mut mean {
+            *m /= k;
+        }
+        let mean = Arc::new(mean);
+        for &r in rows {
+            // The rows share one buffer: a later write to one of them copies it.
+            self.params[r] = Arc::clone(&mean);
+        }
+    }
+
+    /// The mean of the rows `range`, summed in order.
+    pub fn mean_of(&self, range: Range<usize>) -> Vec<f32> {
+        let k = range.len() as f32;
+        let mut mean = vec![0.0; self.p];
+        for r in range {
+            for (m, x) in mean.iter_mut().zip(self.params[r].iter()) {
+                *m += x;
+            }
+        }
+        for m in &mut mean {
+            *m /= k;
+        }
+        mean
+    }
+}
+
+/// `Σ weight · term` over `terms`, in order, in `f32`: the first term (times its weight unless
+/// the weight is 1), then each further one added.
+///
+/// # Panics
+/// If `terms` is empty.
+pub fn combine(terms: &[(&[f32], f64)]) -> Vec<f32> {
+    let (&(first, w), rest) = terms
+        .split_first()
+        .expect("a combination has at least one term");
+    let mut out: Vec<f32> = if w == 1.0 {
+        first.to_vec()
+    } else {
+        let w = w as f32;
+        first.iter().map(|&x| x * w).collect()
+    };
+    for &(t, w) in rest {
+        if w == 1.0 {
+            for (o, &x) in out.iter_mut().zip(t) {
+                *o += x;
+            }
+        } else {
+            let w = w as f32;
+            for (o, &x) in out.iter_mut().zip(t) {
+                *o += x * w;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(n: usize, p: usize) -> Rows {
+        let mut rows = Rows::new(vec![0.0; p], n, false);
+        for r in 0..n {
+            rows.set(r, (0..p).map(|k| (r * p + k) as f32).collect());
+        }
+        rows
+    }
+
+    #[test]
+    fn writes_while_snapshots_are_held_copy_only_the_row_written() {
+        let (n, p) = (64, 100);
+        let mut rows = rows(n, p);
+        let snaps: Vec<Row> = (0..8).map(|r| rows.share(r)).collect();
+        // Writing rows nobody holds copies nothing, however many snapshots are pending.
+        for r in 8..n {
+            rows.sgd_step(r, &vec![1.0; p], 0.1, 0..p, &OptimizerConfig::default());
+        }
+        assert_eq!(rows.floats_copied(), 0);
+        // A held row is copied once on its first write, then written in place.
+        rows.sgd_step(3, &vec![1.0; p], 0.1, 0..p, &OptimizerConfig::default());
+        rows.sgd_step(3, &vec![1.0; p], 0.1, 0..p, &OptimizerConfig::default());
+        assert_eq!(rows.floats_copied(), p as u64);
+        // The snapshot kept what was read.
+        assert_eq!(snaps[3][0], (3 * p) as f32);
+        assert!((rows.get(3)[0] - ((3 * p) as f32 - 0.2)).abs() < 1e-3);
+        // Memory: n rows plus one buffer per snapshot whose row changed since.
+        let live: std::collections::BTreeSet<*const f32> = (0..n)
+            .map(|r| rows.get(r).as_ptr())
+            .chain(snaps.iter().map(|s| s.as_ptr()))
+            .collect();
+        assert_eq!(live.len(), n + 1);
+    }
+
+    #[test]
+    fn average_is_atomic_and_leaves_other_rows() {
+        let mut rows = rows(4, 3);
+        rows.average(&[1, 3]);
+        assert_eq!(rows.get(1), &[6.0, 7.0, 8.0]);
+        assert_eq!(rows.get(3), &[6.0, 7.0, 8.0]);
+        assert_eq!(rows.get(0), &[0.0, 1.0, 2.0]);
+        // The averaged rows share a buffer until one of them is written.
+        rows.copy_block(1, 0, 0..1);
+        assert_eq!(rows.get(1), &[0.0, 7.0, 8.0]);
+        assert_eq!(rows.get(3), &[6.0, 7.0, 8.0]);
+    }
+
+    #[test]
+    fn momentum_nesterov_and_decay_follow_the_store_contract() {
+        let opt = OptimizerConfig {
+            momentum: 0.5,
+            nesterov: true,
+            weight_decay: 0.1,
+            ..Default::default()
+        };
+        let mut rows = Rows::new(vec![1.0, 2.0], 1, true);
+        rows.sgd_step(0, &[1.0], 0.5, 1..2, &opt);
+        // d = 1 + 0.1·2 = 1.2; v = 1.2; step = 1.2 + 0.5·1.2 = 1.8; x = 2 − 0.9.
+        assert_eq!(rows.get(0)[0], 1.0, "outside the block nothing moves");
+        assert!((rows.get(0)[1] - 1.1).abs() < 1e-6);
+        rows.sgd_step(0, &[0.0], 1.0, 1..2, &opt);
+        // d = 0.11; v = 0.6 + 0.11 = 0.71; step = 0.11 + 0.355 = 0.465.
+        assert!((rows.get(0)[1] - (1.1 - 0.465)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn combine_weighs_terms_in_order() {
+        let a = [1.0f32, 2.0];
+        let b = [10.0f32, 20.0];
+        assert_eq!(combine(&[(&a, 1.0), (&b, 0.5)]), vec![6.0, 12.0]);
+        assert_eq!(combine(&[(&a, 2.0)]), vec![2.0, 4.0]);
+    }
+}
