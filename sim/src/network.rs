@@ -800,6 +800,9 @@ pub struct Network {
     /// Per sender, per receiver it sent to: the pair's totals and the end of its last
     /// transmission (a short list per sender, searched linearly).
     links_used: Vec<Vec<(usize, LinkStats, SimTime)>>,
+    /// The last serialization time computed, `(bytes, bytes/s, time)`: collectives send the same
+    /// size over links of the same rate again and again, and a division per message shows.
+    last_transfer: (u64, u64, SimTime),
 }
 
 impl Network {
@@ -884,6 +887,7 @@ impl Network {
             header_bytes: cfg.header_bytes,
             stats: NetworkStats::default(),
             links_used: vec![Vec::new(); nodes],
+            last_transfer: (0, 0, SimTime::ZERO),
         })
     }
 
@@ -993,7 +997,10 @@ impl Network {
     fn transmit(&mut self, src: usize, dst: usize, start: SimTime, bytes: u64) -> SimTime {
         let base = self.link_bandwidth(src, dst);
         if self.windows.is_empty() && self.processes.is_empty() {
-            return start + transfer_ns(bytes, base);
+            if (self.last_transfer.0, self.last_transfer.1) != (bytes, base) {
+                self.last_transfer = (bytes, base, transfer_ns(bytes, base));
+            }
+            return start + self.last_transfer.2;
         }
         // Work in byte-nanoseconds-per-second: a rate of r bytes/s does r units per ns.
         let mut work = u128::from(bytes) * 1_000_000_000;
@@ -1058,6 +1065,11 @@ impl Network {
 }
 
 fn transfer_ns(bytes: u64, bytes_per_s: u64) -> SimTime {
+    // Messages below 18 GB (all of them, in practice) stay in 64-bit arithmetic: a 128-bit
+    // division is a library call, and this runs for every message.
+    if let Some(work) = bytes.checked_mul(1_000_000_000) {
+        return SimTime::from_nanos(work.div_ceil(bytes_per_s));
+    }
     let ns = (u128::from(bytes) * 1_000_000_000).div_ceil(u128::from(bytes_per_s));
     SimTime::from_nanos(ns.min(u128::from(u64::MAX)) as u64)
 }

@@ -276,15 +276,25 @@ impl<E> Ctx<'_, '_, E> {
     /// Sends a message of `payload` bytes (the network adds its header) from `src` to `dst`
     /// now; `arrival` is delivered when it lands.
     pub fn send(&mut self, src: usize, dst: usize, payload: u64, arrival: E) {
-        let t = self.world.net.send(self.now, src, dst, payload);
+        let t = self.transfer(self.now, src, dst, payload);
+        self.queue.push(t, arrival);
+    }
+
+    /// Posts a message of `payload` bytes from `src` to `dst` at `at` and returns when it lands,
+    /// scheduling nothing: for a collective computed as a whole when its outcome is determined
+    /// ([`crate::algorithms::ring`]), `at` may lie before now. The caller guarantees that nothing
+    /// used the NICs of `src` and `dst` after `at`, so the network's state is what it would have
+    /// been then.
+    pub fn transfer(&mut self, at: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
+        let t = self.world.net.send(at, src, dst, payload);
         self.world.recorder.message(MessageRecord {
             src,
             dst,
             bytes: payload + self.world.net.header_bytes(),
-            send: self.now,
+            send: at,
             arrive: t,
         });
-        self.queue.push(t, arrival);
+        t
     }
 
     /// Counts one step of `worker` (a gradient of its own applied, as the algorithm counts

@@ -225,14 +225,14 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
     let cases = [
         (
             AlgorithmConfig::AllReduce(AllReduceConfig::default()),
-            "waits for ring chunk",
+            "to contribute to all-reduce",
         ),
         (
             AlgorithmConfig::LocalSgd(LocalSgdConfig {
                 h: 1,
                 ..Default::default()
             }),
-            "waits for ring chunk",
+            "to contribute to all-reduce",
         ),
         (
             AlgorithmConfig::Dpsgd(DpsgdConfig::default()),

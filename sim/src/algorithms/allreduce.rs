@@ -43,7 +43,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ring::{Chunk, Ring, mark};
+use super::ring::{Done, Ring, mark};
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx, World};
 use crate::store::{GradId, ReplicaStore, blocks};
@@ -120,8 +120,8 @@ pub enum Event {
         /// The bucket.
         bucket: usize,
     },
-    /// A ring chunk arrived.
-    Chunk(Chunk),
+    /// A worker's ring all-reduce completed.
+    RingDone(Done),
 }
 
 /// The state machine of all-reduce SGD.
@@ -219,13 +219,12 @@ impl Algorithm for AllReduceSgd {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
             Event::BucketReady { worker, bucket } => {
-                let barrier = self.ring().ready(worker, bucket, cx, Event::Chunk);
+                let barrier = self.ring().ready(worker, bucket, cx, Event::RingDone);
                 mark(cx, worker, barrier);
             }
-            Event::Chunk(c) => {
-                if self.ring().on_chunk(c, cx, Event::Chunk) {
-                    self.finish(c.worker, cx);
-                }
+            Event::RingDone(done) => {
+                self.ring().complete(done);
+                self.finish(done.worker, cx);
             }
         }
     }

@@ -39,7 +39,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
-use super::ring::{Chunk, Ring};
+use super::ring::{Done, Ring};
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx};
 use crate::store::{GradId, MsgId, ReplicaStore, Slot, blocks};
@@ -122,8 +122,8 @@ pub enum Event {
         /// The process.
         process: usize,
     },
-    /// A ring chunk arrived.
-    Chunk(Chunk),
+    /// A worker's ring all-reduce completed.
+    RingDone(Done),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -222,7 +222,7 @@ impl LapSgd {
         self.nodes[node].snapshot = Some(snap);
         self.nodes[node].since = 0;
         // The processes keep computing: the averaging loop's wait is not the node's activity.
-        let _ = self.ring().ready_all(node, cx, Event::Chunk);
+        let _ = self.ring().ready_all(node, cx, Event::RingDone);
     }
 
     fn averaged(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -306,10 +306,9 @@ impl Algorithm for LapSgd {
                 self.begin(node, process, cx);
                 self.maybe_average(node, cx);
             }
-            Event::Chunk(c) => {
-                if self.ring().on_chunk(c, cx, Event::Chunk) {
-                    self.averaged(c.worker, cx);
-                }
+            Event::RingDone(done) => {
+                self.ring().complete(done);
+                self.averaged(done.worker, cx);
             }
         }
     }

@@ -37,7 +37,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
-use super::ring::{Chunk, Ring, mark};
+use super::ring::{Done, Ring, mark};
 use crate::error::ConfigError;
 use crate::run::{Algorithm, Ctx};
 use crate::store::{GradId, ReplicaStore};
@@ -102,8 +102,8 @@ impl LocalSgdConfig {
 pub enum Event {
     /// `worker` finished computing its gradient.
     ComputeDone(usize),
-    /// A ring chunk arrived.
-    Chunk(Chunk),
+    /// A worker's ring all-reduce completed.
+    RingDone(Done),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,7 +176,7 @@ impl LocalSgd {
         let k = self.workers[w].step;
         if k < self.warmup {
             self.workers[w].phase = Phase::GradientRing;
-            let barrier = self.ring().ready_all(w, cx, Event::Chunk);
+            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
             mark(cx, w, barrier);
             return;
         }
@@ -188,7 +188,7 @@ impl LocalSgd {
         self.workers[w].step += 1;
         if (k + 1 - self.warmup).is_multiple_of(self.h) {
             self.workers[w].phase = Phase::ModelRing;
-            let barrier = self.ring().ready_all(w, cx, Event::Chunk);
+            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
             mark(cx, w, barrier);
         } else {
             self.begin(w, cx);
@@ -257,10 +257,9 @@ impl Algorithm for LocalSgd {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
             Event::ComputeDone(w) => self.computed(w, cx),
-            Event::Chunk(c) => {
-                if self.ring().on_chunk(c, cx, Event::Chunk) {
-                    self.ring_done(c.worker, cx);
-                }
+            Event::RingDone(done) => {
+                self.ring().complete(done);
+                self.ring_done(done.worker, cx);
             }
         }
     }

@@ -6,8 +6,24 @@
 //! `ceil(S_b / n)` bytes to `(w + 1) mod n` per step). For every bucket, a worker sends its first
 //! chunk when its data for the bucket is ready and chunk `k + 1` once it has received chunk `k`
 //! from its predecessor; it is done with a bucket when it has received all `2(n−1)` chunks, and
-//! done with a round when it is done with every bucket. A round cannot complete anywhere before
-//! every worker has contributed to it. Links are FIFO, so chunks arrive in order.
+//! done with a round when it is done with every bucket. Links are FIFO, so chunks arrive in
+//! order.
+//!
+//! **A round is computed as a whole.** Every chunk goes through the network model
+//! ([`Ctx::transfer`]) with the time the worker would post it, but no chunk is an event. A round
+//! cannot complete anywhere before every worker has contributed to it, and once the last one has,
+//! nothing but the round's own chunks happens on the ring's links until it completes: each
+//! worker's uplink carries only its chunks to its successor, each downlink only those from the
+//! predecessor. So when the last worker contributes, the round's `2(n−1)·n·B` transfers are
+//! computed on the spot, in the order each link would carry them, from the times the workers'
+//! buckets were ready; the network sees every transfer with the same posting time and in the same
+//! per-link order as if each chunk were an event, so every arrival time is the same. What is
+//! scheduled is one [`Done`] event per worker, at the arrival of its last chunk. With one bucket
+//! the round is a loop over the ring steps (`O(n)` per step, no queue); with several, the buckets
+//! of a worker share its NIC, and the transfers are ordered by a small local queue.
+//!
+//! This needs the ring's links to carry nothing else while a round is under way, which holds for
+//! the three algorithms that use it: their workers send nothing but ring chunks.
 //!
 //! **Barrier.** A worker that has contributed every bucket of its round waits for the ring. Until
 //! every worker has contributed to the round, the round cannot complete: the worker waits for the
@@ -19,10 +35,12 @@
 //! Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
 //! JPDC 2009.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::record::Activity;
 use crate::run::Ctx;
+use crate::time::SimTime;
 
 /// What a worker's full contribution to its round means for its wait.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,24 +67,13 @@ pub fn mark<E>(cx: &mut Ctx<'_, '_, E>, worker: usize, barrier: Option<Barrier>)
     }
 }
 
-/// A ring chunk in flight: step `step` of bucket `bucket` of round `round`, to `worker`.
+/// `worker` has received the last chunk of every bucket of round `round`: its all-reduce is done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Chunk {
-    /// Receiver.
+pub struct Done {
+    /// The worker.
     pub worker: usize,
-    /// The round (all-reduce) it belongs to.
+    /// The round (all-reduce) it completed.
     pub round: u64,
-    /// The bucket.
-    pub bucket: u32,
-    /// Ring step, in `0..2(n−1)`.
-    pub step: u32,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Lane {
-    ready: bool,
-    sent: u32,
-    received: u32,
 }
 
 /// The state of a bucketed ring all-reduce over workers `0..n`.
@@ -74,9 +81,11 @@ struct Lane {
 pub struct Ring {
     n: usize,
     chunk_bytes: Vec<u64>,
-    lanes: Vec<Vec<Lane>>,
+    /// `ready[w][b]`: when worker `w`'s data for bucket `b` of its current round was ready.
+    ready: Vec<Vec<Option<SimTime>>>,
     round: Vec<u64>,
-    done: Vec<usize>,
+    /// When each worker's current round completes, once the round is computed.
+    completes: Vec<Option<SimTime>>,
     /// Per round: the workers that have contributed every bucket, in order.
     contributed: BTreeMap<u64, Vec<usize>>,
 }
@@ -85,12 +94,14 @@ impl Ring {
     /// A ring over `n` workers for payloads whose buckets carry `bucket_bytes` each.
     pub fn new(n: usize, bucket_bytes: &[u64]) -> Self {
         let b = bucket_bytes.len().max(1);
+        let mut chunk_bytes: Vec<u64> = bucket_bytes.iter().map(|s| s.div_ceil(n as u64)).collect();
+        chunk_bytes.resize(b, 0);
         Ring {
             n,
-            chunk_bytes: bucket_bytes.iter().map(|s| s.div_ceil(n as u64)).collect(),
-            lanes: vec![vec![Lane::default(); b]; n],
+            chunk_bytes,
+            ready: vec![vec![None; b]; n],
             round: vec![0; n],
-            done: vec![0; n],
+            completes: vec![None; n],
             contributed: BTreeMap::new(),
         }
     }
@@ -113,23 +124,31 @@ impl Ring {
     /// Whether `worker` has contributed every bucket of its current round (and so waits for the
     /// ring to complete).
     pub fn contributing(&self, worker: usize) -> bool {
-        self.lanes[worker].iter().all(|l| l.ready)
+        self.ready[worker].iter().all(Option::is_some)
     }
 
-    /// `worker`'s data for `bucket` of its current round is ready: send what can be sent.
-    /// When that completes the worker's contribution to the round, returns the
-    /// [`Barrier`] it reaches.
+    /// `worker`'s data for `bucket` of its current round is ready now. When that completes the
+    /// worker's contribution to the round, returns the [`Barrier`] it reaches; when it was the
+    /// last contribution, the round is computed and every worker's [`Done`] scheduled (wrapped
+    /// by `wrap`).
     pub fn ready<E>(
         &mut self,
         worker: usize,
         bucket: usize,
         cx: &mut Ctx<'_, '_, E>,
-        wrap: fn(Chunk) -> E,
+        wrap: fn(Done) -> E,
     ) -> Option<Barrier> {
         let was = self.contributing(worker);
-        self.lanes[worker][bucket].ready = true;
-        self.try_send(worker, bucket, cx, wrap);
-        (!was && self.contributing(worker)).then(|| self.contribute(worker))
+        let now = cx.now();
+        self.ready[worker][bucket].get_or_insert(now);
+        if was || !self.contributing(worker) {
+            return None;
+        }
+        let barrier = self.contribute(worker);
+        if matches!(barrier, Barrier::Last(_)) {
+            self.run_round(cx, wrap);
+        }
+        Some(barrier)
     }
 
     /// Every bucket of `worker`'s current round is ready; returns the [`Barrier`] it reaches.
@@ -137,7 +156,7 @@ impl Ring {
         &mut self,
         worker: usize,
         cx: &mut Ctx<'_, '_, E>,
-        wrap: fn(Chunk) -> E,
+        wrap: fn(Done) -> E,
     ) -> Option<Barrier> {
         let mut barrier = None;
         for b in 0..self.buckets() {
@@ -158,55 +177,107 @@ impl Ring {
         Barrier::Last(waiters)
     }
 
-    fn try_send<E>(
-        &mut self,
-        w: usize,
-        bucket: usize,
-        cx: &mut Ctx<'_, '_, E>,
-        wrap: fn(Chunk) -> E,
-    ) {
-        let total = self.steps();
-        let next = (w + 1) % self.n;
-        let bytes = self.chunk_bytes[bucket];
-        let round = self.round[w];
-        let lane = &mut self.lanes[w][bucket];
-        while lane.ready && lane.sent < total && (lane.sent == 0 || lane.received >= lane.sent) {
-            let ev = wrap(Chunk {
-                worker: next,
-                round,
-                bucket: bucket as u32,
-                step: lane.sent,
-            });
-            cx.send(w, next, bytes, ev);
-            lane.sent += 1;
+    /// Every worker has contributed to the round: computes its transfers and schedules each
+    /// worker's [`Done`].
+    fn run_round<E>(&mut self, cx: &mut Ctx<'_, '_, E>, wrap: fn(Done) -> E) {
+        let ready: Vec<Vec<SimTime>> = self
+            .ready
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|t| t.expect("every bucket contributed"))
+                    .collect()
+            })
+            .collect();
+        let done = if self.buckets() == 1 {
+            self.transfers_one_bucket(&ready, cx)
+        } else {
+            self.transfers_queued(&ready, cx)
+        };
+        for (w, t) in done.into_iter().enumerate() {
+            self.completes[w] = Some(t);
+            let round = self.round[w];
+            cx.at(t, wrap(Done { worker: w, round }));
         }
     }
 
-    /// A chunk arrived. Returns true when its receiver has thereby completed every bucket of its
-    /// round; its state then moves to the next round.
-    pub fn on_chunk<E>(&mut self, c: Chunk, cx: &mut Ctx<'_, '_, E>, wrap: fn(Chunk) -> E) -> bool {
-        let w = c.worker;
-        let b = c.bucket as usize;
-        debug_assert_eq!(
-            (c.round, c.step),
-            (self.round[w], self.lanes[w][b].received),
-            "FIFO ring order"
-        );
-        self.lanes[w][b].received += 1;
-        self.try_send(w, b, cx, wrap);
-        if self.lanes[w][b].received < self.steps() {
-            return false;
+    /// One bucket: a worker posts chunk `k` at `max(ready, arrival of chunk k − 1)`, and each
+    /// link carries one lane, so the steps can be computed in order, every worker's at each.
+    /// Returns when each worker receives its last chunk.
+    fn transfers_one_bucket<E>(
+        &self,
+        ready: &[Vec<SimTime>],
+        cx: &mut Ctx<'_, '_, E>,
+    ) -> Vec<SimTime> {
+        let n = self.n;
+        if n == 1 {
+            // No step: the round completes when the only worker contributes.
+            return vec![cx.now()];
         }
-        self.done[w] += 1;
-        if self.done[w] < self.buckets() {
-            return false;
+        let bytes = self.chunk_bytes[0];
+        let start: Vec<SimTime> = ready.iter().map(|r| r[0]).collect();
+        // `got[w]`: when worker w received the previous step's chunk (none before step 0).
+        let mut got = start.clone();
+        let mut next = vec![SimTime::ZERO; n];
+        for _ in 0..self.steps() {
+            for w in 0..n {
+                let post = start[w].max(got[w]);
+                next[(w + 1) % n] = cx.transfer(post, w, (w + 1) % n, bytes);
+            }
+            std::mem::swap(&mut got, &mut next);
         }
-        self.done[w] = 0;
+        got
+    }
+
+    /// Several buckets share each worker's NIC: the transfers are posted in time order (ties in
+    /// the order they became possible), as the event loop would, with a local queue of posts and
+    /// arrivals. Returns when each worker receives its last chunk of every bucket.
+    fn transfers_queued<E>(&self, ready: &[Vec<SimTime>], cx: &mut Ctx<'_, '_, E>) -> Vec<SimTime> {
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+        enum Step {
+            /// `w` posts chunk `k` of bucket `b` to its successor.
+            Post,
+            /// Chunk `k` of bucket `b` arrives at `w`.
+            Arrive,
+        }
+        let n = self.n;
+        let steps = self.steps();
+        if steps == 0 {
+            return vec![cx.now(); n];
+        }
+        let mut done = vec![SimTime::ZERO; n];
+        let mut queue = BinaryHeap::new();
+        let mut seq = 0u64;
+        let mut push = |queue: &mut BinaryHeap<_>, t: SimTime, step, w: usize, b: usize, k: u32| {
+            queue.push(Reverse((t, seq, step, w, b, k)));
+            seq += 1;
+        };
+        for (w, buckets) in ready.iter().enumerate() {
+            for (b, &t) in buckets.iter().enumerate() {
+                push(&mut queue, t, Step::Post, w, b, 0);
+            }
+        }
+        while let Some(Reverse((t, _, step, w, b, k))) = queue.pop() {
+            match step {
+                Step::Post => {
+                    let to = (w + 1) % n;
+                    let arrive = cx.transfer(t, w, to, self.chunk_bytes[b]);
+                    push(&mut queue, arrive, Step::Arrive, to, b, k);
+                }
+                Step::Arrive if k + 1 == steps => done[w] = done[w].max(t),
+                Step::Arrive => push(&mut queue, t.max(ready[w][b]), Step::Post, w, b, k + 1),
+            }
+        }
+        done
+    }
+
+    /// `worker`'s [`Done`] for its current round has come: it moves to the next round.
+    pub fn complete(&mut self, done: Done) {
+        let w = done.worker;
+        debug_assert_eq!(done.round, self.round[w], "rounds complete in order");
         self.round[w] += 1;
-        for lane in &mut self.lanes[w] {
-            *lane = Lane::default();
-        }
-        true
+        self.completes[w] = None;
+        self.ready[w].iter_mut().for_each(|r| *r = None);
     }
 
     /// What `worker` waits for in the ring, if it has contributed to its round.
@@ -214,14 +285,124 @@ impl Ring {
         if !self.contributing(worker) {
             return None;
         }
-        let pred = (worker + self.n - 1) % self.n;
-        let (b, lane) = self.lanes[worker]
-            .iter()
-            .enumerate()
-            .find(|(_, l)| l.received < self.steps())?;
+        let round = self.round[worker];
+        if let Some(t) = self.completes[worker] {
+            return Some(format!(
+                "worker {worker} waits for all-reduce {round} to complete at {t}"
+            ));
+        }
+        let missing: Vec<String> = (0..self.n)
+            .filter(|&w| self.round[w] != round || !self.contributing(w))
+            .map(|w| w.to_string())
+            .collect();
+        let shown = missing.len().min(8);
+        let more = if missing.len() > shown {
+            format!(" and {} more", missing.len() - shown)
+        } else {
+            String::new()
+        };
         Some(format!(
-            "worker {worker} waits for ring chunk {} of bucket {b} of all-reduce {} from worker {pred}",
-            lane.received, self.round[worker]
+            "worker {worker} waits for worker(s) {}{more} to contribute to all-reduce {round}",
+            missing[..shown].join(", ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Cluster, ClusterConfig};
+    use crate::env::BuildEnv;
+    use crate::network::{Network, NetworkConfig, RandomCongestion};
+    use crate::reference::{Quadratic, ReferenceStore};
+    use crate::run::{Algorithm, Collect, RunConfig, World, run};
+    use crate::topology::{Topology, TopologyConfig};
+
+    /// Computes one round on a fresh network, one bucket or through the queue, and returns the
+    /// completion times and the network's state afterwards.
+    struct OneRound {
+        ready: Vec<SimTime>,
+        queued: bool,
+        result: Vec<SimTime>,
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    struct Go;
+
+    impl Algorithm for OneRound {
+        type Event = Go;
+        fn name(&self) -> &str {
+            "one-round"
+        }
+        fn start(&mut self, cx: &mut Ctx<'_, '_, Go>) {
+            cx.after(SimTime::from_nanos(1_000_000), Go);
+        }
+        fn handle(&mut self, _: Go, cx: &mut Ctx<'_, '_, Go>) {
+            let n = self.ready.len();
+            let ring = Ring::new(n, &[1_000_000]);
+            let ready: Vec<Vec<SimTime>> = self.ready.iter().map(|&t| vec![t]).collect();
+            self.result = if self.queued {
+                ring.transfers_queued(&ready, cx)
+            } else {
+                ring.transfers_one_bucket(&ready, cx)
+            };
+        }
+        fn waiting(&self) -> Vec<String> {
+            Vec::new()
+        }
+    }
+
+    fn round(ready: &[u64], queued: bool, net: &NetworkConfig) -> (Vec<SimTime>, String) {
+        let n = ready.len();
+        let env = BuildEnv::new(7);
+        let mut store = ReferenceStore::new(Quadratic::new(4, 10.0, 0.0), n, Default::default(), 7);
+        let mut world = World::new(
+            Cluster::new(&ClusterConfig::new(n), &env).unwrap(),
+            Network::new(net, n, &env).unwrap(),
+            Topology::build(&TopologyConfig::Ring {}, n, &env).unwrap(),
+            &mut store,
+            &Default::default(),
+            7,
+        );
+        let mut alg = OneRound {
+            ready: ready.iter().map(|&t| SimTime::from_nanos(t)).collect(),
+            queued,
+            result: Vec::new(),
+        };
+        let stop = RunConfig {
+            sim_time_s: Some(10.0),
+            epochs: None,
+            worker_steps: None,
+            eval_every_s: 100.0,
+            eval_every_steps: None,
+        };
+        run(&mut alg, &mut world, &stop, &mut Collect::default()).unwrap();
+        (alg.result, format!("{:?}", world.net.link_stats()))
+    }
+
+    /// With one bucket, the step-by-step loop and the queue post the same transfers in the same
+    /// per-link order, so they agree to the nanosecond, whatever the ready times, also under
+    /// congestion processes that advance with each link's time.
+    #[test]
+    fn one_bucket_loop_agrees_with_the_queue() {
+        let ready = [
+            1_000_000, 1_300_000, 1_000_000, 4_000_000, 1_000_500, 2_000_000,
+        ];
+        let plain = NetworkConfig::uniform(10.0, 5.0);
+        let mut congested = NetworkConfig::uniform(10.0, 5.0);
+        congested.random_congestion = vec![RandomCongestion {
+            mean_on_s: 0.0002,
+            mean_off_s: 0.0003,
+            bandwidth_factor: 0.2,
+            links: None,
+            workers: None,
+        }];
+        for net in [&plain, &congested] {
+            let (a, links_a) = round(&ready, false, net);
+            let (b, links_b) = round(&ready, true, net);
+            assert_eq!(a, b);
+            assert_eq!(links_a, links_b);
+            assert!(a.iter().all(|&t| t > SimTime::from_nanos(4_000_000)));
+        }
     }
 }
