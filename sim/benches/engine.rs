@@ -112,8 +112,8 @@ fn bench(bencher: Bencher, alg: AlgorithmConfig, workers: usize) {
         .bench(|| simulate(&alg, workers));
 }
 
-/// AD-PSGD: 100k worker steps (about 200k events).
-#[divan::bench(args = [16, 64, 256], sample_count = 10)]
+/// AD-PSGD: 100k worker steps (about 200k events; about `n` of them pending at any time).
+#[divan::bench(args = [16, 256, 1024], sample_count = 10)]
 fn adpsgd(bencher: Bencher, workers: usize) {
     bench(
         bencher,

@@ -103,7 +103,9 @@ struct RowVersions {
 }
 
 /// The live gradients' reads, by handle: a window over increasing handles (stores hand them out
-/// in increasing order), so inserting is a push and finding a binary search.
+/// in increasing order), so inserting is a push. Handles are nearly dense (a store numbers its
+/// messages from the same counter), so finding one starts where a dense window would hold it and
+/// searches outwards: `O(1)` in practice, `O(log n)` at worst.
 #[derive(Default)]
 struct GradTable {
     slots: VecDeque<(GradId, Option<Reads>)>,
@@ -111,7 +113,49 @@ struct GradTable {
 
 impl GradTable {
     fn find(&self, id: GradId) -> Result<usize, usize> {
-        self.slots.binary_search_by_key(&id, |(g, _)| *g)
+        let slots = &self.slots;
+        let (Some(&(first, _)), Some(&(last, _))) = (slots.front(), slots.back()) else {
+            return Err(0);
+        };
+        if id <= first || id > last {
+            return if id == first {
+                Ok(0)
+            } else if id < first {
+                Err(0)
+            } else {
+                Err(slots.len())
+            };
+        }
+        // first < id <= last: slot 0 lies below `id`, the last slot at or above it.
+        let span = u128::from(last.0 - first.0);
+        let guess = (u128::from(id.0 - first.0) * (slots.len() - 1) as u128 / span) as usize;
+        let at = |k: usize| slots[k].0;
+        // Bracket `id` by galloping from the guess, then binary-search the bracket.
+        let (mut lo, mut hi) = if at(guess) < id {
+            let (mut lo, mut step) = (guess, 1);
+            while lo + step < slots.len() - 1 && at(lo + step) < id {
+                lo += step;
+                step *= 2;
+            }
+            (lo, (lo + step).min(slots.len() - 1))
+        } else {
+            let (mut hi, mut step) = (guess, 1);
+            while hi > step && at(hi - step) >= id {
+                hi -= step;
+                step *= 2;
+            }
+            (hi.saturating_sub(step), hi)
+        };
+        // Invariant: at(lo) < id <= at(hi).
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if at(mid) < id {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        if at(hi) == id { Ok(hi) } else { Err(hi) }
     }
 
     fn insert(&mut self, id: GradId, reads: Reads) {
@@ -662,6 +706,32 @@ mod tests {
         assert_eq!(worker(&t, 7), None);
         assert_eq!(worker(&t, 3), Some(3));
         assert_eq!(t.values().count(), 2);
+    }
+
+    #[test]
+    fn finding_a_handle_agrees_with_a_binary_search() {
+        // Windows dense, sparse and lopsided (one old handle, then a dense run far above it).
+        let windows: Vec<Vec<u64>> = vec![
+            (0..50).collect(),
+            (0..50).map(|i| i * 7 + 3).collect(),
+            std::iter::once(2).chain(1000..1040).collect(),
+            (10..40).chain(500..503).chain(900..960).collect(),
+            vec![5],
+        ];
+        for ids in windows {
+            let t = GradTable {
+                slots: ids.iter().map(|&i| (GradId(i), None)).collect(),
+            };
+            for probe in 0..ids.last().unwrap() + 3 {
+                let id = GradId(probe);
+                assert_eq!(
+                    t.find(id),
+                    t.slots.binary_search_by_key(&id, |(g, _)| *g),
+                    "{probe} in {ids:?}"
+                );
+            }
+        }
+        assert_eq!(GradTable::default().find(GradId(4)), Err(0));
     }
 
     #[test]
