@@ -5,8 +5,9 @@
 //! `partition.csv`; then, streamed, `metrics.csv` and `series.csv` (and `gradients.csv` and
 //! `messages.csv` when `[metrics]` asks for them); after each algorithm, the tables
 //! `staleness.csv`, `utilization.csv`, `waits.csv`, `links.csv`, `timeline.csv`, then
-//! `summary.json` and the plots are rewritten, so an interrupted run keeps everything up to the
-//! last evaluation point. Every CSV file starts with the stamp line
+//! `summary.json` and `timings.json` are rewritten, so an interrupted run keeps everything up to
+//! the last evaluation point (`dasim plot` draws its plots). The plots are drawn once, at the
+//! end. Every CSV file starts with the stamp line
 //! `# dasim <version> git=<revision> scenario_sha256=<hex>` ([`crate::outputs`]), the hash being
 //! that of the `scenario.toml` written beside it; `summary.json` carries the same facts.
 

@@ -891,8 +891,8 @@ impl ReplicaStore for BurnStore {
     fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
         let value = match *terms {
             // A plain copy shares the buffer (copied only if the row is written while it lives).
-            [(Slot::Row(r), w)] if w == 1.0 => self.rows.share(r),
-            [(Slot::Msg(m), w)] if w == 1.0 => Arc::clone(
+            [(Slot::Row(r), 1.0)] => self.rows.share(r),
+            [(Slot::Msg(m), 1.0)] => Arc::clone(
                 self.msgs
                     .get(&m)
                     .unwrap_or_else(|| panic!("message buffer {m:?} was released or never made")),

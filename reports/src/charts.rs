@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::data::Lane;
+use crate::data::{Lane, bin_fractions, bin_stats};
 use crate::figure::{
     AXIS_COLOR, AXIS_DESC_SIZE, DrawResult, FONT_FAMILY, Figure, GRID_BOLD, Key, LABEL_SIZE,
     TEXT_COLOR, Ticked, format_tick, header, palette,
@@ -196,12 +196,18 @@ impl Figure for HistogramPanels {
     }
 }
 
-/// A worker timeline: one row per worker, coloured by activity, x in simulated seconds.
+/// A worker timeline: one row per lane (worker), coloured by activity, x in simulated seconds.
+/// The lanes may be a sample of the workers ([`crate::data::sample_lanes`]); the note says so.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Gantt {
     pub title: String,
     pub note: String,
     pub lanes: Vec<Lane>,
+    /// The x range, in simulated seconds: the timeline window of every worker, shown or not
+    /// (`None`: the extent of the lanes drawn).
+    pub window: Option<(f64, f64)>,
+    /// Words after some workers' row labels, e.g. `(5, "slow")`.
+    pub tags: Vec<(u64, String)>,
 }
 
 impl Gantt {
@@ -220,8 +226,12 @@ impl Figure for Gantt {
         let area = header(root, &self.title, &self.note, &activity_keys())?;
         let n = self.lanes.len().max(1);
         let intervals = || self.lanes.iter().flat_map(|l| &l.intervals);
-        let start = intervals().map(|i| i.1).fold(f64::INFINITY, f64::min);
-        let end = intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max);
+        let (start, end) = self.window.unwrap_or_else(|| {
+            (
+                intervals().map(|i| i.1).fold(f64::INFINITY, f64::min),
+                intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max),
+            )
+        });
         let x_range = if start < end { start..end } else { 0.0..1.0 };
         // Worker 0 on top: lane i is drawn at y = n - 1 - i.
         let every = n.div_ceil(32);
@@ -234,18 +244,24 @@ impl Figure for Gantt {
             ticks: y_keys,
         };
         let lanes = &self.lanes;
+        let tags = &self.tags;
         let worker_of = move |y: &f64| {
             let i = n as i64 - 1 - y.round() as i64;
             usize::try_from(i)
                 .ok()
                 .and_then(|i| lanes.get(i))
-                .map_or_else(String::new, |l| l.worker.to_string())
+                .map_or_else(String::new, |l| {
+                    match tags.iter().find(|(w, _)| *w == l.worker) {
+                        Some((_, tag)) => format!("{} {tag}", l.worker),
+                        None => l.worker.to_string(),
+                    }
+                })
         };
         let mut chart = ChartBuilder::on(&area)
             .margin(12)
             .margin_right(30)
             .x_label_area_size(58)
-            .y_label_area_size(84)
+            .y_label_area_size(if self.tags.is_empty() { 84 } else { 124 })
             .build_cartesian_2d(x_range, y_spec)?;
         chart
             .configure_mesh()
@@ -296,17 +312,21 @@ impl Figure for Gantt {
     }
 }
 
-/// Bars grouped by worker, one bar per series (algorithm) in each group.
+/// Bars grouped by worker, one bar per series (algorithm) in each group. With `bin` > 1,
+/// each group is `bin` consecutive workers: the bar is their mean, a whisker spans their
+/// minimum to their maximum, and the x axis is labelled at round worker positions.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GroupedBars {
     pub title: String,
     pub note: String,
     pub x_label: String,
     pub y_label: String,
-    /// The groups' labels (worker ids), left to right.
+    /// The workers' labels (worker ids), left to right.
     pub groups: Vec<u64>,
-    /// `(label, palette index, one value per group)`.
+    /// `(label, palette index, one value per worker)`.
     pub series: Vec<(String, usize, Vec<f64>)>,
+    /// Consecutive workers per bar (1: one bar per worker).
+    pub bin: usize,
 }
 
 impl Figure for GroupedBars {
@@ -337,7 +357,7 @@ impl Figure for GroupedBars {
             .margin_right(30)
             .x_label_area_size(58)
             .y_label_area_size(84)
-            .build_cartesian_2d(group_axis(n), 0.0..top)?;
+            .build_cartesian_2d(worker_axis(n, self.bin), 0.0..top)?;
         let groups = &self.groups;
         chart
             .configure_mesh()
@@ -352,19 +372,56 @@ impl Figure for GroupedBars {
             .bold_line_style(GRID_BOLD)
             .light_line_style(WHITE)
             .draw()?;
-        let width = 0.8 / self.series.len().max(1) as f64;
+        let series = self.series.len().max(1) as f64;
+        if self.bin <= 1 {
+            let width = 0.8 / series;
+            for (j, (_, color, values)) in self.series.iter().enumerate() {
+                let color = palette(*color);
+                chart.draw_series(
+                    values
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, v)| v.is_finite())
+                        .map(|(i, &v)| {
+                            let left = i as f64 - 0.4 + j as f64 * width;
+                            Rectangle::new([(left, 0.0), (left + width, v)], color.filled())
+                        }),
+                )?;
+            }
+            return Ok(());
+        }
         for (j, (_, color, values)) in self.series.iter().enumerate() {
             let color = palette(*color);
-            chart.draw_series(
-                values
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.is_finite())
-                    .map(|(i, &v)| {
-                        let left = i as f64 - 0.4 + j as f64 * width;
-                        Rectangle::new([(left, 0.0), (left + width, v)], color.filled())
-                    }),
-            )?;
+            let bars: Vec<(f64, f64, crate::data::BinStat)> = bin_stats(values, self.bin)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(b, stat)| {
+                    let (lo, hi) = bin_span(b, self.bin, n);
+                    let width = 0.8 * (hi - lo) / series;
+                    let left = lo + 0.1 * (hi - lo) + j as f64 * width;
+                    Some((left, width, stat?))
+                })
+                .collect();
+            chart.draw_series(bars.iter().map(|&(left, width, stat)| {
+                Rectangle::new([(left, 0.0), (left + width, stat.mean)], color.filled())
+            }))?;
+            chart.draw_series(bars.iter().filter(|b| b.2.min < b.2.max).map(
+                |&(left, width, stat)| {
+                    let x = left + width / 2.0;
+                    let cap = width / 4.0;
+                    PathElement::new(
+                        vec![
+                            (x - cap, stat.min),
+                            (x + cap, stat.min),
+                            (x, stat.min),
+                            (x, stat.max),
+                            (x - cap, stat.max),
+                            (x + cap, stat.max),
+                        ],
+                        TEXT_COLOR.stroke_width(1),
+                    )
+                },
+            ))?;
         }
         Ok(())
     }
@@ -382,6 +439,25 @@ fn group_axis(n: usize) -> Ticked {
     }
 }
 
+/// An x axis of `n` workers centred on `0..n`: labelled at most about 32 times with one bar per
+/// worker (`bin` 1), at about 10 round positions when workers share bars.
+fn worker_axis(n: usize, bin: usize) -> Ticked {
+    if bin <= 1 {
+        return group_axis(n);
+    }
+    Ticked {
+        range: -0.5..n as f64 - 0.5,
+        ticks: integer_ticks(0.0, n.saturating_sub(1) as f64, 10),
+    }
+}
+
+/// The x extent of the `b`-th bin of `bin` workers among `n`, on a [`worker_axis`].
+fn bin_span(b: usize, bin: usize, n: usize) -> (f64, f64) {
+    let first = b * bin;
+    let end = ((b + 1) * bin).min(n);
+    (first as f64 - 0.5, end as f64 - 0.5)
+}
+
 /// The label of the group at x position `v`.
 fn group_label(groups: &[u64], v: f64) -> String {
     usize::try_from(v.round() as i64)
@@ -397,6 +473,8 @@ pub(crate) struct StackedPanel {
     pub workers: Vec<u64>,
     /// Per worker, the fractions in [`Activity::ALL`] order.
     pub fractions: Vec<[f64; 4]>,
+    /// Consecutive workers per bar (1: one bar per worker); a bar of several is their mean.
+    pub bin: usize,
 }
 
 /// Stacked bars of where each worker's time went, one panel per algorithm.
@@ -427,7 +505,7 @@ impl Figure for StackedPanels {
                 )
                 .x_label_area_size(if last { 52 } else { 30 })
                 .y_label_area_size(84)
-                .build_cartesian_2d(group_axis(n), 0.0..1.0)?;
+                .build_cartesian_2d(worker_axis(n, panel.bin), 0.0..1.0)?;
             let workers = &panel.workers;
             let x_format = |v: &f64| group_label(workers, *v);
             let y_format = |v: &f64| format!("{:.0}%", v * 100.0);
@@ -446,19 +524,23 @@ impl Figure for StackedPanels {
                 mesh.x_desc("worker");
             }
             mesh.draw()?;
-            for (i, fractions) in panel.fractions.iter().enumerate() {
-                let x = i as f64;
+            let bin = panel.bin.max(1);
+            let mut bars = Vec::new();
+            for (b, fractions) in bin_fractions(&panel.fractions, bin).iter().enumerate() {
+                let (lo, hi) = bin_span(b, bin, panel.fractions.len());
+                let (left, right) = (lo + 0.1 * (hi - lo), hi - 0.1 * (hi - lo));
                 let mut bottom = 0.0;
                 for (activity, &f) in Activity::ALL.iter().zip(fractions) {
                     if f > 0.0 {
-                        chart.draw_series(std::iter::once(Rectangle::new(
-                            [(x - 0.4, bottom), (x + 0.4, (bottom + f).min(1.0))],
+                        bars.push(Rectangle::new(
+                            [(left, bottom), (right, (bottom + f).min(1.0))],
                             activity_color(*activity).filled(),
-                        )))?;
+                        ));
                     }
                     bottom += f;
                 }
             }
+            chart.draw_series(bars)?;
         }
         Ok(())
     }

@@ -356,6 +356,230 @@ pub fn timeline_lanes(rows: &[TimelineRow], algorithm: &str) -> Vec<Lane> {
         .collect()
 }
 
+/// The most rows a Gantt chart has: with more workers, [`sample_lanes`] picks this many.
+pub const GANTT_MAX_ROWS: usize = 32;
+
+/// The most workers the per-worker bar charts (`steps`, `utilization`) draw one bar each;
+/// beyond it, consecutive workers share a bar ([`worker_bin`]).
+pub const PER_WORKER_BARS: usize = 64;
+
+/// The rows of a Gantt chart: the lanes shown, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneSample {
+    /// The lanes shown, by worker id.
+    pub lanes: Vec<Lane>,
+    /// How many workers the timeline has.
+    pub total: usize,
+    /// The slowest workers shown, slowest first; empty when every worker is shown.
+    pub slowest: Vec<u64>,
+    /// The fastest workers shown, fastest first; empty when every worker is shown.
+    pub fastest: Vec<u64>,
+}
+
+impl LaneSample {
+    /// Every worker is shown.
+    pub fn is_complete(&self) -> bool {
+        self.lanes.len() == self.total
+    }
+
+    /// Which workers are shown, as a phrase for a chart's note, e.g. `32 of 1,024 workers: the 4
+    /// slowest (5, 17, 300, 901), the 4 fastest (…) by local steps and an even sample of the
+    /// rest, in worker order`; `one row per worker` when every worker is shown. `by` names what
+    /// the workers were ranked by.
+    pub fn describe(&self, by: &str) -> String {
+        if self.is_complete() {
+            return "one row per worker".into();
+        }
+        let shown = format!(
+            "{} of {} workers",
+            thousands(self.lanes.len() as u64),
+            thousands(self.total as u64)
+        );
+        let group = |which: &str, workers: &[u64]| {
+            let ids = workers
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            match workers.len() {
+                0 => None,
+                1 => Some(format!("the {which} ({ids})")),
+                n => Some(format!("the {n} {which} ({ids})")),
+            }
+        };
+        let extremes: Vec<String> = [
+            group("slowest", &self.slowest),
+            group("fastest", &self.fastest),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if extremes.is_empty() {
+            format!("{shown}, an even sample (all equally fast by {by}), in worker order")
+        } else {
+            format!(
+                "{shown}: {} by {by}, and an even sample of the rest, in worker order",
+                extremes.join(", ")
+            )
+        }
+    }
+}
+
+/// Picks the rows of a Gantt chart: every lane when there are at most `max_rows`, else
+/// `max_rows` of them, in worker order: up to `max_rows / 8` slowest workers, up to
+/// `max_rows / 8` fastest, and an even sample of the others that includes the first and the
+/// last of them.
+///
+/// `speed` gives a lane's `(steps, seconds per step)`: fewer steps is slower, and at equal
+/// steps more seconds per step (e.g. all-reduce, where every worker takes the same steps and
+/// the straggler computes longest). Ties go to the lower worker id. A worker counts as slowest
+/// (fastest) only when it is slower (faster) than the median worker: when all are equally fast,
+/// the rows are an even sample.
+pub fn sample_lanes(
+    lanes: Vec<Lane>,
+    speed: impl Fn(&Lane) -> (u64, f64),
+    max_rows: usize,
+) -> LaneSample {
+    let total = lanes.len();
+    let max_rows = max_rows.max(1);
+    if total <= max_rows {
+        return LaneSample {
+            lanes,
+            total,
+            slowest: Vec::new(),
+            fastest: Vec::new(),
+        };
+    }
+    let speeds: Vec<(u64, f64)> = lanes.iter().map(speed).collect();
+    // Slowest first: fewest steps, then most seconds per step.
+    let slower = |a: usize, b: usize| {
+        speeds[a]
+            .0
+            .cmp(&speeds[b].0)
+            .then(speeds[b].1.total_cmp(&speeds[a].1))
+    };
+    let mut order: Vec<usize> = (0..total).collect();
+    order.sort_by(|&a, &b| slower(a, b).then(lanes[a].worker.cmp(&lanes[b].worker)));
+    let median = order[total / 2];
+    let extremes = max_rows / 8;
+    let slowest: Vec<usize> = order
+        .iter()
+        .copied()
+        .take_while(|&i| slower(i, median).is_lt())
+        .take(extremes)
+        .collect();
+    order.sort_by(|&a, &b| slower(b, a).then(lanes[a].worker.cmp(&lanes[b].worker)));
+    let fastest: Vec<usize> = order
+        .iter()
+        .copied()
+        .take_while(|&i| slower(i, median).is_gt())
+        .take(extremes)
+        .collect();
+    let mut chosen = vec![false; total];
+    for &i in slowest.iter().chain(&fastest) {
+        chosen[i] = true;
+    }
+    let rest: Vec<usize> = (0..total).filter(|&i| !chosen[i]).collect();
+    let wanted = max_rows - slowest.len() - fastest.len();
+    // `rest` has more lanes than `wanted` (total > max_rows): spread the picks over it, ends
+    // included.
+    let m = rest.len();
+    for j in 0..wanted {
+        let k = if wanted == 1 {
+            m / 2
+        } else {
+            (j * (m - 1) + (wanted - 1) / 2) / (wanted - 1)
+        };
+        chosen[rest[k]] = true;
+    }
+    let worker = |i: &usize| lanes[*i].worker;
+    let (slowest, fastest) = (
+        slowest.iter().map(worker).collect(),
+        fastest.iter().map(worker).collect(),
+    );
+    LaneSample {
+        lanes: lanes
+            .into_iter()
+            .zip(chosen)
+            .filter_map(|(lane, keep)| keep.then_some(lane))
+            .collect(),
+        total,
+        slowest,
+        fastest,
+    }
+}
+
+/// How many consecutive workers share one bar in a per-worker bar chart of `workers` workers
+/// and `series` bars per group: 1 (one bar per worker) up to [`PER_WORKER_BARS`] workers, else
+/// as many as keep the chart to at most 64 groups (fewer with many series: about 128 bars in
+/// all, at least 16 groups).
+pub fn worker_bin(workers: usize, series: usize) -> usize {
+    if workers <= PER_WORKER_BARS {
+        1
+    } else {
+        workers.div_ceil((128 / series.max(1)).clamp(16, 64))
+    }
+}
+
+/// One bar of a binned per-worker chart: the finite values of `bin` consecutive workers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BinStat {
+    /// Their mean.
+    pub mean: f64,
+    /// The smallest.
+    pub min: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+/// `values` (one per worker, NaN for "none") cut into runs of `bin` consecutive workers (the
+/// last may be shorter): mean, min and max of each run's finite values, `None` for a run
+/// without any.
+pub fn bin_stats(values: &[f64], bin: usize) -> Vec<Option<BinStat>> {
+    values
+        .chunks(bin.max(1))
+        .map(|chunk| {
+            let finite = chunk.iter().copied().filter(|v| v.is_finite());
+            let n = finite.clone().count();
+            (n > 0).then(|| BinStat {
+                mean: finite.clone().sum::<f64>() / n as f64,
+                min: finite.clone().fold(f64::INFINITY, f64::min),
+                max: finite.fold(f64::NEG_INFINITY, f64::max),
+            })
+        })
+        .collect()
+}
+
+/// `fractions` (one per worker, in [`Activity::ALL`] order) cut into runs of `bin` consecutive
+/// workers: the mean of each run's fractions (still summing to 1 when each worker's do).
+pub fn bin_fractions(fractions: &[[f64; 4]], bin: usize) -> Vec<[f64; 4]> {
+    fractions
+        .chunks(bin.max(1))
+        .map(|chunk| {
+            let mut mean = [0.0; 4];
+            for f in chunk {
+                for (m, v) in mean.iter_mut().zip(f) {
+                    *m += v;
+                }
+            }
+            mean.map(|m| m / chunk.len() as f64)
+        })
+        .collect()
+}
+
+/// An integer with commas between groups of three digits: `1,024`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,5 +616,111 @@ mod tests {
         assert_eq!((c.zeros, c.measured, c.all_zero()), (1, 3, false));
         let c = LogCurve::new(&Series::new("b", [(0.0, 0.0), (1.0, 0.0)]));
         assert!(c.all_zero() && c.series.points.is_empty());
+    }
+
+    fn lanes(n: u64) -> Vec<Lane> {
+        (0..n)
+            .map(|worker| Lane {
+                worker,
+                intervals: vec![(Activity::Compute, 0.0, 1.0)],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn few_lanes_are_all_shown() {
+        let sample = sample_lanes(lanes(8), |l| (l.worker, 1.0), GANTT_MAX_ROWS);
+        assert!(sample.is_complete());
+        assert_eq!(sample.lanes, lanes(8));
+        assert_eq!(sample.describe("steps"), "one row per worker");
+    }
+
+    #[test]
+    fn many_lanes_keep_the_extremes_and_an_even_sample() {
+        // Worker 700 is the slowest, then 5; 3 and 1000 the fastest.
+        let steps = |l: &Lane| match l.worker {
+            700 => (10, 1.0),
+            5 => (11, 1.0),
+            3 | 1000 => (99, 1.0),
+            w => (50 + w % 7, 1.0),
+        };
+        let sample = sample_lanes(lanes(1024), steps, 32);
+        assert_eq!(sample.lanes.len(), 32);
+        assert_eq!(sample.total, 1024);
+        let shown: Vec<u64> = sample.lanes.iter().map(|l| l.worker).collect();
+        assert!(shown.windows(2).all(|w| w[0] < w[1]), "worker order");
+        assert_eq!(sample.slowest, [700, 5, 0, 7]);
+        assert_eq!(sample.fastest, [3, 1000, 6, 13]);
+        for w in sample.slowest.iter().chain(&sample.fastest) {
+            assert!(shown.contains(w), "{w}");
+        }
+        assert!(shown.contains(&1023), "the sample spans the workers");
+        let note = sample.describe("local steps");
+        assert_eq!(
+            note,
+            "32 of 1,024 workers: the 4 slowest (700, 5, 0, 7), the 4 fastest (3, 1000, 6, 13) \
+             by local steps, and an even sample of the rest, in worker order"
+        );
+    }
+
+    #[test]
+    fn at_equal_steps_the_longest_steps_are_the_slowest() {
+        // All-reduce: every worker takes 100 steps; worker 40 computes 4x longer.
+        let speed = |l: &Lane| (100, if l.worker == 40 { 0.4 } else { 0.1 });
+        let sample = sample_lanes(lanes(100), speed, 10);
+        assert_eq!(sample.slowest, [40]);
+        assert!(
+            sample.fastest.is_empty(),
+            "nobody is faster than the median"
+        );
+        assert!(sample.lanes.iter().any(|l| l.worker == 40));
+        assert!(
+            sample
+                .describe("steps")
+                .starts_with("10 of 100 workers: the slowest (40) by steps, and an even sample")
+        );
+    }
+
+    #[test]
+    fn equal_speeds_give_an_even_sample() {
+        let sample = sample_lanes(lanes(100), |_| (7, 1.0), 10);
+        let shown: Vec<u64> = sample.lanes.iter().map(|l| l.worker).collect();
+        assert_eq!(shown, [0, 11, 22, 33, 44, 55, 66, 77, 88, 99]);
+        assert!(sample.slowest.is_empty() && sample.fastest.is_empty());
+        assert_eq!(
+            sample.describe("steps"),
+            "10 of 100 workers, an even sample (all equally fast by steps), in worker order"
+        );
+    }
+
+    #[test]
+    fn bins_summarize_consecutive_workers() {
+        assert_eq!(worker_bin(8, 4), 1);
+        assert_eq!(worker_bin(64, 1), 1);
+        assert_eq!(worker_bin(1024, 1), 16);
+        assert_eq!(worker_bin(1024, 4), 32);
+        assert_eq!(worker_bin(1024, 16), 64);
+        let stats = bin_stats(&[1.0, 3.0, f64::NAN, f64::NAN, 5.0], 2);
+        assert_eq!(
+            stats,
+            [
+                Some(BinStat {
+                    mean: 2.0,
+                    min: 1.0,
+                    max: 3.0
+                }),
+                None,
+                Some(BinStat {
+                    mean: 5.0,
+                    min: 5.0,
+                    max: 5.0
+                })
+            ]
+        );
+        let f = bin_fractions(&[[1.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0]], 2);
+        assert_eq!(f, [[0.5, 0.25, 0.25, 0.0]]);
+        assert_eq!(thousands(1024), "1,024");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000_000), "1,000,000");
     }
 }

@@ -37,8 +37,10 @@ mod rundir;
 mod runplots;
 
 pub use data::{
-    BandPoint, Histogram, HistogramStats, Lane, LogCurve, Metric, WorkerShare, XAxis, band,
-    metric_series, named_series, range_series, staleness_histograms, timeline_lanes, utilization,
+    BandPoint, BinStat, GANTT_MAX_ROWS, Histogram, HistogramStats, Lane, LaneSample, LogCurve,
+    Metric, PER_WORKER_BARS, WorkerShare, XAxis, band, bin_fractions, bin_stats, metric_series,
+    named_series, range_series, sample_lanes, staleness_histograms, timeline_lanes, utilization,
+    worker_bin,
 };
 pub use error::{Error, Result};
 pub use json::write_json;

@@ -16,9 +16,13 @@
 //! | `dasgd_staleness` | `series.csv` | DASGD's S_avg (solid) and S_max (dashed) |
 //! | `series_<name>` | `series.csv` | any other named quantity |
 //! | `staleness`, `message_age` | `staleness.csv` | histograms, one panel per algorithm, with count, mean, p99 and max |
-//! | `steps` | `utilization.csv` | local steps per worker, one bar per algorithm |
-//! | `utilization` | `utilization.csv` | each worker's time split into compute, communicate, blocked and idle, one panel per algorithm |
-//! | `timeline_<algorithm>` | `timeline.csv` | Gantt chart of the timeline window, one row per worker |
+//! | `steps` | `utilization.csv` | local steps per worker, one bar per algorithm; beyond [`PER_WORKER_BARS`](crate::PER_WORKER_BARS) workers, per bin of consecutive workers (mean, with a min–max whisker) |
+//! | `utilization` | `utilization.csv` | each worker's time split into compute, communicate, blocked and idle, one panel per algorithm; binned like `steps` (mean shares) |
+//! | `timeline_<algorithm>` | `timeline.csv` | Gantt chart of the timeline window, one row per worker up to [`GANTT_MAX_ROWS`](crate::GANTT_MAX_ROWS) workers, else that many: the slowest, the fastest and an even sample ([`sample_lanes`](crate::sample_lanes)) |
+//!
+//! Drawing cost does not grow with the number of workers beyond reading the files: the Gantt
+//! chart draws at most [`GANTT_MAX_ROWS`](crate::GANTT_MAX_ROWS) lanes, and the bar charts at
+//! most 64 groups of bars per panel ([`worker_bin`](crate::worker_bin)).
 //!
 //! [`plot_runs`] overlays several run directories (for example one scenario under several
 //! seeds): for each algorithm, the mean across runs with a band from the minimum to the
@@ -34,8 +38,9 @@ use crate::charts::{
     Gantt, GroupedBars, HistogramPanel, HistogramPanels, StackedPanel, StackedPanels,
 };
 use crate::data::{
-    LogCurve, Metric, XAxis, band, metric_series, named_series, range_series, staleness_histograms,
-    timeline_lanes, utilization,
+    GANTT_MAX_ROWS, Lane, LogCurve, Metric, WorkerShare, XAxis, band, metric_series, named_series,
+    range_series, sample_lanes, staleness_histograms, thousands, timeline_lanes, utilization,
+    worker_bin,
 };
 use crate::figure::{DrawResult, Figure, format_tick, save};
 use crate::plot::{Band, Line, LineChart};
@@ -344,7 +349,7 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
     }
 
     // Utilization.
-    let shares: Vec<(usize, &String, Vec<crate::data::WorkerShare>)> = algs
+    let shares: Vec<(usize, &String, Vec<WorkerShare>)> = algs
         .iter()
         .enumerate()
         .map(|(i, a)| (i, a, utilization(&data.utilization, a)))
@@ -357,30 +362,41 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             .collect();
         groups.sort_unstable();
         groups.dedup();
-        let series = shares
+        // Each share list is sorted by worker: a binary search per worker, not a scan.
+        let series: Vec<(String, usize, Vec<f64>)> = shares
             .iter()
             .map(|(color, alg, s)| {
                 let values = groups
                     .iter()
                     .map(|g| {
-                        s.iter()
-                            .find(|w| w.worker == *g)
-                            .map_or(f64::NAN, |w| w.steps as f64)
+                        s.binary_search_by_key(g, |w| w.worker)
+                            .map_or(f64::NAN, |i| s[i].steps as f64)
                     })
                     .collect();
                 (data.legend(alg), *color, values)
             })
             .collect();
+        let bin = worker_bin(groups.len(), series.len());
+        let mut note =
+            String::from("gradients each worker computed and applied over the whole run");
+        if bin > 1 {
+            note.push_str(&format!(
+                "; {} workers in {} bars of {bin} consecutive workers: bar = their mean, whisker = their min to max",
+                thousands(groups.len() as u64),
+                groups.len().div_ceil(bin),
+            ));
+        }
         out.push(NamedFigure {
             stem: "steps".into(),
             heading: "Steps per worker".into(),
             chart: Chart::Bars(GroupedBars {
                 title: format!("{name}: local steps per worker"),
-                note: "gradients each worker computed and applied over the whole run".into(),
+                note,
                 x_label: "worker".into(),
                 y_label: "steps".into(),
                 groups,
                 series,
+                bin,
             }),
         });
         let panels = shares
@@ -398,15 +414,31 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
                     ),
                     workers: s.iter().map(|w| w.worker).collect(),
                     fractions: s.iter().map(|w| w.fractions).collect(),
+                    bin: worker_bin(s.len(), 1),
                 }
             })
-            .collect();
+            .collect::<Vec<StackedPanel>>();
+        let mut note = String::from(
+            "blocked: waiting for a peer; communicate: sending or receiving and nothing else",
+        );
+        if let Some(widest) = panels
+            .iter()
+            .filter(|p| p.bin > 1)
+            .max_by_key(|p| p.workers.len())
+        {
+            note.push_str(&format!(
+                "; {} workers in {} bars of {} consecutive workers, each bar their mean shares",
+                thousands(widest.workers.len() as u64),
+                widest.workers.len().div_ceil(widest.bin),
+                widest.bin,
+            ));
+        }
         out.push(NamedFigure {
             stem: "utilization".into(),
             heading: "Where each worker's time went".into(),
             chart: Chart::Stacked(StackedPanels {
                 title: format!("{name}: where each worker's time went"),
-                note: "blocked: waiting for a peer; communicate: sending or receiving and nothing else".into(),
+                note,
                 panels,
             }),
         });
@@ -424,26 +456,90 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             stem = format!("{stem}_{}", data.color_of(alg));
         }
         stems.push(stem.clone());
-        let intervals = || lanes.iter().flat_map(|l| &l.intervals);
-        let start = intervals().map(|i| i.1).fold(f64::INFINITY, f64::min);
-        let end = intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max);
-        let note = format!(
-            "intervals in the timeline window, {} to {} s of simulated time; one row per worker",
-            format_tick(start),
-            format_tick(end)
-        );
+        let steps = shares
+            .iter()
+            .find(|(_, a, _)| *a == alg)
+            .map(|(_, _, s)| s.as_slice());
         out.push(NamedFigure {
             stem,
             heading: format!("Worker timeline: {}", data.legend(alg)),
-            chart: Chart::Gantt(Gantt {
-                title: format!("{name}: worker timeline, {}", data.legend(alg)),
-                note,
+            chart: Chart::Gantt(gantt_chart(
+                format!("{name}: worker timeline, {}", data.legend(alg)),
                 lanes,
-            }),
+                steps,
+                GANTT_MAX_ROWS,
+            )),
         });
     }
     mark_identical(&mut out);
     out
+}
+
+/// The Gantt chart of one algorithm's `lanes`: every worker when there are at most `max_rows`,
+/// else `max_rows` of them ([`sample_lanes`]), ranked by their local steps over the run and,
+/// at equal steps, their compute time per step (`utilization.csv`, when `shares` has every
+/// worker), or else by the same measures inside the window. The x axis is the window of all
+/// workers; the note says which workers are shown, and the rows of the slowest and fastest
+/// are tagged `slow` and `fast`.
+pub(crate) fn gantt_chart(
+    title: String,
+    lanes: Vec<Lane>,
+    shares: Option<&[WorkerShare]>,
+    max_rows: usize,
+) -> Gantt {
+    let intervals = || lanes.iter().flat_map(|l| &l.intervals);
+    let start = intervals().map(|i| i.1).fold(f64::INFINITY, f64::min);
+    let end = intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max);
+    let shares = shares.unwrap_or_default();
+    // (steps, compute seconds): over the run, or inside the window.
+    let run_speed = |lane: &Lane| {
+        shares
+            .binary_search_by_key(&lane.worker, |w| w.worker)
+            .ok()
+            .map(|i| (shares[i].steps, shares[i].seconds[0]))
+    };
+    let by_run = lanes.iter().all(|l| run_speed(l).is_some());
+    let sample = sample_lanes(
+        lanes,
+        |lane| {
+            let (steps, compute_s) = run_speed(lane).filter(|_| by_run).unwrap_or_else(|| {
+                let computes = lane
+                    .intervals
+                    .iter()
+                    .filter(|i| i.0 == crate::rundir::Activity::Compute);
+                (
+                    computes.clone().count() as u64,
+                    computes.map(|i| i.2 - i.1).sum(),
+                )
+            });
+            (steps, compute_s / steps.max(1) as f64)
+        },
+        max_rows,
+    );
+    let by = if by_run {
+        "local steps over the run, then compute time per step"
+    } else {
+        "steps in the window, then compute time per step"
+    };
+    let note = format!(
+        "intervals in the timeline window, {} to {} s of simulated time; {}",
+        format_tick(start),
+        format_tick(end),
+        sample.describe(by)
+    );
+    let tags = sample
+        .slowest
+        .iter()
+        .map(|&w| (w, "slow".to_owned()))
+        .chain(sample.fastest.iter().map(|&w| (w, "fast".to_owned())))
+        .collect();
+    Gantt {
+        title,
+        note,
+        lanes: sample.lanes,
+        window: (start < end).then_some((start, end)),
+        tags,
+    }
 }
 
 /// Figures from `series.csv`.
@@ -880,6 +976,117 @@ mod tests {
             .map(|l| (l.label.as_str(), l.dashed))
             .collect();
         assert_eq!(marks, [("a", false), ("b", false), ("c (same as a)", true)]);
+    }
+
+    fn lanes(n: u64) -> Vec<Lane> {
+        (0..n)
+            .map(|worker| Lane {
+                worker,
+                intervals: vec![
+                    (crate::rundir::Activity::Compute, 0.0, 0.5),
+                    (
+                        crate::rundir::Activity::Blocked,
+                        0.5,
+                        1.0 + worker as f64 * 1e-3,
+                    ),
+                ],
+            })
+            .collect()
+    }
+
+    fn shares(n: u64, steps: impl Fn(u64) -> u64) -> Vec<WorkerShare> {
+        (0..n)
+            .map(|worker| WorkerShare {
+                worker,
+                steps: steps(worker),
+                seconds: [0.5, 0.0, 0.5, 0.0],
+                fractions: [0.5, 0.0, 0.5, 0.0],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_gantt_of_1024_workers_shows_the_bound_with_the_extremes() {
+        // Worker 900 is the slowest, worker 17 the fastest.
+        let steps = |w: u64| match w {
+            900 => 5,
+            17 => 80,
+            w => 40 + w % 5,
+        };
+        let gantt = gantt_chart(
+            "t".into(),
+            lanes(1024),
+            Some(&shares(1024, steps)),
+            GANTT_MAX_ROWS,
+        );
+        assert!(gantt.lanes.len() <= GANTT_MAX_ROWS, "{}", gantt.lanes.len());
+        let shown: Vec<u64> = gantt.lanes.iter().map(|l| l.worker).collect();
+        assert!(shown.contains(&900) && shown.contains(&17), "{shown:?}");
+        assert!(
+            gantt
+                .note
+                .contains("32 of 1,024 workers: the 4 slowest (900, "),
+            "{}",
+            gantt.note
+        );
+        assert!(gantt.note.contains("the 4 fastest (17, "), "{}", gantt.note);
+        assert!(
+            gantt.note.contains("by local steps over the run"),
+            "{}",
+            gantt.note
+        );
+        assert!(gantt.tags.contains(&(900, "slow".into())));
+        assert!(gantt.tags.contains(&(17, "fast".into())));
+        // The x axis is the window of every worker, not only of those shown.
+        assert_eq!(gantt.window, Some((0.0, 1.0 + 1023.0 * 1e-3)));
+        // Drawn at most the bound's rows tall.
+        let (_, height) = gantt.size();
+        let eight = gantt_chart("t".into(), lanes(8), None, GANTT_MAX_ROWS);
+        assert!(height <= 1100, "{height}");
+        assert!(eight.size().1 <= height);
+        // DASIM_PLOT_PREVIEW=DIR writes the chart to DIR/gantt_1024.png, to look at it.
+        if let Ok(dir) = std::env::var("DASIM_PLOT_PREVIEW") {
+            crate::figure::save(Path::new(&dir), "gantt_1024", &gantt).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_gantt_of_8_workers_shows_all_8() {
+        let gantt = gantt_chart(
+            "t".into(),
+            lanes(8),
+            Some(&shares(8, |w| 10 + w)),
+            GANTT_MAX_ROWS,
+        );
+        let shown: Vec<u64> = gantt.lanes.iter().map(|l| l.worker).collect();
+        assert_eq!(shown, [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert!(
+            gantt.note.ends_with("; one row per worker"),
+            "{}",
+            gantt.note
+        );
+        assert!(gantt.tags.is_empty());
+    }
+
+    #[test]
+    fn without_utilization_the_gantt_ranks_by_steps_in_the_window() {
+        let mut lanes = lanes(64);
+        // Worker 3 computed three times in the window, the others once.
+        lanes[3].intervals = vec![
+            (crate::rundir::Activity::Compute, 0.0, 0.2),
+            (crate::rundir::Activity::Compute, 0.2, 0.4),
+            (crate::rundir::Activity::Compute, 0.4, 0.6),
+        ];
+        let gantt = gantt_chart("t".into(), lanes, None, 16);
+        assert_eq!(gantt.lanes.len(), 16);
+        assert_eq!(gantt.tags, [(3, "fast".to_owned())]);
+        assert!(
+            gantt
+                .note
+                .contains("16 of 64 workers: the fastest (3) by steps in the window"),
+            "{}",
+            gantt.note
+        );
     }
 
     #[test]
