@@ -12,6 +12,12 @@ use dasim::runner::{build_system, load_problem, partition};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
 
+/// A gradient flush allocates and frees buffers of megabytes many times a second; the system
+/// allocator hands each back to the kernel and pays page faults to zero it again on the next
+/// flush. mimalloc keeps them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A deterministic simulator of asynchronous and decentralized SGD on a training cluster.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -143,19 +143,24 @@ fn a_missing_file() {
     assert!(stderr(&o).contains("/no/such/scenario.toml: cannot read the scenario file"));
 }
 
+/// Every scenario under `scenarios/`, subdirectories (the benchmarks of `perf/`) included.
 #[test]
 fn every_shipped_scenario_validates() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")];
     let mut seen = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            let o = dasim(&["validate", path.to_str().unwrap()]);
-            assert!(o.status.success(), "{}: {}", path.display(), stderr(&o));
-            seen += 1;
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                let o = dasim(&["validate", path.to_str().unwrap()]);
+                assert!(o.status.success(), "{}: {}", path.display(), stderr(&o));
+                seen += 1;
+            }
         }
     }
-    assert!(seen >= 1);
+    assert!(seen >= 17, "{seen} scenarios");
 }
 
 /// A run whose memory estimate exceeds the limit is refused before anything is written, with

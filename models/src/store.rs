@@ -478,7 +478,7 @@ impl BurnStore {
             .div_ceil(self.max_batch.unwrap_or(r))
             .max(self.threads.min(r));
         let bounds = dasim_sim::store::blocks(r, groups);
-        let results: Vec<(Vec<f32>, Vec<f32>)> = if groups > 1 && self.threads > 1 {
+        let results: Vec<(Vec<Vec<f32>>, Vec<f32>)> = if groups > 1 && self.threads > 1 {
             bounds
                 .par_iter()
                 .map(|b| self.group_gradients(&pending[b.clone()]))
@@ -489,12 +489,11 @@ impl BurnStore {
                 .map(|b| self.group_gradients(&pending[b.clone()]))
                 .collect()
         };
-        let p = self.model.num_params();
         let mut pending = pending.into_iter();
         for (grads, losses) in results {
-            for (g, loss) in grads.chunks_exact(p).zip(losses) {
+            for (g, loss) in grads.into_iter().zip(losses) {
                 let id = pending.next().expect("one result per request").id;
-                self.ready.insert(id, Arc::new(g.to_vec()));
+                self.ready.insert(id, Arc::new(g));
                 self.train_loss += f64::from(loss);
             }
             self.stats.passes += 1;
@@ -504,8 +503,9 @@ impl BurnStore {
         self.stats.gradient_wall += started.elapsed();
     }
 
-    /// Gradients `[R·P]` and losses `[R]` of a group of requests, read back in one transfer.
-    fn group_gradients(&self, group: &[Pending]) -> (Vec<f32>, Vec<f32>) {
+    /// Gradients (`R` of `P`) and losses `[R]` of a group of requests, read back in one
+    /// transfer.
+    fn group_gradients(&self, group: &[Pending]) -> (Vec<Vec<f32>>, Vec<f32>) {
         let r = group.len();
         let p = self.model.num_params();
         let mut indices = Vec::with_capacity(r * self.batch);
@@ -527,22 +527,8 @@ impl BurnStore {
             }
         }
         let params = Tensor::from_data(TensorData::new(stacked, [r, p]), &self.device);
-        let (g, losses) = self.batched_gradient(params, &indices, features);
-        let mut read = Transaction::default()
-            .register(g)
-            .register(losses)
-            .execute();
-        let losses = read
-            .pop()
-            .expect("losses")
-            .try_into_vec()
-            .expect("f32 losses");
-        let grads = read
-            .pop()
-            .expect("gradients")
-            .try_into_vec()
-            .expect("f32 gradients");
-        (grads, losses)
+        let (parts, losses) = self.batched_gradient(params, &indices, features);
+        Self::read_gradients(parts, losses, r, p)
     }
 
     /// Minibatch inputs `[R, B, dim]` and targets for `R·B` training indices: gathered on the
@@ -620,7 +606,7 @@ impl BurnStore {
         params: Tensor<2>,
         indices: &[usize],
         features: Option<Vec<f32>>,
-    ) -> (Tensor<2>, Tensor<1>) {
+    ) -> (Vec<(Range<usize>, Tensor<2>)>, Tensor<1>) {
         let r = params.dims()[0];
         let (x, y) = self.minibatches(r, indices, features);
         // One autodiff leaf per parameter block rather than slices of one `[R, P]` leaf: the
@@ -665,14 +651,59 @@ impl BurnStore {
                     .unwrap_or_else(|| Tensor::zeros([r, b.len()], &self.device))
             })
             .collect();
-        let mut g = Tensor::cat(parts, 1);
+        let mut parts: Vec<(Range<usize>, Tensor<2>)> = ranges.into_iter().zip(parts).collect();
         if let Some(state) = state {
+            // The running statistics' part is the change of the state, not a gradient.
             let p = self.model.num_params();
             let s = self.model.state_len();
+            parts.retain(|(b, _)| b.end <= p - s);
+            debug_assert_eq!(parts.last().map_or(0, |(b, _)| b.end), p - s);
             let old = params.slice_dim(1, p - s..p);
-            g = g.slice_assign([0..r, p - s..p], state.without_autodiff() - old);
+            parts.push((p - s..p, state.without_autodiff() - old));
         }
-        (g, losses.without_autodiff())
+        (parts, losses.without_autodiff())
+    }
+
+    /// Reads a batch's gradient blocks and losses back in one transfer, and assembles each
+    /// request's gradient on the host (`R` vectors of `P`), with no concatenation on the device.
+    fn read_gradients(
+        parts: Vec<(Range<usize>, Tensor<2>)>,
+        losses: Tensor<1>,
+        r: usize,
+        p: usize,
+    ) -> (Vec<Vec<f32>>, Vec<f32>) {
+        let mut read = Transaction::default();
+        let mut ranges = Vec::with_capacity(parts.len());
+        for (range, t) in parts {
+            ranges.push(range);
+            read = read.register(t);
+        }
+        let mut data = read.register(losses).execute().into_iter();
+        let blocks: Vec<Vec<f32>> = ranges
+            .iter()
+            .map(|_| {
+                data.next()
+                    .expect("one result per block")
+                    .try_into_vec()
+                    .expect("f32 gradients")
+            })
+            .collect();
+        let losses: Vec<f32> = data
+            .next()
+            .expect("losses")
+            .try_into_vec()
+            .expect("f32 losses");
+        let grads = (0..r)
+            .map(|i| {
+                let mut g = Vec::with_capacity(p);
+                for (range, block) in ranges.iter().zip(&blocks) {
+                    let len = range.len();
+                    g.extend_from_slice(&block[i * len..(i + 1) * len]);
+                }
+                g
+            })
+            .collect();
+        (grads, losses)
     }
 
     /// Gradients and losses of the models `rows` (each `params` long) on the minibatches
@@ -685,10 +716,8 @@ impl BurnStore {
     ) -> (Vec<Vec<f32>>, Vec<f32>) {
         let p = self.model.num_params();
         let params = self.host_rows(rows);
-        let (g, l) = self.batched_gradient(params, &batches.concat(), None);
-        let g: Vec<f32> = g.into_data().try_into_vec().expect("f32 gradients");
-        let l: Vec<f32> = l.into_data().try_into_vec().expect("f32 losses");
-        (g.chunks(p).map(<[f32]>::to_vec).collect(), l)
+        let (parts, losses) = self.batched_gradient(params, &batches.concat(), None);
+        Self::read_gradients(parts, losses, rows.len(), p)
     }
 
     /// The training objective of the models `rows` on the minibatches `batches` (the quantity
