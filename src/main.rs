@@ -88,6 +88,7 @@ enum Inspect {
 }
 
 fn main() -> ExitCode {
+    quiet_display_probe();
     let cli = Cli::parse();
     let reads_runs = matches!(cli.command, Command::Plot { .. } | Command::Report { .. });
     match execute(cli.command) {
@@ -101,6 +102,18 @@ fn main() -> ExitCode {
                 _ => ExitCode::FAILURE,
             }
         }
+    }
+}
+
+/// Probing for a GPU loads the Vulkan driver, whose window-system code prints
+/// `error: XDG_RUNTIME_DIR is invalid or not set in the environment.` on a machine without a
+/// desktop session, although nothing is wrong: dasim never opens a window. An absolute path is
+/// all that check wants, so where the variable is unset it gets the temporary directory.
+fn quiet_display_probe() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        // SAFETY: called first thing in `main`, before any other thread exists, so nothing can
+        // read the environment concurrently.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
     }
 }
 

@@ -86,19 +86,10 @@ impl Rows {
         Arc::make_mut(row).as_mut_slice()
     }
 
-    /// Replaces row `r`.
+    /// Replaces row `r` by `value` (a snapshot or message holding the old one keeps it).
     pub fn set(&mut self, r: usize, value: Vec<f32>) {
         debug_assert_eq!(value.len(), self.p);
         self.params[r] = Arc::new(value);
-    }
-
-    /// Overwrites row `r` with `value`, in place when nobody else holds it.
-    pub fn assign(&mut self, r: usize, value: &[f32]) {
-        if Arc::strong_count(&self.params[r]) > 1 {
-            self.params[r] = Arc::new(value.to_vec());
-        } else {
-            self.get_mut(r).copy_from_slice(value);
-        }
     }
 
     /// Appends `count` copies of row 0 with zero momentum; returns the index of the first.

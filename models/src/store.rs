@@ -913,8 +913,9 @@ impl ReplicaStore for BurnStore {
     }
 
     fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
+        // The combination is a fresh buffer: it becomes the row, nothing is copied.
         let value = self.combine(terms);
-        self.rows.assign(dst, &value);
+        self.rows.set(dst, value);
     }
 
     fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
