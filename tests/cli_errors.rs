@@ -169,17 +169,7 @@ fn every_shipped_scenario_validates() {
 fn memory_estimate_over_the_limit_is_refused_before_the_run() {
     let (dir, path) = scenario(SMALL, "big.toml");
     let out = dir.path().join("out");
-    let o = dasim(&[
-        "run",
-        path.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--backend",
-        "flex",
-        "--quiet",
-        "--memory-limit",
-        "1KiB",
-    ]);
+    let o = dasim_run_flex(&path, &out, &["--memory-limit", "1KiB"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -193,17 +183,7 @@ fn memory_estimate_over_the_limit_is_refused_before_the_run() {
     }
     assert!(!out.exists(), "a refused run writes nothing");
     // The same run under a generous limit goes ahead.
-    let o = dasim(&[
-        "run",
-        path.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--backend",
-        "flex",
-        "--quiet",
-        "--memory-limit",
-        "4GiB",
-    ]);
+    let o = dasim_run_flex(&path, &out, &["--memory-limit", "4GiB"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
 

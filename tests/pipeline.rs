@@ -140,17 +140,7 @@ fn threads_and_batch_limits_give_byte_identical_outputs() {
     let (dir, path) = scenario(&text, "s.toml");
     let run = |name: &str, flags: &[&str]| {
         let out = dir.path().join(name);
-        let mut args = vec![
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--backend",
-            "flex",
-            "--quiet",
-        ];
-        args.extend_from_slice(flags);
-        let o = dasim(&args);
+        let o = dasim_run_flex(&path, &out, flags);
         assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
         outputs(&out)
     };

@@ -61,9 +61,9 @@ pub fn dasim(args: &[&str]) -> Output {
         .expect("the dasim binary runs")
 }
 
-/// Runs `scenario` on flex into `out`; panics with stderr on failure.
-pub fn run_flex(scenario: &Path, out: &Path) {
-    let o = dasim(&[
+/// Runs `scenario` on flex into `out`, quietly, with the further `flags`.
+pub fn dasim_run_flex(scenario: &Path, out: &Path, flags: &[&str]) -> Output {
+    let mut args = vec![
         "run",
         scenario.to_str().unwrap(),
         "--out",
@@ -71,7 +71,14 @@ pub fn run_flex(scenario: &Path, out: &Path) {
         "--backend",
         "flex",
         "--quiet",
-    ]);
+    ];
+    args.extend_from_slice(flags);
+    dasim(&args)
+}
+
+/// Runs `scenario` on flex into `out`; panics with stderr on failure.
+pub fn run_flex(scenario: &Path, out: &Path) {
+    let o = dasim_run_flex(scenario, out, &[]);
     assert!(
         o.status.success(),
         "dasim run failed:\n{}",
