@@ -9,7 +9,11 @@
 //! loss is its suboptimality, starting from about 196) is trained when its final loss is below
 //! [`TRAINED_LOSS`].
 
+use std::collections::BTreeMap;
 use std::path::Path;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use dasim::{Loaded, RunOptions, run_scenario};
 use dasim_models::backend::{BackendChoice, select};
@@ -28,6 +32,7 @@ fn every_scenario_trains_every_algorithm() {
     files.sort();
     assert!(files.len() >= 10, "{} scenarios", files.len());
     let mut failures = Vec::new();
+    let mut golden = Golden::load();
     for file in &files {
         let loaded = Loaded::from_file(file).unwrap_or_else(|e| panic!("{e}"));
         let out = tempfile::tempdir().unwrap();
@@ -41,6 +46,7 @@ fn every_scenario_trains_every_algorithm() {
         let summary =
             run_scenario(&loaded, &opts).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         assert_eq!(summary.runs.len(), loaded.scenario.algorithms.len());
+        golden.check(file, out.path());
         // What the run says it trained on is what it trained on: the quadratic reads no data,
         // so its run directory has neither a `[data]` section nor a partition.
         let reads_data = loaded.scenario.model.name() != "quadratic";
@@ -95,4 +101,130 @@ fn every_scenario_trains_every_algorithm() {
         }
     }
     assert!(failures.is_empty(), "not trained:\n{}", failures.join("\n"));
+    golden.finish();
+}
+
+/// What every shipped scenario wrote when the golden file was blessed: the SHA-256 of each CSV
+/// file and of the resolved `scenario.toml` (stamp line left out: it names the git revision),
+/// and `summary.json` itself (without `git_revision`).
+///
+/// A change that moves a number, an event or a byte of any output on flex fails here. When the
+/// change is meant to (a fix to an algorithm, a new column), re-bless with
+/// `DASIM_BLESS=1 cargo test --release --test scenarios` and say in the commit why the outputs
+/// moved. `summary.json` is compared as a subset: a new field does not fail, a changed or removed
+/// one does.
+struct Golden {
+    path: std::path::PathBuf,
+    bless: bool,
+    expected: BTreeMap<String, BTreeMap<String, Value>>,
+    seen: BTreeMap<String, BTreeMap<String, Value>>,
+    mismatches: Vec<String>,
+}
+
+impl Golden {
+    fn load() -> Golden {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/outputs.json");
+        let bless = std::env::var_os("DASIM_BLESS").is_some();
+        let expected = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
+            Err(_) if bless => BTreeMap::new(),
+            Err(e) => panic!("{}: {e}", path.display()),
+        };
+        Golden {
+            path,
+            bless,
+            expected,
+            seen: BTreeMap::new(),
+            mismatches: Vec::new(),
+        }
+    }
+
+    fn check(&mut self, scenario: &Path, out: &Path) {
+        let name = scenario.file_name().unwrap().to_string_lossy().into_owned();
+        let mut files: Vec<_> = std::fs::read_dir(out)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let f = p.file_name().unwrap().to_string_lossy();
+                f.ends_with(".csv") || f == "scenario.toml"
+            })
+            .collect();
+        files.sort();
+        let mut got = BTreeMap::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let body: String = text
+                .split_inclusive('\n')
+                .filter(|l| !l.starts_with("# dasim "))
+                .collect();
+            let digest = format!("{:x}", Sha256::digest(body.as_bytes()));
+            got.insert(
+                f.file_name().unwrap().to_string_lossy().into_owned(),
+                Value::String(digest),
+            );
+        }
+        let mut summary: Value =
+            serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+        summary.as_object_mut().unwrap().remove("git_revision");
+        got.insert("summary.json".into(), summary);
+        if let Some(expected) = self.expected.get(&name) {
+            for (file, want) in expected {
+                match got.get(file) {
+                    None => self
+                        .mismatches
+                        .push(format!("{name}: {file} is no longer written")),
+                    Some(have) if file == "summary.json" => subset(
+                        want,
+                        have,
+                        &format!("{name}: summary.json"),
+                        &mut self.mismatches,
+                    ),
+                    Some(have) if have != want => {
+                        self.mismatches.push(format!("{name}: {file} changed"))
+                    }
+                    Some(_) => {}
+                }
+            }
+        } else if !self.bless {
+            self.mismatches
+                .push(format!("{name}: not in the golden file (bless it)"));
+        }
+        self.seen.insert(name, got);
+    }
+
+    fn finish(self) {
+        if self.bless {
+            std::fs::create_dir_all(self.path.parent().unwrap()).unwrap();
+            let text = serde_json::to_string_pretty(&self.seen).unwrap() + "\n";
+            std::fs::write(&self.path, text).unwrap();
+            return;
+        }
+        assert!(
+            self.mismatches.is_empty(),
+            "outputs differ from tests/golden/outputs.json (re-bless with DASIM_BLESS=1 only if \
+             the change is meant to move them):\n{}",
+            self.mismatches.join("\n")
+        );
+    }
+}
+
+/// Every value of `want` is in `have`, recursively; `have` may hold more keys.
+fn subset(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => {
+            for (k, v) in w {
+                match h.get(k) {
+                    Some(hv) => subset(v, hv, &format!("{at}.{k}"), out),
+                    None => out.push(format!("{at}.{k} is gone")),
+                }
+            }
+        }
+        (Value::Array(w), Value::Array(h)) if w.len() == h.len() => {
+            for (i, (wv, hv)) in w.iter().zip(h).enumerate() {
+                subset(wv, hv, &format!("{at}[{i}]"), out);
+            }
+        }
+        _ if want == have => {}
+        _ => out.push(format!("{at}: {want} became {have}")),
+    }
 }
