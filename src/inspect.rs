@@ -13,7 +13,7 @@ use clap::{Args, ValueEnum};
 
 use dasim_sim::ConfigError;
 use dasim_sim::env::BuildEnv;
-use dasim_sim::topology::{Topology, TopologyConfig};
+use dasim_sim::net::topology::{Topology, TopologyConfig};
 
 use crate::scenario::Loaded;
 use crate::{Error, Result};

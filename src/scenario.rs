@@ -11,13 +11,13 @@ use dasim_models::{DataConfig, ModelConfig};
 use dasim_sim::ConfigError;
 use dasim_sim::algorithms::AlgorithmConfig;
 use dasim_sim::cluster::ClusterConfig;
+use dasim_sim::engine::RunConfig;
 use dasim_sim::env::BuildEnv;
 use dasim_sim::error::{FieldPath, PathSeg};
-use dasim_sim::network::NetworkConfig;
+use dasim_sim::net::NetworkConfig;
+use dasim_sim::net::topology::{Topology, TopologyConfig};
+use dasim_sim::params::OptimizerConfig;
 use dasim_sim::record::MetricsConfig;
-use dasim_sim::run::RunConfig;
-use dasim_sim::store::OptimizerConfig;
-use dasim_sim::topology::{Topology, TopologyConfig};
 
 /// A whole scenario: the cluster and its network, the topology, the learning problem, when to
 /// stop, and the algorithms to compare on the same realization.

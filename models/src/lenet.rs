@@ -57,7 +57,7 @@ use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use burn::tensor::{Tensor, activation};
 use rand::Rng;
 
-use dasim_sim::rng::Stream;
+use dasim_sim::engine::rng::Stream;
 
 use crate::data::ImageShape;
 use crate::mlp::Activation;

@@ -22,7 +22,7 @@ use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 use dasim_sim::ConfigError;
-use dasim_sim::rng::Stream;
+use dasim_sim::engine::rng::Stream;
 
 use crate::lenet::LeNet;
 use crate::mlp::{Activation, Mlp};
@@ -219,7 +219,7 @@ pub enum Loss {
     SquaredError,
 }
 
-/// The synthetic quadratic's shape (its values live in [`dasim_sim::reference::Quadratic`]).
+/// The synthetic quadratic's shape (its values live in [`dasim_sim::params::reference::Quadratic`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuadraticShape {
     /// Number of parameters.

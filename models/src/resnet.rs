@@ -58,7 +58,7 @@ use burn::tensor::{Tensor, activation, s};
 use rand::Rng;
 use rand_distr::StandardNormal;
 
-use dasim_sim::rng::Stream;
+use dasim_sim::engine::rng::Stream;
 
 use crate::data::ImageShape;
 use crate::lenet::{Conv, Linear, Rows, from_groups, to_groups};

@@ -19,7 +19,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use dasim_sim::store::OptimizerConfig;
+use dasim_sim::params::OptimizerConfig;
 
 /// A row's parameters, shared copy-on-write.
 pub type Row = Arc<Vec<f32>>;
@@ -124,7 +124,7 @@ impl Rows {
     }
 
     /// One optimizer step on the coordinates `block` of row `r` with gradient `g` (the gradient
-    /// of `block` only) and rate `lr`, as `dasim_sim::store` defines it:
+    /// of `block` only) and rate `lr`, as `dasim_sim::params` defines it:
     /// `d = g + λx; v = μv + d; x -= lr·(nesterov ? d + μv : v)`.
     pub fn sgd_step(
         &mut self,

@@ -49,8 +49,8 @@ use std::time::{Duration, Instant};
 use burn::tensor::{Device, Int, Tensor, TensorData, Transaction, activation};
 use rayon::prelude::*;
 
-use dasim_sim::rng::{StreamKind, stream};
-use dasim_sim::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
+use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
@@ -477,7 +477,7 @@ impl BurnStore {
         let groups = r
             .div_ceil(self.max_batch.unwrap_or(r))
             .max(self.threads.min(r));
-        let bounds = dasim_sim::store::blocks(r, groups);
+        let bounds = dasim_sim::params::blocks(r, groups);
         let results: Vec<(Vec<Vec<f32>>, Vec<f32>)> = if groups > 1 && self.threads > 1 {
             bounds
                 .par_iter()

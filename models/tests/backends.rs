@@ -9,7 +9,7 @@ use std::path::Path;
 use burn::tensor::Device;
 use dasim_models::backend::{Backend, BackendChoice, select};
 use dasim_models::{Activation, DataConfig, ModelConfig, Problem};
-use dasim_sim::store::{OptimizerConfig, ReplicaStore};
+use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
 fn wgpu() -> Option<Backend> {
     if std::env::var_os("DASIM_SKIP_WGPU").is_some() {

@@ -9,7 +9,7 @@ use dasim_models::data::{
     ImageShape, Normalize, PartitionConfig, Sampler, SyntheticConfig, TargetKind, synthetic,
 };
 use dasim_models::{Error, ModelConfig, Problem};
-use dasim_sim::rng::{StreamKind, stream};
+use dasim_sim::engine::rng::{StreamKind, stream};
 use rand::Rng;
 
 // ---------------------------------------------------------------------------------------------
@@ -773,7 +773,7 @@ fn a_generated_classification_problem_loads_and_trains() {
     let pb = Problem::load(&ModelConfig::default(), &c, Path::new("."), 3).unwrap();
     assert_eq!(pb.split.train.len(), 320);
     assert_eq!(pb.split.train.classes(), Some(4));
-    use dasim_sim::store::{OptimizerConfig, ReplicaStore};
+    use dasim_sim::params::{OptimizerConfig, ReplicaStore};
     let mut store = pb
         .try_store(
             burn::tensor::Device::flex(),
@@ -938,7 +938,7 @@ fn too_many_workers_is_an_error_not_a_panic() {
         1,
     )
     .unwrap();
-    use dasim_sim::store::OptimizerConfig;
+    use dasim_sim::params::OptimizerConfig;
     let e = pb
         .try_store(
             burn::tensor::Device::flex(),
@@ -1117,7 +1117,7 @@ fn crop_and_flip_make_exactly_the_documented_draws() {
 
 #[test]
 fn the_store_augments_minibatches_from_the_worker_stream_at_request_time() {
-    use dasim_sim::store::{OptimizerConfig, ReplicaStore};
+    use dasim_sim::params::{OptimizerConfig, ReplicaStore};
     let c = parse("[data]\naugment = { crop_padding = 2, flip = true }\n").unwrap();
     let pb = Problem::load(&ModelConfig::Lenet {}, &c, Path::new("."), 7).unwrap();
     let plain = Problem::load(

@@ -10,7 +10,7 @@ use dasim_models::resnet::ResNet;
 use dasim_models::{
     Activation, BurnStore, DataConfig, ImageShape, Model, ModelConfig, Problem, Split, data,
 };
-use dasim_sim::store::{OptimizerConfig, ReplicaStore};
+use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
 fn digits() -> Split {
     data::load(&DataConfig::default(), Path::new("."), 11).unwrap()

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use dasim_models::{BurnStore, DataConfig, ModelConfig, Problem};
-use dasim_sim::store::{OptimizerConfig, ReplicaStore, Slot};
+use dasim_sim::params::{OptimizerConfig, ReplicaStore, Slot};
 
 fn store(workers: usize, optimizer: OptimizerConfig) -> (BurnStore, usize, usize) {
     let model = ModelConfig::Resnet { depth: 8, width: 4 };

@@ -6,8 +6,8 @@
 use divan::Bencher;
 use divan::counter::ItemsCount;
 
+use dasim_sim::params::GradId;
 use dasim_sim::prelude::*;
-use dasim_sim::store::GradId;
 
 fn main() {
     divan::main();

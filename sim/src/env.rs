@@ -1,7 +1,7 @@
 //! What building the run's models needs besides their scenario sections.
 //!
-//! [`crate::cluster::Cluster::new`], [`crate::network::Network::new`] and
-//! [`crate::topology::Topology::build`] turn a validated section into a model. Besides the section
+//! [`crate::cluster::Cluster::new`], [`crate::net::Network::new`] and
+//! [`crate::net::topology::Topology::build`] turn a validated section into a model. Besides the section
 //! they need a few facts that live elsewhere: the scenario seed (random worker subsets, random
 //! graphs, congestion processes), the directory that relative file paths are resolved against
 //! (trace files, edge lists), and what the model contributes (its training FLOPs per sample and

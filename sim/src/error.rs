@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::time::SimTime;
+use crate::engine::time::SimTime;
 
 /// One segment of the path to a scenario field: a table key or an array index.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -67,51 +67,40 @@
 //! assert!(usage[0].get(Activity::Compute) > outcome.sim_time.scale(0.9));
 //! ```
 
+pub mod algorithm;
 pub mod algorithms;
 pub mod cluster;
 pub mod engine;
 pub mod env;
 pub mod error;
-pub mod lr;
-pub mod network;
+pub mod net;
+pub mod params;
 mod raw;
 pub mod record;
-pub mod reference;
-pub mod rng;
-pub mod run;
-pub mod schedule;
-pub mod spectral;
-pub mod store;
-pub mod stragglers;
-pub mod time;
-pub mod topology;
-pub mod tracked;
-pub mod workerset;
 
 pub use error::{ConfigError, Error, Result};
 
 /// The names most programs need.
 pub mod prelude {
+    pub use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AllReduceConfig, AllReduceSgd, Averaging, Broadcast,
         Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig,
         MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig, Sgp, SgpConfig,
         UpdateOrder,
     };
-    pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig};
-    pub use crate::env::BuildEnv;
-    pub use crate::lr::{LrScaling, LrSchedule, ScheduleKind, ScheduleUnit};
-    pub use crate::network::{Dtype, Fabric, LinkSpec, Network, NetworkConfig};
-    pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
-    pub use crate::reference::{Quadratic, ReferenceStore};
-    pub use crate::run::{
-        Algorithm, Collect, EvalPoint, Observer, Outcome, RunConfig, StalenessStats, World, run,
-        run_inspect,
+    pub use crate::cluster::stragglers::{Distribution, StragglerModel};
+    pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};
+    pub use crate::engine::{
+        Collect, EvalPoint, Observer, Outcome, RunConfig, SimTime, run, run_inspect,
     };
-    pub use crate::schedule::PeerSchedule;
-    pub use crate::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
-    pub use crate::stragglers::{Distribution, StragglerModel};
-    pub use crate::time::SimTime;
-    pub use crate::topology::{Topology, TopologyConfig};
-    pub use crate::workerset::WorkerSet;
+    pub use crate::env::BuildEnv;
+    pub use crate::net::{
+        Dtype, Fabric, LinkSpec, Network, NetworkConfig, PeerSchedule, Topology, TopologyConfig,
+    };
+    pub use crate::params::lr::{LrScaling, LrSchedule, ScheduleKind, ScheduleUnit};
+    pub use crate::params::{
+        Evaluation, GradId, MsgId, OptimizerConfig, Quadratic, ReferenceStore, ReplicaStore, Slot,
+    };
+    pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
 }

@@ -116,6 +116,11 @@ impl IntoDeserializer<'_, Error> for Raw {
 }
 
 /// Converts an error of the buffered value into the outer deserializer's.
+/// `skip_serializing_if` for flags that default to off.
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 pub(crate) fn lift<E: de::Error>(e: Error) -> E {
     E::custom(e)
 }

@@ -2,13 +2,13 @@
 //! optional per-event logs.
 //!
 //! Everything here is a function of simulated events only, so a run records the same figures on
-//! every backend and every host. The [`Recorder`] is owned by the [`crate::run::World`] and fed by
-//! the algorithms through [`crate::run::Ctx`]:
+//! every backend and every host. The [`Recorder`] is owned by the [`crate::algorithm::World`] and fed by
+//! the algorithms through [`crate::algorithm::Ctx`]:
 //!
 //! - **Activities.** Every worker is in exactly one [`Activity`] at every instant: it starts
-//!   [`Activity::Idle`]; [`crate::run::Ctx::begin_step`] makes it [`Activity::Compute`]; an
-//!   algorithm declares the other transitions ([`crate::run::Ctx::activity`],
-//!   [`crate::run::Ctx::block`], [`crate::run::Ctx::unblock`]). Each algorithm's module
+//!   [`Activity::Idle`]; [`crate::algorithm::Ctx::begin_step`] makes it [`Activity::Compute`]; an
+//!   algorithm declares the other transitions ([`crate::algorithm::Ctx::activity`],
+//!   [`crate::algorithm::Ctx::block`], [`crate::algorithm::Ctx::unblock`]). Each algorithm's module
 //!   documentation states its rule. Time in each activity is summed per worker in integer
 //!   nanoseconds, so compute + communicate + blocked + idle is the run's simulated time exactly.
 //! - **Waits.** A blocked interval is attributed, when it ends, to the peer whose arrival (a
@@ -17,22 +17,22 @@
 //! - **Timeline.** The intervals of every worker's activity inside a window (clipped to it) are
 //!   kept for a Gantt chart: by default from the start until every worker has completed 20 steps
 //!   ([`DEFAULT_TIMELINE_STEPS`]), or `[metrics] timeline_s = [start, end]`.
-//! - **Message ages** ([`crate::run::Ctx::message_age`]): a histogram per receiving worker.
+//! - **Message ages** ([`crate::algorithm::Ctx::message_age`]): a histogram per receiving worker.
 //! - **Per-event logs** (off by default): every message ([`MessageRecord`]) and, from the store
-//!   layer ([`crate::tracked`]), every applied gradient ([`GradientRecord`]), buffered during an
-//!   event and handed to the [`crate::run::Observer`] after it.
+//!   layer ([`crate::params::tracked`]), every applied gradient ([`GradientRecord`]), buffered during an
+//!   event and handed to the [`crate::engine::Observer`] after it.
 //!
-//! Gradient staleness is measured in the store layer ([`crate::tracked::Tracked`]) and link
-//! totals in the network ([`crate::network::Network::link_stats`]); a finished run gathers all of
+//! Gradient staleness is measured in the store layer ([`crate::params::tracked::Tracked`]) and link
+//! totals in the network ([`crate::net::Network::link_stats`]); a finished run gathers all of
 //! it in a [`RunRecord`].
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::time::SimTime;
 use crate::error::ConfigError;
-use crate::network::LinkStats;
-use crate::time::SimTime;
+use crate::net::LinkStats;
 
 /// What a worker is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -215,7 +215,7 @@ pub struct GradientRecord {
     /// When it was applied.
     pub apply: SimTime,
     /// Updates the row received between the read and the application
-    /// ([`crate::tracked`]).
+    /// ([`crate::params::tracked`]).
     pub staleness: u64,
 }
 
@@ -520,7 +520,7 @@ pub struct RunRecord {
     /// `(worker, peer)`: the time `worker` was blocked on `peer`.
     pub waits: BTreeMap<(usize, usize), SimTime>,
     /// Per worker: the staleness of the gradients it computed, at every application
-    /// ([`crate::tracked`]).
+    /// ([`crate::params::tracked`]).
     pub gradient_staleness: Vec<Histogram>,
     /// Per receiving worker: the age in iterations of the messages it mixed (SGP).
     pub message_age: Vec<Histogram>,

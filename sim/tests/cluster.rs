@@ -5,10 +5,10 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use dasim_sim::prelude::*;
-use dasim_sim::stragglers::{
+use dasim_sim::cluster::stragglers::{
     DelayConfig, JitterConfig, MarkovConfig, MarkovStart, TraceConfig, TraceEnd, WindowConfig,
 };
+use dasim_sim::prelude::*;
 
 fn ms(x: f64) -> SimTime {
     SimTime::from_millis_f64(x)

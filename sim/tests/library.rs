@@ -7,8 +7,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
+use dasim_sim::params::blocks;
 use dasim_sim::prelude::*;
-use dasim_sim::store::blocks;
 
 const SEED: u64 = 11;
 
@@ -567,7 +567,7 @@ fn the_server_nic_bounds_ps_throughput() {
         let cfg = AlgorithmConfig::Ps(PsConfig::default());
         let mut store = store_with(n, &sgd(0.02), SEED);
         let mut net_cfg = net(10.0, 5.0);
-        net_cfg.nics.push(dasim_sim::network::NicConfig {
+        net_cfg.nics.push(dasim_sim::net::NicConfig {
             workers: vec![n].into(),
             bandwidth_gbps: Some(server_gbps),
             uplink_gbps: None,

@@ -9,10 +9,10 @@ mod common;
 
 use common::*;
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
+use dasim_sim::engine::EvalPoint;
+use dasim_sim::net::spectral::symmetric_eigenvalues;
 use dasim_sim::prelude::*;
 use dasim_sim::record::{Activity, GradientRecord, MessageRecord};
-use dasim_sim::run::EvalPoint;
-use dasim_sim::spectral::symmetric_eigenvalues;
 
 const SEED: u64 = 5;
 

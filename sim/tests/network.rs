@@ -1,6 +1,6 @@
 //! The network model: serialization at NICs, overrides, presets, congestion, message sizes.
 
-use dasim_sim::network::{CongestionWindow, LinkConfig, NicConfig, RandomCongestion};
+use dasim_sim::net::{CongestionWindow, LinkConfig, NicConfig, RandomCongestion};
 use dasim_sim::prelude::*;
 
 /// 8 Gbit/s = 1e9 bytes/s: one byte per nanosecond.

@@ -8,8 +8,8 @@ mod common;
 use std::path::PathBuf;
 
 use dasim_sim::Error;
+use dasim_sim::algorithm::Ctx;
 use dasim_sim::prelude::*;
-use dasim_sim::run::Ctx;
 
 /// The sections of a scenario file the engine owns (the model and data sections belong to
 /// `dasim-models`).

@@ -2,7 +2,7 @@
 //!
 //! Lian, Zhang, Zhang & Liu, "Asynchronous Decentralized Parallel Stochastic Gradient Descent",
 //! ICML 2018. The workers are split into an active and a passive side of a bipartite graph
-//! ([`crate::topology::Topology::bipartition`]); only active workers initiate averaging, always
+//! ([`crate::net::topology::Topology::bipartition`]); only active workers initiate averaging, always
 //! with a passive neighbour, so no two averagings contend for the same pair in a cycle. The
 //! averaging partner is drawn uniformly from the active worker's neighbours (`partner =
 //! "uniform"`, from the worker's algorithm stream) or taken in turn (`partner = "cycle"`).
@@ -46,10 +46,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::{Algorithm, Ctx};
+use crate::engine::rng::{Stream, StreamKind, stream};
+use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
-use crate::rng::{Stream, StreamKind, stream};
-use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 use rand::Rng;
 
 /// How an active worker picks its averaging partner.
@@ -138,7 +138,7 @@ pub struct AdPsgd {
 
 impl AdPsgd {
     /// A new instance with the default options; `sides[i]` is true for active workers (see
-    /// [`crate::topology::Topology::bipartition`]).
+    /// [`crate::net::topology::Topology::bipartition`]).
     pub fn new(cfg: &AdPsgdConfig, sides: &[bool], seed: u64) -> Self {
         AdPsgd {
             label: cfg.label.clone().unwrap_or_else(|| "adpsgd".into()),

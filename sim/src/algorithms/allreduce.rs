@@ -44,9 +44,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::ring::{Done, Ring, mark};
+use crate::algorithm::{Algorithm, Ctx, World};
 use crate::error::ConfigError;
-use crate::run::{Algorithm, Ctx, World};
-use crate::store::{GradId, ReplicaStore, blocks};
+use crate::params::{GradId, ReplicaStore, blocks};
 
 fn one() -> usize {
     1

@@ -51,10 +51,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::{Algorithm, Ctx, StalenessStats};
 use crate::error::ConfigError;
-use crate::run::{Algorithm, Ctx, StalenessStats};
-use crate::store::{GradId, ReplicaStore};
-use crate::topology::Topology;
+use crate::net::topology::Topology;
+use crate::params::{GradId, ReplicaStore};
 
 /// How DASGD spreads gradients.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 //! stochastic mixing matrix `W`:
 //!
 //! - `weights = "metropolis"` (default): `W_ij = 1/(1 + max(d_i, d_j))` on edges
-//!   ([`crate::topology::Topology::mixing_matrix`]);
+//!   ([`crate::net::topology::Topology::mixing_matrix`]);
 //! - `weights = "uniform"`: `W_ij = 1/(1 + d_max)` on edges (maximum-degree weights, Xiao & Boyd
 //!   2004), which is `1/(d + 1)` on a `d`-regular graph and `1/n` on the complete graph;
 //!
@@ -47,11 +47,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::{Algorithm, Ctx};
 use crate::error::ConfigError;
+use crate::net::topology::Topology;
+use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
-use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, MsgId, ReplicaStore, Slot};
-use crate::topology::Topology;
 
 /// The mixing matrix of D-PSGD.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

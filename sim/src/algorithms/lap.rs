@@ -40,9 +40,9 @@ use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
 use super::ring::{Done, Ring};
+use crate::algorithm::{Algorithm, Ctx};
 use crate::error::ConfigError;
-use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, MsgId, ReplicaStore, Slot, blocks};
+use crate::params::{GradId, MsgId, ReplicaStore, Slot, blocks};
 
 fn two() -> usize {
     2

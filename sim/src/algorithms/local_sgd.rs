@@ -38,9 +38,9 @@ use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
 use super::ring::{Done, Ring, mark};
+use crate::algorithm::{Algorithm, Ctx};
 use crate::error::ConfigError;
-use crate::run::{Algorithm, Ctx};
-use crate::store::{GradId, ReplicaStore};
+use crate::params::{GradId, ReplicaStore};
 
 fn default_h() -> u32 {
     4

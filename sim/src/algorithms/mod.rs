@@ -1,7 +1,7 @@
 //! The algorithms, one module each.
 //!
-//! Each is a state machine over its own events ([`crate::run::Algorithm`]), touches parameters
-//! only through the [`crate::store::ReplicaStore`], cites its paper, states the per-worker
+//! Each is a state machine over its own events ([`crate::algorithm::Algorithm`]), touches parameters
+//! only through the [`crate::params::ReplicaStore`], cites its paper, states the per-worker
 //! procedure and its invariant.
 //!
 //! | `kind` | module | synchrony |
@@ -16,7 +16,7 @@
 //! | `lap-sgd`, `lpp-sgd` | [`lap`] | `P` lock-free processes per node, non-blocking in-place averaging |
 //!
 //! Learning-rate schedules, momentum, Nesterov and weight decay are the shared `[optimizer]`
-//! section ([`crate::store::OptimizerConfig`], [`crate::lr`]), not options of an algorithm.
+//! section ([`crate::params::OptimizerConfig`], [`crate::params::lr`]), not options of an algorithm.
 
 pub mod adpsgd;
 pub mod allreduce;
@@ -30,10 +30,11 @@ pub mod sgp;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::World;
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
-use crate::run::{Observer, Outcome, RunConfig, World, run};
-use crate::store::ReplicaStore;
-use crate::topology::Topology;
+use crate::net::topology::Topology;
+use crate::params::ReplicaStore;
 
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};

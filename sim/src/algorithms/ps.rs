@@ -8,7 +8,7 @@
 //! Server", NeurIPS 2013.
 //!
 //! The model is split into `servers` contiguous shards of near-equal size
-//! ([`crate::store::blocks`]); shard `s` lives on network node `n + s` (its own NIC, so a server's
+//! ([`crate::params::blocks`]); shard `s` lives on network node `n + s` (its own NIC, so a server's
 //! downlink serializes the pushes it receives) and in block `s` of one extra store row, the
 //! server's model, which carries the server's optimizer state.
 //!
@@ -38,7 +38,7 @@
 //!
 //! **Staleness** ([`Algorithm::staleness`]): for each block of a gradient applied at shard `s`,
 //! the number of gradients shard `s` applied between serving the worker's pull and applying this
-//! one. (The store-layer measure of [`crate::tracked`] gives the same numbers.)
+//! one. (The store-layer measure of [`crate::params::tracked`] gives the same numbers.)
 //!
 //! **Activities** ([`crate::record`]): a worker computes its gradient; from pushing it until every
 //! shard has replied to its next pull it communicates (its own round trip, delayed only by the
@@ -51,10 +51,10 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::{Algorithm, Ctx, StalenessStats};
 use crate::error::ConfigError;
+use crate::params::{GradId, ReplicaStore, blocks};
 use crate::record::Activity;
-use crate::run::{Algorithm, Ctx, StalenessStats};
-use crate::store::{GradId, ReplicaStore, blocks};
 
 fn one() -> usize {
     1

@@ -38,9 +38,9 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
+use crate::algorithm::Ctx;
+use crate::engine::time::SimTime;
 use crate::record::Activity;
-use crate::run::Ctx;
-use crate::time::SimTime;
 
 /// What a worker's full contribution to its round means for its wait.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -311,12 +311,13 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::{Algorithm, World};
     use crate::cluster::{Cluster, ClusterConfig};
+    use crate::engine::{Collect, RunConfig, run};
     use crate::env::BuildEnv;
-    use crate::network::{Network, NetworkConfig, RandomCongestion};
-    use crate::reference::{Quadratic, ReferenceStore};
-    use crate::run::{Algorithm, Collect, RunConfig, World, run};
-    use crate::topology::{Topology, TopologyConfig};
+    use crate::net::topology::{Topology, TopologyConfig};
+    use crate::net::{Network, NetworkConfig, RandomCongestion};
+    use crate::params::reference::{Quadratic, ReferenceStore};
 
     /// Computes one round on a fresh network, one bucket or through the queue, and returns the
     /// completion times and the network's state afterwards.

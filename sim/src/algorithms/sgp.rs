@@ -4,7 +4,7 @@
 //! ICML 2019 (Algorithm 1, SGP; Algorithm 2, τ-Overlap SGP). Push-sum (Kempe et al., 2003)
 //! with numerator `x_i` (the row in the store) and weight `w_i` (a scalar kept here; it is not a
 //! parameter). Node `i` at iteration `k`, with out-peers `P = out_peers(i, k)` of the topology's
-//! schedule ([`crate::schedule::PeerSchedule`]; SGP's one- or two-peer exponential graph, or any
+//! schedule ([`crate::net::schedule::PeerSchedule`]; SGP's one- or two-peer exponential graph, or any
 //! static graph) and `d = |P|`:
 //!
 //! ```text
@@ -33,7 +33,7 @@
 //! consensus distance and the replica evaluations use the de-biased `z_i`
 //! ([`Algorithm::replica_scales`]); [`Algorithm::series`] reports the range of the weights,
 //! `weight_min` and `weight_max`. Every mixed message's age in iterations (the receiver's
-//! iteration minus the sender's) is recorded ([`crate::run::Ctx::message_age`]).
+//! iteration minus the sender's) is recorded ([`crate::algorithm::Ctx::message_age`]).
 //!
 //! **Activities** ([`crate::record`]): a node computes its gradient; sending overlaps the next
 //! computation. When it must wait to mix, it is blocked while a message it needs has not been
@@ -51,10 +51,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::algorithm::{Algorithm, Ctx};
+use crate::net::schedule::PeerSchedule;
+use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
-use crate::run::{Algorithm, Ctx};
-use crate::schedule::PeerSchedule;
-use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 /// Options of synchronous SGP.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

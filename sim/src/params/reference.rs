@@ -10,8 +10,8 @@ use std::ops::Range;
 
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::rng::{Stream, StreamKind, stream};
-use crate::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
+use crate::engine::rng::{Stream, StreamKind, stream};
+use crate::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
 /// The analytic problem of a [`ReferenceStore`].
 #[derive(Clone, Debug)]

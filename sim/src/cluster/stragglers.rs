@@ -35,15 +35,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rand::Rng;
-use rand_distr::{Distribution as _, Exp, Gamma, Geometric, LogNormal, Pareto, Uniform};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::cluster::workerset::WorkerSet;
+use crate::engine::time::SimTime;
 use crate::error::ConfigError;
 use crate::raw::{Raw, lift};
-use crate::rng::{Stream, StreamKind, stream};
-use crate::time::SimTime;
-use crate::workerset::WorkerSet;
+
+use super::slowdown::Sampler;
 
 /// One `[[cluster.stragglers]]` entry: a model applied to a set of workers.
 ///
@@ -178,7 +177,7 @@ pub enum Distribution {
 }
 
 impl Distribution {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Distribution::Constant => "constant",
             Distribution::Uniform => "uniform",
@@ -368,7 +367,7 @@ pub struct TraceConfig {
     pub at_end: TraceEnd,
 }
 
-fn positive(x: f64) -> bool {
+pub(crate) fn positive(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
 
@@ -384,186 +383,16 @@ fn slowdown(factor: f64, path: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// A validated distribution, ready to sample.
-#[derive(Clone, Debug)]
-pub(crate) enum Sampler {
-    Constant(f64),
-    Uniform(Uniform<f64>),
-    LogNormal(LogNormal<f64>),
-    Gamma(Gamma<f64>),
-    Exp(Exp<f64>),
-    Pareto(Pareto<f64>),
-}
-
-impl Sampler {
-    /// Checks the parameters (`at(key)` is a key's field path) and builds the sampler.
-    pub(crate) fn new(
-        d: Distribution,
-        mean: f64,
-        mean_key: &str,
-        cv: Option<f64>,
-        shape: Option<f64>,
-        at: &dyn Fn(&str) -> String,
-    ) -> Result<Sampler, ConfigError> {
-        let name = d.name();
-        if !positive(mean) {
-            return Err(ConfigError::new(
-                &at(mean_key),
-                format!("the mean must be a positive number, got {mean}"),
-            )
-            .hint(if mean_key == "mean_ms" {
-                "mean_ms = 5.0 adds 5 ms to a step on average"
-            } else {
-                "mean = 1.0 keeps the average speed; 1.2 makes steps 20% slower on average"
-            }));
-        }
-        let none = |key: &str, v: Option<f64>, why: &str| match v {
-            Some(_) => Err(ConfigError::new(
-                &at(key),
-                format!("a {name} distribution takes no `{key}`: {why}"),
-            )
-            .hint(format!("remove `{key}`"))),
-            None => Ok(()),
-        };
-        let cv_in = |c: f64, lo_open: bool, hi: f64| -> Result<f64, ConfigError> {
-            let ok = c.is_finite() && (if lo_open { c > 0.0 } else { c >= 0.0 }) && c <= hi;
-            if ok {
-                Ok(c)
-            } else {
-                let range = if hi.is_finite() {
-                    format!("in [0, {hi:.4}]")
-                } else if lo_open {
-                    "positive".to_string()
-                } else {
-                    "zero or positive".to_string()
-                };
-                Err(ConfigError::new(
-                    &at("cv"),
-                    format!("a {name} distribution's cv must be {range}, got {c}"),
-                )
-                .hint("cv is the coefficient of variation, standard deviation / mean"))
-            }
-        };
-        let need_cv = |c: Option<f64>| {
-            c.ok_or_else(|| {
-                ConfigError::new(
-                    &at("cv"),
-                    format!("a {name} distribution needs its spread `cv`"),
-                )
-                .hint("cv = 0.2 gives a standard deviation of 20% of the mean")
-            })
-        };
-        let one_of = |cv: Option<f64>, shape: Option<f64>| match (cv, shape) {
-            (Some(_), Some(_)) => Err(ConfigError::new(
-                &at("shape"),
-                format!("a {name} distribution takes `cv` or `shape`, not both"),
-            )
-            .hint("keep the one your source states")),
-            (None, None) => Err(ConfigError::new(
-                &at("cv"),
-                format!("a {name} distribution needs its spread: `cv` or `shape`"),
-            )
-            .hint(if d == Distribution::Pareto {
-                "shape = 3.0 is a heavy tail with finite variance"
-            } else {
-                "cv = 0.5, or shape = 4.0 (cv = 1/√shape)"
-            })),
-            _ => Ok(()),
-        };
-        let bad = |e: &dyn std::fmt::Display| {
-            ConfigError::new(&at(mean_key), format!("invalid {name} parameters: {e}"))
-                .hint("see the distribution table in the scenario reference")
-        };
-        match d {
-            Distribution::Constant => {
-                none("cv", cv, "it has no spread")?;
-                none("shape", shape, "it has no spread")?;
-                Ok(Sampler::Constant(mean))
-            }
-            Distribution::Exponential => {
-                none("cv", cv, "its cv is always 1")?;
-                none("shape", shape, "it has none")?;
-                Exp::new(1.0 / mean).map(Sampler::Exp).map_err(|e| bad(&e))
-            }
-            Distribution::Uniform => {
-                none("shape", shape, "it is set by `cv`")?;
-                let c = cv_in(need_cv(cv)?, false, 1.0 / 3f64.sqrt())?;
-                let h = 3f64.sqrt() * c * mean;
-                Uniform::new_inclusive((mean - h).max(0.0), mean + h)
-                    .map(Sampler::Uniform)
-                    .map_err(|e| bad(&e))
-            }
-            Distribution::Lognormal => {
-                none("shape", shape, "it is set by `cv`")?;
-                let c = cv_in(need_cv(cv)?, false, f64::INFINITY)?;
-                LogNormal::from_mean_cv(mean, c)
-                    .map(Sampler::LogNormal)
-                    .map_err(|e| bad(&e))
-            }
-            Distribution::Gamma => {
-                one_of(cv, shape)?;
-                let k = match (cv, shape) {
-                    (Some(c), _) => {
-                        let c = cv_in(c, true, f64::INFINITY)?;
-                        1.0 / (c * c)
-                    }
-                    (_, Some(k)) if positive(k) => k,
-                    (_, Some(k)) => {
-                        return Err(ConfigError::new(
-                            &at("shape"),
-                            format!("a gamma distribution's shape must be positive, got {k}"),
-                        )
-                        .hint("shape k gives cv = 1/√k: shape = 4.0 is cv = 0.5"));
-                    }
-                    _ => unreachable!("checked by one_of"),
-                };
-                Gamma::new(k, mean / k)
-                    .map(Sampler::Gamma)
-                    .map_err(|e| bad(&e))
-            }
-            Distribution::Pareto => {
-                one_of(cv, shape)?;
-                let alpha = match (cv, shape) {
-                    (Some(c), _) => {
-                        let c = cv_in(c, true, f64::INFINITY)?;
-                        1.0 + (1.0 + 1.0 / (c * c)).sqrt()
-                    }
-                    (_, Some(a)) if a.is_finite() && a > 1.0 => a,
-                    (_, Some(a)) => {
-                        return Err(ConfigError::new(
-                            &at("shape"),
-                            format!("a Pareto distribution's shape must be above 1 for its mean to exist, got {a}"),
-                        )
-                        .hint("shape = 3.0 is a heavy tail with finite variance; above 2 the variance is finite"));
-                    }
-                    _ => unreachable!("checked by one_of"),
-                };
-                Pareto::new(mean * (alpha - 1.0) / alpha, alpha)
-                    .map(Sampler::Pareto)
-                    .map_err(|e| bad(&e))
-            }
-        }
-    }
-
-    pub(crate) fn sample(&self, rng: &mut Stream) -> f64 {
-        match self {
-            Sampler::Constant(m) => *m,
-            Sampler::Uniform(d) => d.sample(rng),
-            Sampler::LogNormal(d) => d.sample(rng),
-            Sampler::Gamma(d) => d.sample(rng),
-            Sampler::Exp(d) => d.sample(rng),
-            Sampler::Pareto(d) => d.sample(rng),
-        }
-    }
-}
-
 /// The two mean sojourns of a Markov entry and which clock they use.
-enum Clock {
+pub(crate) enum Clock {
     Steps(f64, f64),
     Seconds(f64, f64),
 }
 
-fn markov_clock(m: &MarkovConfig, at: &dyn Fn(&str) -> String) -> Result<Clock, ConfigError> {
+pub(crate) fn markov_clock(
+    m: &MarkovConfig,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Clock, ConfigError> {
     let steps = (m.mean_fast_steps, m.mean_slow_steps);
     let secs = (m.mean_fast_s, m.mean_slow_s);
     let any = |p: (Option<f64>, Option<f64>)| p.0.is_some() || p.1.is_some();
@@ -614,38 +443,11 @@ fn markov_clock(m: &MarkovConfig, at: &dyn Fn(&str) -> String) -> Result<Clock, 
     }
 }
 
-fn window_bounds(
+pub(crate) fn window_bounds(
     w: &WindowConfig,
     at: &dyn Fn(&str) -> String,
 ) -> Result<(SimTime, SimTime), ConfigError> {
-    if !(w.start_s.is_finite() && w.start_s >= 0.0) {
-        return Err(ConfigError::new(
-            &at("start_s"),
-            format!(
-                "a window must start at zero or a positive time, got {}",
-                w.start_s
-            ),
-        )
-        .hint("start_s is in simulated seconds from the start of the run"));
-    }
-    let start = SimTime::from_secs_f64(w.start_s);
-    let end = match w.end_s {
-        None => SimTime::MAX,
-        Some(e) if e.is_finite() && e > w.start_s => SimTime::from_secs_f64(e),
-        Some(e) => {
-            return Err(ConfigError::new(
-                &at("end_s"),
-                format!(
-                    "the window ends at {e} s, not after it starts at {} s",
-                    w.start_s
-                ),
-            )
-            .hint(
-                "end_s must be greater than start_s; omit end_s for a window that never closes",
-            ));
-        }
-    };
-    Ok((start, end))
+    crate::engine::time::window(w.start_s, w.end_s, at)
 }
 
 impl StragglerModel {
@@ -765,175 +567,6 @@ fn parse_trace(text: &str) -> Result<TraceData, String> {
             per.into_iter().map(|(w, v)| (w, v.into())).collect(),
         )),
     }
-}
-
-/// A worker's realization of one entry.
-#[derive(Clone, Debug)]
-pub(crate) enum ModelState {
-    Fixed(f64),
-    Jitter {
-        sampler: Sampler,
-        rng: Stream,
-    },
-    Delay {
-        sampler: Sampler,
-        rng: Stream,
-    },
-    MarkovSteps {
-        factor: f64,
-        sojourn: [Geometric; 2],
-        slow: bool,
-        left: u64,
-        rng: Stream,
-    },
-    MarkovTime {
-        factor: f64,
-        sojourn: [Exp<f64>; 2],
-        slow: bool,
-        until: SimTime,
-        rng: Stream,
-    },
-    Window {
-        factor: f64,
-        start: SimTime,
-        end: SimTime,
-    },
-}
-
-/// Sub-stream `1 + entry` of `worker`'s compute stream.
-fn model_stream(seed: u64, worker: usize, entry: usize) -> Stream {
-    let mut s = stream(seed, StreamKind::Compute, worker as u64);
-    s.set_stream(1 + entry as u64);
-    s
-}
-
-fn initial_slow(start: MarkovStart, fast: f64, slow: f64, rng: &mut Stream) -> bool {
-    match start {
-        MarkovStart::Fast => false,
-        MarkovStart::Slow => true,
-        MarkovStart::Stationary => rng.random_bool(slow / (fast + slow)),
-    }
-}
-
-impl ModelState {
-    /// The state of entry `entry` (a validated model) for `worker`; `None` for a trace, which
-    /// the cluster handles itself.
-    pub(crate) fn new(
-        model: &StragglerModel,
-        seed: u64,
-        worker: usize,
-        entry: usize,
-        at: &dyn Fn(&str) -> String,
-    ) -> Result<Option<ModelState>, ConfigError> {
-        let state = match model {
-            StragglerModel::Fixed { factor } => ModelState::Fixed(*factor),
-            StragglerModel::Jitter(j) => ModelState::Jitter {
-                sampler: Sampler::new(j.distribution, j.mean, "mean", j.cv, j.shape, at)?,
-                rng: model_stream(seed, worker, entry),
-            },
-            StragglerModel::Delay(j) => ModelState::Delay {
-                sampler: Sampler::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at)?,
-                rng: model_stream(seed, worker, entry),
-            },
-            StragglerModel::Markov(m) => {
-                let mut rng = model_stream(seed, worker, entry);
-                match markov_clock(m, at)? {
-                    Clock::Steps(f, s) => {
-                        let geo = |mean: f64| {
-                            Geometric::new(1.0 / mean).expect("a mean ≥ 1 gives p in (0, 1]")
-                        };
-                        let sojourn = [geo(f), geo(s)];
-                        let slow = initial_slow(m.start, f, s, &mut rng);
-                        let left = 1 + sojourn[usize::from(slow)].sample(&mut rng);
-                        ModelState::MarkovSteps {
-                            factor: m.factor,
-                            sojourn,
-                            slow,
-                            left,
-                            rng,
-                        }
-                    }
-                    Clock::Seconds(f, s) => {
-                        let exp = |mean: f64| Exp::new(1.0 / mean).expect("a positive mean");
-                        let sojourn = [exp(f), exp(s)];
-                        let slow = initial_slow(m.start, f, s, &mut rng);
-                        let until = sojourn_time(&sojourn[usize::from(slow)], &mut rng);
-                        ModelState::MarkovTime {
-                            factor: m.factor,
-                            sojourn,
-                            slow,
-                            until,
-                            rng,
-                        }
-                    }
-                }
-            }
-            StragglerModel::Window(w) => {
-                let (start, end) = window_bounds(w, at)?;
-                ModelState::Window {
-                    factor: w.factor,
-                    start,
-                    end,
-                }
-            }
-            StragglerModel::Trace(_) => return Ok(None),
-        };
-        Ok(Some(state))
-    }
-
-    /// Applies this entry to a step starting at `now`: multiplies `factor`, adds to `delay_ms`.
-    pub(crate) fn apply(&mut self, now: SimTime, factor: &mut f64, delay_ms: &mut f64) {
-        match self {
-            ModelState::Fixed(f) => *factor *= *f,
-            ModelState::Jitter { sampler, rng } => *factor *= sampler.sample(rng),
-            ModelState::Delay { sampler, rng } => *delay_ms += sampler.sample(rng),
-            ModelState::MarkovSteps {
-                factor: f,
-                sojourn,
-                slow,
-                left,
-                rng,
-            } => {
-                if *left == 0 {
-                    *slow = !*slow;
-                    *left = 1 + sojourn[usize::from(*slow)].sample(rng);
-                }
-                *left -= 1;
-                if *slow {
-                    *factor *= *f;
-                }
-            }
-            ModelState::MarkovTime {
-                factor: f,
-                sojourn,
-                slow,
-                until,
-                rng,
-            } => {
-                while *until <= now {
-                    *slow = !*slow;
-                    *until += sojourn_time(&sojourn[usize::from(*slow)], rng);
-                }
-                if *slow {
-                    *factor *= *f;
-                }
-            }
-            ModelState::Window {
-                factor: f,
-                start,
-                end,
-            } => {
-                if *start <= now && now < *end {
-                    *factor *= *f;
-                }
-            }
-        }
-    }
-}
-
-/// An exponential sojourn in nanoseconds, at least 1 ns so that time always advances.
-fn sojourn_time(d: &Exp<f64>, rng: &mut Stream) -> SimTime {
-    SimTime::from_secs_f64(d.sample(rng)).max(SimTime::from_nanos(1))
 }
 
 #[cfg(test)]

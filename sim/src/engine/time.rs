@@ -8,6 +8,8 @@
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 
+use crate::error::ConfigError;
+
 /// An instant or a duration of simulated time, in nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SimTime(u64);
@@ -102,6 +104,36 @@ impl fmt::Display for SimTime {
             write!(f, "{:.3} µs", s * 1e6)
         }
     }
+}
+
+/// A time window of a scenario, `[start_s, end_s)` in simulated seconds (`end_s` absent: never
+/// closes), checked and converted; `at(key)` is a key's field path, for errors.
+pub(crate) fn window(
+    start_s: f64,
+    end_s: Option<f64>,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(SimTime, SimTime), ConfigError> {
+    if !(start_s.is_finite() && start_s >= 0.0) {
+        return Err(ConfigError::new(
+            &at("start_s"),
+            format!("a window must start at zero or a positive time, got {start_s}"),
+        )
+        .hint("start_s is in simulated seconds from the start of the run"));
+    }
+    let end = match end_s {
+        None => SimTime::MAX,
+        Some(e) if e.is_finite() && e > start_s => SimTime::from_secs_f64(e),
+        Some(e) => {
+            return Err(ConfigError::new(
+                &at("end_s"),
+                format!("the window ends at {e} s, not after it starts at {start_s} s"),
+            )
+            .hint(
+                "end_s must be greater than start_s; omit end_s for a window that never closes",
+            ));
+        }
+    };
+    Ok((SimTime::from_secs_f64(start_s), end))
 }
 
 #[cfg(test)]

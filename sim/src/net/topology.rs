@@ -22,7 +22,7 @@
 //! | `bipartite` | `active` (a worker set; default the even workers) | every active worker — every passive one (complete bipartite); `bipartition` returns this split |
 //! | `edge-list` | `file` | the undirected edges listed in a file: one `i,j` (or `i j`) per line, `#` comments, an optional header line |
 //!
-//! Time-varying, directed (see [`crate::schedule`]); the undirected graph is the union of the
+//! Time-varying, directed (see [`crate::net::schedule`]); the undirected graph is the union of the
 //! schedule's edges over one period (every pair for `random-peer`):
 //!
 //! | `kind` | schedule |
@@ -31,7 +31,7 @@
 //! | `two-peer-exponential` | SGP, two peers per iteration |
 //! | `random-peer` | one uniformly random peer per node and iteration |
 //!
-//! Random graphs draw from the topology stream ([`crate::rng::StreamKind::Topology`], id 0), so a
+//! Random graphs draw from the topology stream ([`crate::engine::rng::StreamKind::Topology`], id 0), so a
 //! scenario's graph depends on its seed and `n` only.
 //!
 //! ## Validation
@@ -55,12 +55,12 @@ use petgraph::graph::{NodeIndex, UnGraph};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::workerset::WorkerSet;
+use crate::engine::rng::{Stream, StreamKind, stream};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
-use crate::rng::{Stream, StreamKind, stream};
-use crate::schedule::PeerSchedule;
-use crate::spectral::symmetric_eigenvalues;
-use crate::workerset::WorkerSet;
+use crate::net::schedule::PeerSchedule;
+use crate::net::spectral::symmetric_eigenvalues;
 
 /// The `[topology]` section of a scenario.
 ///
@@ -523,7 +523,7 @@ impl Topology {
 
     /// The connected components, each sorted, ordered by their smallest node.
     pub fn components(&self) -> Vec<Vec<usize>> {
-        crate::schedule::strong_components(&self.graph)
+        crate::net::schedule::strong_components(&self.graph)
     }
 
     /// Whether every node can reach every other.

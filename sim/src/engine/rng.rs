@@ -6,7 +6,7 @@
 //! worker draws: algorithms are compared on common random numbers.
 //!
 //! ```
-//! use dasim_sim::rng::{stream, StreamKind};
+//! use dasim_sim::engine::rng::{stream, StreamKind};
 //! use rand::Rng;
 //!
 //! let a: u64 = stream(7, StreamKind::Compute, 3).random();
@@ -18,6 +18,8 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+
+use crate::engine::time::SimTime;
 
 /// The random number generator of every stream: ChaCha with 8 rounds, portable and reproducible
 /// across platforms and versions of this crate.
@@ -47,11 +49,18 @@ pub enum StreamKind {
 }
 
 /// SplitMix64 finalizer: a bijective mixer with good avalanche, used to derive stream seeds.
-fn splitmix64(mut z: u64) -> u64 {
+pub(crate) fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A sojourn drawn from the exponential `d` (seconds), in simulated time: at least 1 ns, so that
+/// an on/off process always moves forward.
+pub(crate) fn sojourn(d: &rand_distr::Exp<f64>, rng: &mut Stream) -> SimTime {
+    use rand_distr::Distribution as _;
+    SimTime::from_secs_f64(d.sample(rng)).max(SimTime::from_nanos(1))
 }
 
 /// The stream of entity `id` of the given kind, for a scenario `seed`.

@@ -2,7 +2,7 @@
 //!
 //! The learning rate in force at an instant is a function of the run's progress, never of
 //! parameter values, so it cannot change the event timeline. Algorithms ask
-//! [`crate::run::World::lr_at`] (or [`crate::run::Ctx::lr`]) for it when they apply a gradient:
+//! [`crate::algorithm::World::lr_at`] (or [`crate::algorithm::Ctx::lr`]) for it when they apply a gradient:
 //! a gradient is applied with the rate in force *when it is applied* (for a parameter server,
 //! when the push reaches the server).
 //!
@@ -23,7 +23,7 @@
 //! `scale_with_workers = "linear"` with `warmup_start_factor = 1/n`). Progress `p` is, by `unit`:
 //!
 //! - `epochs` (default): samples processed by all workers / training-set size (the run's
-//!   [`crate::run::World::epochs`]);
+//!   [`crate::algorithm::World::epochs`]);
 //! - `steps`: worker steps / workers, the mean number of steps per worker (the iteration index of
 //!   a synchronous algorithm);
 //! - `seconds`: simulated seconds.
@@ -156,7 +156,7 @@ impl Default for LrSchedule {
 
 /// Where a run stands, in every unit a schedule may use.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Progress {
+pub struct TrainingProgress {
     /// Samples processed / training-set size.
     pub epochs: f64,
     /// Worker steps / workers.
@@ -277,7 +277,7 @@ impl LrSchedule {
     }
 
     /// The rate at progress `p`, for a peak rate `peak` (see the module's rule).
-    pub fn at(&self, peak: f64, p: &Progress) -> f64 {
+    pub fn at(&self, peak: f64, p: &TrainingProgress) -> f64 {
         let x = match self.unit {
             ScheduleUnit::Epochs => p.epochs,
             ScheduleUnit::Steps => p.steps,
@@ -309,7 +309,7 @@ mod tests {
     fn at(s: &LrSchedule, x: f64) -> f64 {
         s.at(
             1.0,
-            &Progress {
+            &TrainingProgress {
                 epochs: x,
                 steps: x,
                 seconds: x,

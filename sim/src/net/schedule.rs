@@ -3,7 +3,7 @@
 //! A [`PeerSchedule`] answers, for node `i` and iteration `k`, the nodes `i` sends to
 //! ([`PeerSchedule::out_peers`]) and receives from ([`PeerSchedule::in_peers`]). It is a pure
 //! function of `(i, k)` (and, for the random schedule, the seed), so it can be queried in any
-//! order. Every [`crate::topology::Topology`] carries one: a static graph gives the schedule in
+//! order. Every [`crate::net::topology::Topology`] carries one: a static graph gives the schedule in
 //! which every node sends to all its neighbours at every iteration (period 1).
 //!
 //! Schedules (`n` nodes):
@@ -30,7 +30,7 @@ use std::ops::Range;
 use petgraph::graph::{DiGraph, NodeIndex};
 use rand::Rng;
 
-use crate::rng::{StreamKind, stream};
+use crate::engine::rng::{StreamKind, splitmix64, stream};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Kind {
@@ -66,13 +66,6 @@ fn digits(n: usize, b: usize) -> u32 {
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
-}
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl PeerSchedule {

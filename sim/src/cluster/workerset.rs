@@ -24,8 +24,8 @@ use rand::seq::index;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::engine::rng::{Stream, StreamKind, stream};
 use crate::error::ConfigError;
-use crate::rng::{Stream, StreamKind, stream};
 
 /// A set of workers: a list, a range, all, or a random subset.
 #[derive(Clone, Debug, PartialEq)]

@@ -45,9 +45,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
+use crate::engine::time::SimTime;
+use crate::params::{Evaluation, GradId, MsgId, ReplicaStore, Slot};
 use crate::record::{GradientRecord, Histogram};
-use crate::store::{Evaluation, GradId, MsgId, ReplicaStore, Slot};
-use crate::time::SimTime;
 
 /// Not a row: the origin of content that is a combination of several terms.
 const FRESH: usize = usize::MAX;
@@ -634,8 +634,8 @@ impl ReplicaStore for Tracked<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::{Quadratic, ReferenceStore};
-    use crate::store::OptimizerConfig;
+    use crate::params::OptimizerConfig;
+    use crate::params::reference::{Quadratic, ReferenceStore};
 
     fn store() -> ReferenceStore {
         ReferenceStore::new(

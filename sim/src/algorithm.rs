@@ -1,0 +1,285 @@
+//! The model author's API: what an algorithm is ([`Algorithm`]), what it sees while it handles
+//! an event ([`Ctx`]) and the world it acts on ([`World`]).
+//!
+//! An algorithm is a state machine over its own events. The driver ([`crate::engine::run`]) pops
+//! the earliest event and hands it to [`Algorithm::handle`] with a [`Ctx`]; the algorithm
+//! schedules later events, starts steps, sends messages and records what its workers do, all
+//! through the context. Parameters are touched only through the [`crate::params::ReplicaStore`]
+//! in [`World::store`]. See the crate documentation for a worked example.
+
+use crate::cluster::Cluster;
+use crate::engine::{EventQueue, SimTime};
+use crate::net::Network;
+use crate::net::topology::Topology;
+use crate::params::lr::TrainingProgress;
+use crate::params::tracked::Tracked;
+use crate::params::{GradId, OptimizerConfig, ReplicaStore};
+use crate::record::{Activity, MessageRecord, MetricsConfig, Recorder};
+
+/// What an algorithm works with: the cluster's compute model, the network, the graph, the
+/// replicas and the optimizer's learning-rate rule.
+pub struct World<'s> {
+    /// Per-worker step durations.
+    pub cluster: Cluster,
+    /// NICs and links: the workers `0..n`, then any extra nodes the algorithm needs (a parameter
+    /// server's shards, see [`crate::algorithms::AlgorithmConfig::extra_nodes`]).
+    pub net: Network,
+    /// The communication graph.
+    pub topology: Topology,
+    /// The parameters: the run's store, wrapped to measure gradient staleness
+    /// ([`crate::params::tracked`]).
+    pub store: Tracked<'s>,
+    /// The `[optimizer]` section: base rate, schedule and scaling (the store applies the update
+    /// itself; algorithms take the rate from [`World::lr_at`]).
+    pub optimizer: OptimizerConfig,
+    /// Size of one full model (or gradient) in a message, in bytes.
+    pub model_bytes: u64,
+    /// The scenario seed (algorithms derive their own streams from it).
+    pub seed: u64,
+    pub(crate) worker_steps: u64,
+    pub(crate) recorder: Recorder,
+    pub(crate) eval_replicas: bool,
+}
+
+impl<'s> World<'s> {
+    /// Assembles a world. `optimizer` is the scenario's `[optimizer]` section (the one the store
+    /// was built with): its rate, schedule and scaling give [`World::lr_at`].
+    pub fn new(
+        cluster: Cluster,
+        net: Network,
+        topology: Topology,
+        store: &'s mut dyn ReplicaStore,
+        optimizer: &OptimizerConfig,
+        seed: u64,
+    ) -> Self {
+        let model_bytes = net.payload_bytes(store.num_params());
+        let recorder = Recorder::new(cluster.workers());
+        World {
+            cluster,
+            net,
+            topology,
+            store: Tracked::new(store),
+            optimizer: optimizer.clone(),
+            model_bytes,
+            seed,
+            worker_steps: 0,
+            recorder,
+            eval_replicas: false,
+        }
+    }
+
+    /// Applies the `[metrics]` options: replica evaluation, the timeline window, the per-event
+    /// logs. Call before the run.
+    pub fn set_metrics(&mut self, cfg: &MetricsConfig) {
+        self.recorder.configure(cfg);
+        self.store.log_gradients(cfg.log_gradients);
+        self.eval_replicas = cfg.eval_replicas;
+    }
+
+    /// What has been recorded so far (activities, waits, message ages, timeline).
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.cluster.workers()
+    }
+
+    /// Worker steps so far (gradients applied, summed over workers).
+    pub fn worker_steps(&self) -> u64 {
+        self.worker_steps
+    }
+
+    /// Epochs so far: samples processed / training-set size.
+    pub fn epochs(&self) -> f64 {
+        self.worker_steps as f64 * self.store.batch_size() as f64 / self.store.train_size() as f64
+    }
+
+    /// The learning rate in force at `now`: `optimizer.lr`, scaled with the number of workers
+    /// and shaped by the schedule, at the run's current progress (see [`crate::params::lr`]). A function
+    /// of counters and simulated time only, never of parameter values.
+    pub fn lr_at(&self, now: SimTime) -> f64 {
+        let n = self.workers();
+        let peak = self.optimizer.lr * self.optimizer.scale_with_workers.factor(n);
+        let progress = TrainingProgress {
+            epochs: self.epochs(),
+            steps: self.worker_steps as f64 / n as f64,
+            seconds: now.as_secs_f64(),
+        };
+        self.optimizer.schedule.at(peak, &progress)
+    }
+}
+
+/// An algorithm's view of the simulation while it handles one event.
+pub struct Ctx<'a, 's, E> {
+    pub(crate) now: SimTime,
+    pub(crate) queue: &'a mut EventQueue<E>,
+    /// Compute, network, graph and replicas.
+    pub world: &'a mut World<'s>,
+}
+
+impl<E> Ctx<'_, '_, E> {
+    /// The current simulated time.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+
+    /// Schedules `event` at absolute time `at` (not before now).
+    pub fn at(&mut self, at: SimTime, event: E) {
+        debug_assert!(at >= self.now, "an event cannot be scheduled in the past");
+        self.queue.push(at.max(self.now), event);
+    }
+
+    /// Schedules `event` after `delay`.
+    pub fn after(&mut self, delay: SimTime, event: E) {
+        self.queue.push(self.now + delay, event);
+    }
+
+    /// The learning rate in force now ([`World::lr_at`]).
+    pub fn lr(&self) -> f64 {
+        self.world.lr_at(self.now)
+    }
+
+    /// Starts a step of `worker`: reads its replica, requests a gradient on its next minibatch
+    /// and schedules `done` when the cluster model says the step ends. Returns the gradient.
+    pub fn start_step(&mut self, worker: usize, done: E) -> GradId {
+        let (grad, d) = self.begin_step(worker, 1.0);
+        self.after(d, done);
+        grad
+    }
+
+    /// Starts a step of `worker` without scheduling its end: reads its replica, requests the
+    /// gradient at `scale ·` replica ([`ReplicaStore::request_gradient_scaled`]) on its next
+    /// minibatch, and draws the step's duration from the cluster model. Returns both; the
+    /// algorithm schedules what happens when (and while) the step runs. The worker's activity
+    /// becomes [`Activity::Compute`]; if it was computing already, the timeline starts a new
+    /// interval, so every step shows.
+    pub fn begin_step(&mut self, worker: usize, scale: f64) -> (GradId, SimTime) {
+        let grad = self.world.store.request_gradient_scaled(worker, scale);
+        let d = self.world.cluster.next_step_time(worker, self.now);
+        if self.world.recorder.activity(worker) == Activity::Compute {
+            // Back-to-back steps: keep them apart on the timeline.
+            self.world.recorder.split(worker, self.now);
+        } else {
+            self.activity(worker, Activity::Compute);
+        }
+        (grad, d)
+    }
+
+    /// Sends a message of `payload` bytes (the network adds its header) from `src` to `dst`
+    /// now; `arrival` is delivered when it lands.
+    pub fn send(&mut self, src: usize, dst: usize, payload: u64, arrival: E) {
+        let t = self.transfer(self.now, src, dst, payload);
+        self.queue.push(t, arrival);
+    }
+
+    /// Posts a message of `payload` bytes from `src` to `dst` at `at` and returns when it lands,
+    /// scheduling nothing: for a collective computed as a whole when its outcome is determined
+    /// ([`crate::algorithms::ring`]), `at` may lie before now. The caller guarantees that nothing
+    /// used the NICs of `src` and `dst` after `at`, so the network's state is what it would have
+    /// been then.
+    pub fn transfer(&mut self, at: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
+        let t = self.world.net.send(at, src, dst, payload);
+        self.world.recorder.message(MessageRecord {
+            src,
+            dst,
+            bytes: payload + self.world.net.header_bytes(),
+            send: at,
+            arrive: t,
+        });
+        t
+    }
+
+    /// Counts one step of `worker` (a gradient of its own applied, as the algorithm counts
+    /// steps).
+    pub fn step_done(&mut self, worker: usize) {
+        self.world.worker_steps += 1;
+        self.world.recorder.step(worker, self.now);
+    }
+
+    /// `worker` now does `activity` ([`Activity::Compute`], [`Activity::Communicate`] or
+    /// [`Activity::Idle`]; a wait on a peer is [`Ctx::block`], ended by [`Ctx::unblock`]).
+    pub fn activity(&mut self, worker: usize, activity: Activity) {
+        debug_assert!(
+            activity != Activity::Blocked,
+            "a wait starts with Ctx::block"
+        );
+        self.world.recorder.set(worker, activity, self.now, None);
+    }
+
+    /// `worker` now waits for a peer's progress ([`Activity::Blocked`]).
+    pub fn block(&mut self, worker: usize) {
+        self.world
+            .recorder
+            .set(worker, Activity::Blocked, self.now, None);
+    }
+
+    /// `worker`'s wait ends because of peer `by` (its time blocked is attributed to `by`); it
+    /// goes on with `next`.
+    pub fn unblock(&mut self, worker: usize, by: usize, next: Activity) {
+        self.world.recorder.set(worker, next, self.now, Some(by));
+    }
+
+    /// `receiver` mixed a message `age` iterations old (SGP).
+    pub fn message_age(&mut self, receiver: usize, age: u64) {
+        self.world.recorder.message_age(receiver, age);
+    }
+}
+
+/// Staleness statistics an algorithm measures (what "staleness" counts is the algorithm's own
+/// definition, stated in its documentation).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StalenessStats {
+    /// Number of measurements.
+    pub count: u64,
+    /// Their mean (0 when there is none).
+    pub mean: f64,
+    /// Their maximum.
+    pub max: u64,
+}
+
+impl StalenessStats {
+    /// Adds one measurement.
+    pub fn record(&mut self, s: u64) {
+        self.count += 1;
+        self.mean += (s as f64 - self.mean) / self.count as f64;
+        self.max = self.max.max(s);
+    }
+}
+
+/// A distributed training algorithm: a state machine over its own events.
+pub trait Algorithm {
+    /// The events this algorithm schedules for itself.
+    type Event;
+    /// Short name used in outputs (`allreduce`, `adpsgd`, …).
+    fn name(&self) -> &str;
+    /// Schedules the first events (and adds any store rows it needs).
+    fn start(&mut self, cx: &mut Ctx<'_, '_, Self::Event>);
+    /// Handles one event.
+    fn handle(&mut self, event: Self::Event, cx: &mut Ctx<'_, '_, Self::Event>);
+    /// Who waits for whom right now (empty when nobody waits); used to report deadlocks.
+    fn waiting(&self) -> Vec<String>;
+    /// The model evaluation points measure, as `(row, weight)` terms of `Σ weight · row`; `None`
+    /// (the default) is the average of the worker rows. A parameter server answers its server
+    /// row; push-sum answers the de-biased average `Σ x_i / (n·w_i)`.
+    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
+        None
+    }
+    /// The staleness the algorithm measured so far, where it measures one.
+    fn staleness(&self) -> Option<StalenessStats> {
+        None
+    }
+    /// The scales `s_i` that de-bias the worker replicas for the consensus distance and the
+    /// replica evaluations (`z_i = s_i·x_i`); `None` (the default) is all 1. Push-sum answers
+    /// `1/w_i`.
+    fn replica_scales(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// Algorithm-specific quantities, named, sampled at each evaluation point (push-sum's
+    /// weight range, DASGD's staleness between models). Called once per point; an algorithm may
+    /// reset what it accumulates between points. The default is none.
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+}

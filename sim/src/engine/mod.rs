@@ -1,0 +1,14 @@
+//! The simulation driver: integer simulated time ([`time`]), the event queue ([`queue`]), the
+//! random streams ([`rng`]) and the loop that runs an algorithm to its stop ([`driver`]).
+
+pub mod driver;
+pub mod queue;
+pub mod rng;
+pub mod time;
+
+pub use driver::{
+    Collect, EvalPoint, Observer, Outcome, ReplicaEvals, RunConfig, RunProgress, Spread, run,
+    run_inspect,
+};
+pub use queue::EventQueue;
+pub use time::SimTime;

@@ -1,0 +1,540 @@
+//! The network: NICs with FIFO serialization, per-link overrides, congestion and latency.
+//!
+//! ## The model
+//!
+//! Every node (worker, or an extra node such as a parameter server) has a NIC with an uplink of
+//! `U_i` and a downlink of `D_i` bytes/s and a latency `α_i`. A message of `b` bytes from `i` to
+//! `j` posted at time `t` is serialized first come, first served at `i`'s uplink and, in the
+//! order messages were posted, at `j`'s downlink, each for its own transmission time at the
+//! link's rate `B_ij(τ)`. Transmission is cut-through: the downlink may start a message as soon
+//! as its first byte leaves the sender and cannot finish it before the last byte has left; the
+//! fabric buffers, so a busy receiver never holds up the sender's uplink (no head-of-line
+//! blocking). The message is delivered one link latency `α_ij` after its last byte arrived:
+//!
+//! ```text
+//! up_start   = max(t, uplink_free[i])
+//! up_end     = up_start + T(up_start, b)
+//! down_start = max(up_start, downlink_free[j])
+//! down_end   = max(up_end, down_start + T(down_start, b))
+//! delivered  = down_end + α_ij
+//! uplink_free[i] = up_end;  downlink_free[j] = down_end
+//! T(s, b)    = the shortest d with ∫_s^{s+d} B_ij(τ) dτ ≥ b      (rounded up to the ns)
+//! B_ij(τ)    = min(U_i, D_j, L_ij) · Π c(τ)                       bytes/s
+//! α_ij       = the link's latency override, else max(α_i, α_j)
+//! ```
+//!
+//! where `L_ij` is the link's bandwidth override (none: no cap) and `c(τ)` the bandwidth factors
+//! of the congestion windows and random congestion processes that cover the link at `τ`. With no
+//! congestion, `T(s, b) = ceil(b · 1e9 / B_ij)` ns. Rates are integers (bytes/s) and the
+//! integral is computed exactly in integer arithmetic, segment by segment between the instants
+//! where a factor changes. Messages between the same pair arrive in the order they were sent.
+//!
+//! So a node that receives from many (a parameter server, a hub) serializes them at its downlink:
+//! `n` simultaneous messages of `S` bytes finish arriving after `n·S/B`; split over `k` servers
+//! (shards), each receives `n·S/(kB)` in `n·S/(kB)` — while each sender's uplink serializes its
+//! `k` pieces. A ring of `n` nodes each sending to its successor uses disjoint uplink/downlink
+//! pairs, so every ring step costs `α + b/B` and a ring all-reduce of `S` bytes costs
+//! `2(n−1)(α + S/(nB))`.
+//!
+//! A link marked `dedicated` (an intra-node NVLink between two GPUs, say) bypasses both NICs: its
+//! messages queue FIFO on the link itself, at its own bandwidth `L_ij`, and do not delay the NICs'
+//! other traffic. Congestion of the whole network or of a worker's NIC does not reach it; only a
+//! congestion entry that lists it in `links` does.
+//!
+//! ## Message sizes
+//!
+//! A message carrying `p` parameters has `p · w` payload bytes, `w` the element width of `dtype`
+//! (fp32: 4, fp16 and bf16: 2), and every message on the wire adds `header_bytes`:
+//! [`Network::send`] takes the payload and adds the header itself, so a ring all-reduce's chunks
+//! each pay one header.
+//!
+//! ## Randomness
+//!
+//! Each random congestion process `p` (its index in `random_congestion`) has, on each link
+//! `i → j` it covers, its own on/off path drawn from sub-stream `p` of that link's stream
+//! ([`StreamKind::Link`], id `i · 2³² + j`): a stationary start (congested with probability
+//! `mean_on / (mean_on + mean_off)`), then alternating exponential sojourns with the given means.
+//! The path is a function of simulated time only, so every algorithm meets the same congestion
+//! at the same instants.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::Rng;
+use rand_distr::Exp;
+
+use crate::cluster::workerset::WorkerSet;
+use crate::engine::rng::{Stream, StreamKind, sojourn, stream};
+use crate::engine::time::{SimTime, window};
+use crate::env::BuildEnv;
+use crate::error::ConfigError;
+
+use super::config::*;
+
+/// Totals over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetworkStats {
+    /// Messages sent.
+    pub messages: u64,
+    /// Bytes sent (headers included).
+    pub bytes: u64,
+}
+
+/// Totals of one ordered pair of nodes `src -> dst` over a run ([`Network::link_stats`]).
+///
+/// `busy` is the time during which at least one message of the pair was being transmitted: the
+/// union of the intervals from the instant a message's first byte leaves the sender's uplink
+/// (`up_start`, or the start on a dedicated link) to the instant its last byte has arrived at the
+/// receiver's downlink (`down_end`), latency excluded. Summed over the pairs, `messages` and
+/// `bytes` are the run's [`NetworkStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Messages sent from `src` to `dst`.
+    pub messages: u64,
+    /// Bytes sent from `src` to `dst` (headers included).
+    pub bytes: u64,
+    /// Time a message of the pair was being transmitted.
+    pub busy: SimTime,
+}
+
+/// Which links a congestion entry covers.
+#[derive(Clone, Debug)]
+enum Scope {
+    All,
+    Links(BTreeSet<(usize, usize)>),
+    Nodes(Vec<bool>),
+}
+
+impl Scope {
+    fn new(
+        links: &Option<Vec<LinkSpec>>,
+        workers: &Option<WorkerSet>,
+        nodes: usize,
+        seed: u64,
+        prefix: &str,
+    ) -> Result<Scope, ConfigError> {
+        Ok(match (links, workers) {
+            (Some(l), _) => Scope::Links(l.iter().flat_map(|s| s.pairs()).collect()),
+            (None, Some(w)) => {
+                let mut on = vec![false; nodes];
+                for i in w.resolve(nodes, seed, &format!("{prefix}.workers"))? {
+                    on[i] = true;
+                }
+                Scope::Nodes(on)
+            }
+            (None, None) => Scope::All,
+        })
+    }
+
+    /// Whether it covers `src -> dst`. A dedicated link is not part of the shared fabric or of
+    /// the NICs: only an explicit `links` scope reaches it.
+    fn covers(&self, src: usize, dst: usize, dedicated: bool) -> bool {
+        match self {
+            Scope::All => !dedicated,
+            Scope::Links(l) => l.contains(&(src, dst)),
+            Scope::Nodes(on) => !dedicated && (on[src] || on[dst]),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Window {
+    start: SimTime,
+    end: SimTime,
+    factor: f64,
+    scope: Scope,
+}
+
+#[derive(Clone, Debug)]
+struct Process {
+    factor: f64,
+    p_on: f64,
+    sojourn: [Exp<f64>; 2], // [clear, congested]
+    scope: Scope,
+}
+
+/// One link's realization of one random congestion process.
+#[derive(Clone, Debug)]
+struct OnOff {
+    rng: Stream,
+    on: bool,
+    until: SimTime,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct LinkParams {
+    bytes_per_s: Option<u64>,
+    latency: Option<SimTime>,
+    dedicated: bool,
+}
+
+fn bytes_per_s(gbps: f64) -> u64 {
+    (gbps * 1e9 / 8.0).round().max(1.0) as u64
+}
+
+/// The network state of a run: when each NIC direction is next free, and the congestion state.
+#[derive(Clone, Debug)]
+pub struct Network {
+    default_bps: u64,
+    default_latency: SimTime,
+    up_bps: Vec<u64>,
+    down_bps: Vec<u64>,
+    nic_latency: Vec<SimTime>,
+    links: BTreeMap<(usize, usize), LinkParams>,
+    link_free: BTreeMap<(usize, usize), SimTime>,
+    windows: Vec<Window>,
+    processes: Vec<Process>,
+    paths: BTreeMap<(usize, usize, usize), OnOff>,
+    seed: u64,
+    uplink_free: Vec<SimTime>,
+    downlink_free: Vec<SimTime>,
+    element_bytes: u64,
+    header_bytes: u64,
+    stats: NetworkStats,
+    /// Per sender, per receiver it sent to: the pair's totals and the end of its last
+    /// transmission (a short list per sender, searched linearly).
+    links_used: Vec<Vec<(usize, LinkStats, SimTime)>>,
+    /// The last serialization time computed, `(bytes, bytes/s, time)`: collectives send the same
+    /// size over links of the same rate again and again, and a division per message shows.
+    last_transfer: (u64, u64, SimTime),
+}
+
+impl Network {
+    /// A network of `nodes` NICs (the workers, plus any extra nodes the algorithm needs, such
+    /// as servers, numbered after them). Validates `cfg` against `nodes`; random worker sets and
+    /// congestion processes draw from [`BuildEnv::seed`].
+    pub fn new(cfg: &NetworkConfig, nodes: usize, env: &BuildEnv) -> Result<Self, ConfigError> {
+        cfg.validate_nodes(nodes)?;
+        let default_bps = bytes_per_s(cfg.default_bandwidth_gbps());
+        let default_latency = SimTime::from_micros_f64(cfg.default_latency_us());
+        let mut up_bps = vec![default_bps; nodes];
+        let mut down_bps = vec![default_bps; nodes];
+        let mut nic_latency = vec![default_latency; nodes];
+        for (i, nic) in cfg.nics.iter().enumerate() {
+            let path = format!("network.nics[{i}].workers");
+            for w in nic.workers.resolve(nodes, env.seed, &path)? {
+                if let Some(b) = nic.bandwidth_gbps {
+                    up_bps[w] = bytes_per_s(b);
+                    down_bps[w] = bytes_per_s(b);
+                }
+                if let Some(b) = nic.uplink_gbps {
+                    up_bps[w] = bytes_per_s(b);
+                }
+                if let Some(b) = nic.downlink_gbps {
+                    down_bps[w] = bytes_per_s(b);
+                }
+                if let Some(l) = nic.latency_us {
+                    nic_latency[w] = SimTime::from_micros_f64(l);
+                }
+            }
+        }
+        let mut links: BTreeMap<(usize, usize), LinkParams> = BTreeMap::new();
+        for l in &cfg.links {
+            for pair in l.link.pairs() {
+                let p = links.entry(pair).or_default();
+                if let Some(b) = l.bandwidth_gbps {
+                    p.bytes_per_s = Some(bytes_per_s(b));
+                }
+                if let Some(lat) = l.latency_us {
+                    p.latency = Some(SimTime::from_micros_f64(lat));
+                }
+                p.dedicated |= l.dedicated;
+            }
+        }
+        let mut windows = Vec::new();
+        for (i, c) in cfg.congestion.iter().enumerate() {
+            let prefix = format!("network.congestion[{i}]");
+            let (start, end) = window(c.start_s, c.end_s, &|k| format!("{prefix}.{k}"))?;
+            windows.push(Window {
+                start,
+                end,
+                factor: c.bandwidth_factor,
+                scope: Scope::new(&c.links, &c.workers, nodes, env.seed, &prefix)?,
+            });
+        }
+        let mut processes = Vec::new();
+        for (i, r) in cfg.random_congestion.iter().enumerate() {
+            let prefix = format!("network.random_congestion[{i}]");
+            let exp = |mean: f64| Exp::new(1.0 / mean).expect("a positive mean");
+            processes.push(Process {
+                factor: r.bandwidth_factor,
+                p_on: r.mean_on_s / (r.mean_on_s + r.mean_off_s),
+                sojourn: [exp(r.mean_off_s), exp(r.mean_on_s)],
+                scope: Scope::new(&r.links, &r.workers, nodes, env.seed, &prefix)?,
+            });
+        }
+        Ok(Network {
+            default_bps,
+            default_latency,
+            up_bps,
+            down_bps,
+            nic_latency,
+            links,
+            link_free: BTreeMap::new(),
+            windows,
+            processes,
+            paths: BTreeMap::new(),
+            seed: env.seed,
+            uplink_free: vec![SimTime::ZERO; nodes],
+            downlink_free: vec![SimTime::ZERO; nodes],
+            element_bytes: cfg.dtype.bytes(),
+            header_bytes: cfg.header_bytes,
+            stats: NetworkStats::default(),
+            links_used: vec![Vec::new(); nodes],
+            last_transfer: (0, 0, SimTime::ZERO),
+        })
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.uplink_free.len()
+    }
+
+    /// Time to push `bytes` through one NIC direction at the default bandwidth (no override, no
+    /// congestion), rounded up to the nanosecond.
+    pub fn serialization_time(&self, bytes: u64) -> SimTime {
+        transfer_ns(bytes, self.default_bps)
+    }
+
+    /// The default latency (of links whose NICs and link have no override).
+    pub fn latency(&self) -> SimTime {
+        self.default_latency
+    }
+
+    /// The latency of link `src -> dst`.
+    pub fn link_latency(&self, src: usize, dst: usize) -> SimTime {
+        match self.links.get(&(src, dst)).and_then(|l| l.latency) {
+            Some(l) => l,
+            None => self.nic_latency[src].max(self.nic_latency[dst]),
+        }
+    }
+
+    /// The rate of link `src -> dst` without congestion, bytes/s.
+    pub fn link_bandwidth(&self, src: usize, dst: usize) -> u64 {
+        let nic = self.up_bps[src].min(self.down_bps[dst]);
+        match self.links.get(&(src, dst)) {
+            Some(LinkParams {
+                bytes_per_s: Some(b),
+                dedicated: true,
+                ..
+            }) => *b,
+            Some(LinkParams {
+                bytes_per_s: Some(b),
+                ..
+            }) => nic.min(*b),
+            _ => nic,
+        }
+    }
+
+    /// Payload bytes of a message of `num_params` parameters (element width × parameters).
+    pub fn payload_bytes(&self, num_params: usize) -> u64 {
+        num_params as u64 * self.element_bytes
+    }
+
+    /// Bytes every message adds on the wire.
+    pub fn header_bytes(&self) -> u64 {
+        self.header_bytes
+    }
+
+    /// Posts a message with `payload` bytes (the header is added) from `src` to `dst` at `now`;
+    /// returns its delivery time.
+    pub fn send(&mut self, now: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
+        let bytes = payload + self.header_bytes;
+        let dedicated = self.links.get(&(src, dst)).is_some_and(|l| l.dedicated);
+        let (start, end) = if dedicated {
+            let start = now.max(self.link_free.get(&(src, dst)).copied().unwrap_or_default());
+            let end = self.transmit(src, dst, start, bytes);
+            self.link_free.insert((src, dst), end);
+            (start, end)
+        } else {
+            // The sender's uplink serves its messages in posting order; the receiver's downlink
+            // serves the messages addressed to it in posting order too, each for its own
+            // transmission time, never finishing before the message's last byte left the sender
+            // (cut-through: the fabric buffers, so a busy receiver does not hold the sender's
+            // uplink).
+            let up_start = now.max(self.uplink_free[src]);
+            let up_end = self.transmit(src, dst, up_start, bytes);
+            let down_start = up_start.max(self.downlink_free[dst]);
+            let down_end = up_end.max(self.transmit(src, dst, down_start, bytes));
+            self.uplink_free[src] = up_end;
+            self.downlink_free[dst] = down_end;
+            (up_start, down_end)
+        };
+        self.stats.messages += 1;
+        self.stats.bytes += bytes;
+        let out = &mut self.links_used[src];
+        let k = match out.iter().position(|(d, _, _)| *d == dst) {
+            Some(k) => k,
+            None => {
+                out.push((dst, LinkStats::default(), SimTime::ZERO));
+                out.len() - 1
+            }
+        };
+        let (_, link, busy_until) = &mut out[k];
+        link.messages += 1;
+        link.bytes += bytes;
+        link.busy += end - start.max(*busy_until);
+        *busy_until = (*busy_until).max(end);
+        end + self.link_latency(src, dst)
+    }
+
+    /// The totals of every ordered pair `(src, dst)` that carried a message, in pair order.
+    pub fn link_stats(&self) -> BTreeMap<(usize, usize), LinkStats> {
+        self.links_used
+            .iter()
+            .enumerate()
+            .flat_map(|(src, out)| out.iter().map(move |&(dst, l, _)| ((src, dst), l)))
+            .collect()
+    }
+
+    /// When the last byte of `bytes` posted on `src -> dst` at `start` leaves.
+    fn transmit(&mut self, src: usize, dst: usize, start: SimTime, bytes: u64) -> SimTime {
+        let base = self.link_bandwidth(src, dst);
+        if self.windows.is_empty() && self.processes.is_empty() {
+            if (self.last_transfer.0, self.last_transfer.1) != (bytes, base) {
+                self.last_transfer = (bytes, base, transfer_ns(bytes, base));
+            }
+            return start + self.last_transfer.2;
+        }
+        // Work in byte-nanoseconds-per-second: a rate of r bytes/s does r units per ns.
+        let mut work = u128::from(bytes) * 1_000_000_000;
+        let mut t = start;
+        loop {
+            let (factor, next) = self.rate_at(src, dst, t);
+            let rate = u128::from(((base as f64 * factor).round() as u64).max(1));
+            let need = work.div_ceil(rate);
+            let span = u128::from((next - t).as_nanos());
+            if next == SimTime::MAX || need <= span {
+                return t + SimTime::from_nanos(need.min(u128::from(u64::MAX)) as u64);
+            }
+            work -= rate * span;
+            t = next;
+        }
+    }
+
+    /// The congestion factor of `src -> dst` at `t`, and the next instant it may change.
+    fn rate_at(&mut self, src: usize, dst: usize, t: SimTime) -> (f64, SimTime) {
+        let dedicated = self.links.get(&(src, dst)).is_some_and(|l| l.dedicated);
+        let mut factor = 1.0;
+        let mut next = SimTime::MAX;
+        for w in &self.windows {
+            if !w.scope.covers(src, dst, dedicated) {
+                continue;
+            }
+            if t < w.start {
+                next = next.min(w.start);
+            } else if t < w.end {
+                factor *= w.factor;
+                next = next.min(w.end);
+            }
+        }
+        for (p, proc_) in self.processes.iter().enumerate() {
+            if !proc_.scope.covers(src, dst, dedicated) {
+                continue;
+            }
+            let seed = self.seed;
+            let path = self.paths.entry((p, src, dst)).or_insert_with(|| {
+                let mut rng = stream(seed, StreamKind::Link, (src as u64) << 32 | dst as u64);
+                rng.set_stream(p as u64);
+                let on = rng.random_bool(proc_.p_on);
+                let until = sojourn(&proc_.sojourn[usize::from(on)], &mut rng);
+                OnOff { rng, on, until }
+            });
+            while path.until <= t {
+                path.on = !path.on;
+                path.until += sojourn(&proc_.sojourn[usize::from(path.on)], &mut path.rng);
+            }
+            if path.on {
+                factor *= proc_.factor;
+            }
+            next = next.min(path.until);
+        }
+        (factor, next)
+    }
+
+    /// Totals so far.
+    pub fn stats(&self) -> NetworkStats {
+        self.stats
+    }
+}
+
+fn transfer_ns(bytes: u64, bytes_per_s: u64) -> SimTime {
+    // Messages below 18 GB (all of them, in practice) stay in 64-bit arithmetic: a 128-bit
+    // division is a library call, and this runs for every message.
+    if let Some(work) = bytes.checked_mul(1_000_000_000) {
+        return SimTime::from_nanos(work.div_ceil(bytes_per_s));
+    }
+    let ns = (u128::from(bytes) * 1_000_000_000).div_ceil(u128::from(bytes_per_s));
+    SimTime::from_nanos(ns.min(u128::from(u64::MAX)) as u64)
+}
+
+/// An exponential sojourn, at least 1 ns so that time always advances.
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(nodes: usize) -> Network {
+        // 8 Gbit/s = 1e9 bytes/s: 1 ns per byte.
+        Network::new(&NetworkConfig::uniform(8.0, 2.0), nodes, &BuildEnv::new(0)).unwrap()
+    }
+
+    #[test]
+    fn one_message_costs_serialization_plus_latency() {
+        let mut n = net(2);
+        let t = n.send(SimTime::from_nanos(100), 0, 1, 1000);
+        assert_eq!(t.as_nanos(), 100 + 1000 + 2000);
+    }
+
+    #[test]
+    fn a_receiver_serializes_simultaneous_senders() {
+        let mut n = net(5);
+        let arrivals: Vec<u64> = (1..5)
+            .map(|i| n.send(SimTime::ZERO, i, 0, 1000).as_nanos())
+            .collect();
+        assert_eq!(arrivals, vec![3000, 4000, 5000, 6000]);
+    }
+
+    #[test]
+    fn disjoint_pairs_do_not_interfere() {
+        let mut n = net(4);
+        assert_eq!(n.send(SimTime::ZERO, 0, 1, 1000).as_nanos(), 3000);
+        assert_eq!(n.send(SimTime::ZERO, 2, 3, 1000).as_nanos(), 3000);
+        assert_eq!(n.stats().bytes, 2000);
+    }
+
+    #[test]
+    fn link_busy_time_is_the_union_of_transmissions() {
+        let mut n = net(3);
+        // Two back-to-back messages 0 -> 1: busy 0..1000 and 1000..2000.
+        n.send(SimTime::ZERO, 0, 1, 1000);
+        n.send(SimTime::ZERO, 0, 1, 1000);
+        // 2 -> 1 queues behind them at 1's downlink: transmitted 0..3000 (cut-through: its
+        // first byte leaves at 0, its last arrives at 3000).
+        n.send(SimTime::ZERO, 2, 1, 1000);
+        let links = n.link_stats();
+        assert_eq!(links[&(0, 1)].busy.as_nanos(), 2000);
+        assert_eq!(links[&(0, 1)].messages, 2);
+        assert_eq!(links[&(2, 1)].busy.as_nanos(), 3000);
+        let total: u64 = links.values().map(|l| l.bytes).sum();
+        assert_eq!(total, n.stats().bytes);
+    }
+
+    #[test]
+    fn bad_bandwidth_is_rejected() {
+        let cfg = NetworkConfig::uniform(-1.0, 1.0);
+        assert_eq!(
+            cfg.validate().unwrap_err().path.to_string(),
+            "network.bandwidth_gbps"
+        );
+    }
+
+    #[test]
+    fn links_parse_and_print() {
+        let l: LinkSpec = " 3 <-> 4".parse().unwrap();
+        assert_eq!(l.pairs(), vec![(3, 4), (4, 3)]);
+        assert_eq!(l.to_string(), "3 <-> 4");
+        assert_eq!("0->1".parse::<LinkSpec>().unwrap().to_string(), "0 -> 1");
+        assert!("0 - 1".parse::<LinkSpec>().is_err());
+        assert!("a -> 1".parse::<LinkSpec>().is_err());
+    }
+}

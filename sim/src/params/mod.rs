@@ -1,0 +1,13 @@
+//! Parameters: the replica store every algorithm speaks to, the exact reference store, the
+//! staleness-measuring wrapper, the `[optimizer]` section and learning-rate schedules.
+
+pub mod lr;
+pub mod optimizer;
+pub mod reference;
+pub mod store;
+pub mod tracked;
+
+pub use optimizer::OptimizerConfig;
+pub use reference::{Quadratic, ReferenceStore};
+pub use store::{Evaluation, GradId, MsgId, ReplicaStore, Slot, blocks};
+pub use tracked::Tracked;
