@@ -1,5 +1,5 @@
 //! The header of every CSV file of a run directory, in column order: the one definition that
-//! the runner writes and [`crate::RunData`] reads. The columns are defined in the book's
+//! the row types of [`crate::rundir`] write and read. The columns are defined in the book's
 //! metrics chapter.
 
 /// The columns of `metrics.csv`.
@@ -58,3 +58,10 @@ pub const GRADIENTS: &[&str] = &[
 ];
 /// The columns of `messages.csv`.
 pub const MESSAGES: &[&str] = &["algorithm", "src", "dst", "bytes", "send_s", "arrive_s"];
+/// The first columns of `partition.csv`; one [`class_column`] per class follows.
+pub const PARTITION: &[&str] = &["worker", "samples"];
+
+/// The column of `partition.csv` that counts the samples of class `c`: `class_<c>`.
+pub fn class_column(c: usize) -> String {
+    format!("class_{c}")
+}

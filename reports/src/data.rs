@@ -8,7 +8,9 @@
 //! algorithm except where it says so.
 
 use crate::Series;
-use crate::rundir::{Activity, MetricRow, SeriesRow, StalenessRow, TimelineRow, UtilizationRow};
+use crate::rundir::{
+    Activity, IntStats, MetricRow, SeriesRow, StalenessRow, TimelineRow, UtilizationRow,
+};
 
 /// The x axis of a convergence plot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,32 +123,19 @@ impl LogCurve {
     }
 }
 
-/// A histogram of one algorithm: `(value, count)` bins summed over workers, by increasing value.
+/// The histogram of one algorithm's staleness (or message ages) in `staleness.csv`:
+/// `(value, count)` bins summed over workers, by increasing value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Histogram {
+pub struct StalenessHistogram {
     /// The algorithm's label.
     pub algorithm: String,
     /// `(value, count)`, values increasing and distinct, counts positive.
     pub bins: Vec<(u64, u64)>,
 }
 
-/// Summary figures of a [`Histogram`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HistogramStats {
-    /// Number of measurements.
-    pub count: u64,
-    /// Their mean.
-    pub mean: f64,
-    /// The 99th percentile, nearest rank: the smallest value with at least
-    /// `ceil(0.99 · count)` measurements at or below it.
-    pub p99: u64,
-    /// The largest value.
-    pub max: u64,
-}
-
-impl Histogram {
+impl StalenessHistogram {
     /// Count, mean, p99 and max (`None` for an empty histogram).
-    pub fn stats(&self) -> Option<HistogramStats> {
+    pub fn stats(&self) -> Option<IntStats> {
         let count: u64 = self.bins.iter().map(|b| b.1).sum();
         if count == 0 {
             return None;
@@ -162,7 +151,7 @@ impl Histogram {
                 seen >= rank
             })
             .map_or(0, |b| b.0);
-        Some(HistogramStats {
+        Some(IntStats {
             count,
             mean: total / count as f64,
             p99,
@@ -177,7 +166,7 @@ pub fn staleness_histograms(
     rows: &[StalenessRow],
     algorithms: &[String],
     measure: &str,
-) -> Vec<Histogram> {
+) -> Vec<StalenessHistogram> {
     algorithms
         .iter()
         .filter_map(|alg| {
@@ -188,7 +177,7 @@ pub fn staleness_histograms(
             {
                 *bins.entry(r.value).or_default() += r.count;
             }
-            (!bins.is_empty()).then(|| Histogram {
+            (!bins.is_empty()).then(|| StalenessHistogram {
                 algorithm: alg.clone(),
                 bins: bins.into_iter().collect(),
             })
@@ -338,13 +327,11 @@ pub struct Lane {
 pub fn timeline_lanes(rows: &[TimelineRow], algorithm: &str) -> Vec<Lane> {
     let mut lanes: std::collections::BTreeMap<u64, Vec<(Activity, f64, f64)>> = Default::default();
     for r in rows.iter().filter(|r| r.algorithm == algorithm) {
-        if let Some(activity) = r.activity
-            && r.end_s > r.start_s
-        {
+        if r.end_s > r.start_s {
             lanes
                 .entry(r.worker)
                 .or_default()
-                .push((activity, r.start_s, r.end_s));
+                .push((r.activity, r.start_s, r.end_s));
         }
     }
     lanes
@@ -586,7 +573,7 @@ mod tests {
 
     #[test]
     fn p99_is_nearest_rank() {
-        let h = Histogram {
+        let h = StalenessHistogram {
             algorithm: "a".into(),
             bins: vec![(0, 98), (5, 1), (9, 1)],
         };
@@ -594,12 +581,12 @@ mod tests {
         let s = h.stats().unwrap();
         assert_eq!((s.count, s.p99, s.max), (100, 5, 9));
         assert!((s.mean - 0.14).abs() < 1e-12);
-        let h = Histogram {
+        let h = StalenessHistogram {
             algorithm: "a".into(),
             bins: vec![(3, 1)],
         };
         assert_eq!(h.stats().unwrap().p99, 3);
-        let h = Histogram {
+        let h = StalenessHistogram {
             algorithm: "a".into(),
             bins: vec![],
         };

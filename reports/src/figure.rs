@@ -16,7 +16,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{FontStyle, register_font};
 
-use crate::fsutil::write_atomic;
+use crate::rundir::write_atomic;
 use crate::{Error, Result};
 
 /// DejaVu Sans, embedded so that rendering needs no system fonts.

@@ -1,13 +1,16 @@
 //! dasim's writers and readers: the files a simulation run leaves behind, and the plots and
 //! report drawn from them.
 //!
-//! This crate knows nothing about the simulator; it receives plain records and writes them
-//! out, and reads a run directory back to draw it. A run directory typically holds:
+//! This crate knows nothing about the simulator. It owns the run directory as one typed contract
+//! ([`rundir`]): the file names, the row of each CSV file (the same type is written and read
+//! back), `summary.json` and `timings.json`, the stamp line and the atomic write. The runner
+//! converts the simulator's records into these rows; the plots and the report read them back.
+//! A run directory typically holds:
 //!
 //! | file | written by | content |
 //! |------|------------|---------|
-//! | `summary.json` | [`write_json`] | any serializable summary, pretty-printed, replaced atomically (written to `summary.json.tmp`, then renamed) |
-//! | `metrics.csv`, `series.csv`, `staleness.csv`, `utilization.csv`, `timeline.csv`, ... | the runner | evaluation points and the recorder's measurements (read back by [`RunData`]) |
+//! | `scenario.toml`, `partition.csv`, `metrics.csv`, `series.csv`, `staleness.csv`, `utilization.csv`, `timeline.csv`, ... | [`rundir::RunWriter`] and its siblings, from rows the runner makes | the run-directory contract: [`rundir`] (read back by [`RunData`]) |
+//! | `summary.json`, `timings.json` | [`write_json`] | [`Summary`], [`Timings`]: pretty-printed, replaced atomically (written to `summary.json.tmp`, synced, then renamed) |
 //! | `<stem>.png`, `<stem>.svg` | [`plot_run`], [`line_plot`] | the run's plots (see [`plot_run`] for the list) |
 //! | `report.html` | [`write_report`] | one self-contained page: summary table, plots, scenario |
 //!
@@ -16,8 +19,8 @@
 //! ([`metric_series`], [`staleness_histograms`], [`band`], [`utilization`], ...) turn those rows
 //! into the series that are drawn, so plots are tested on numbers, not pixels.
 //!
-//! Everything written is a function of the records only: floats use Rust's
-//! shortest round-trip formatting and no wall-clock time or host detail is
+//! Everything written but `timings.json` (the host's speed) is a function of the records only:
+//! floats use Rust's shortest round-trip formatting and no wall-clock time or host detail is
 //! recorded, so the same records give the same bytes. Text in plots is drawn
 //! with DejaVu Sans, embedded in the crate (see `assets/DejaVuSans-LICENSE.txt`),
 //! so rendering needs no system fonts.
@@ -29,24 +32,22 @@ pub mod columns;
 mod data;
 mod error;
 mod figure;
-mod fsutil;
-mod json;
 mod plot;
 mod report;
-mod rundir;
+pub mod rundir;
 mod runplots;
 
 pub use data::{
-    BandPoint, BinStat, GANTT_MAX_ROWS, Histogram, HistogramStats, Lane, LaneSample, LogCurve,
-    Metric, PER_WORKER_BARS, WorkerShare, XAxis, band, bin_fractions, bin_stats, metric_series,
+    BandPoint, BinStat, GANTT_MAX_ROWS, Lane, LaneSample, LogCurve, Metric, PER_WORKER_BARS,
+    StalenessHistogram, WorkerShare, XAxis, band, bin_fractions, bin_stats, metric_series,
     named_series, range_series, sample_lanes, staleness_histograms, timeline_lanes, utilization,
     worker_bin,
 };
 pub use error::{Error, Result};
-pub use json::write_json;
 pub use plot::{LinePlot, PALETTE, PLOT_HEIGHT, PLOT_WIDTH, Series, line_plot};
 pub use report::{report_html, write_report};
 pub use rundir::{
-    Activity, MetricRow, RunData, SeriesRow, StalenessRow, Stamp, TimelineRow, UtilizationRow,
+    Activity, AlgorithmSummary, IntStats, MetricRow, RunData, SeriesRow, StalenessRow, Stamp,
+    Summary, TimelineRow, Timings, UtilizationRow, write_atomic, write_json,
 };
 pub use runplots::{plot_run, plot_run_to, plot_runs};

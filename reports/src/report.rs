@@ -10,12 +10,12 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
 use crate::Result;
 use crate::figure::{Figure, render};
-use crate::fsutil::write_atomic;
-use crate::rundir::RunData;
+use crate::rundir::{
+    AlgorithmStaleness, AlgorithmSummary, IntStats, RunData, TimeToTarget, Utilization,
+    write_atomic,
+};
 use crate::runplots::run_figures;
 
 /// Writes the report of the run directory `run_dir` to `out` (default file name
@@ -128,48 +128,38 @@ footer { margin-top: 3em; color: #888; font-size: 0.85em; }
 
 /// The version, revision and scenario hash, and the run's setting.
 fn provenance(w: &mut String, data: &RunData) {
-    let top = |key: &str| -> Option<String> {
-        match data.summary.as_ref()?.get(key)? {
-            Value::Null => None,
-            Value::String(s) => Some(s.clone()),
-            other => Some(other.to_string()),
-        }
-    };
+    let summary = data.summary.as_ref();
     let stamp = data.stamp.as_ref();
+    let known = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let mut rows: Vec<(&str, String)> = Vec::new();
     let unknown = || "unknown".to_owned();
     rows.push((
         "dasim version",
-        top("dasim_version")
+        summary
+            .and_then(|s| known(&s.dasim_version))
             .or_else(|| stamp.map(|s| s.version.clone()))
             .unwrap_or_else(unknown),
     ));
     rows.push((
         "git revision",
-        top("git_revision")
-            .or_else(|| stamp.map(|s| s.git.clone()).filter(|g| !g.is_empty()))
+        summary
+            .and_then(|s| s.git_revision.clone())
+            .or_else(|| stamp.and_then(|s| known(&s.git)))
             .unwrap_or_else(unknown),
     ));
     rows.push((
         "scenario sha256",
-        top("scenario_sha256")
-            .or_else(|| {
-                stamp
-                    .map(|s| s.scenario_sha256.clone())
-                    .filter(|h| !h.is_empty())
-            })
+        summary
+            .and_then(|s| known(&s.scenario_sha256))
+            .or_else(|| stamp.and_then(|s| known(&s.scenario_sha256)))
             .unwrap_or_else(unknown),
     ));
-    for (label, key) in [
-        ("seed", "seed"),
-        ("workers", "workers"),
-        ("parameters per replica", "params"),
-        ("backend", "backend"),
-        ("device", "device"),
-    ] {
-        if let Some(v) = top(key) {
-            rows.push((label, v));
-        }
+    if let Some(s) = summary {
+        rows.push(("seed", s.seed.to_string()));
+        rows.push(("workers", s.workers.to_string()));
+        rows.push(("parameters per replica", s.params.to_string()));
+        rows.push(("backend", s.backend.clone()));
+        rows.push(("device", s.device.clone()));
     }
     let _ = writeln!(w, "<dl class=\"meta\">");
     for (label, value) in rows {
@@ -178,82 +168,140 @@ fn provenance(w: &mut String, data: &RunData) {
     let _ = writeln!(w, "</dl>");
 }
 
-/// A row of the summary table: a label and how to read the cell from a run's JSON.
-type Cell = fn(&Value) -> Option<String>;
+/// One column of the summary table: what `summary.json` says of an algorithm, or, for an
+/// algorithm it does not have (an interrupted run), what its last evaluation point says.
+/// `None`: not known (a float that is not finite included).
+#[derive(Debug, Default)]
+struct Column {
+    kind: Option<String>,
+    sim_time_s: Option<f64>,
+    events: Option<u64>,
+    worker_steps: Option<u64>,
+    steps_per_sim_s: Option<f64>,
+    epochs: Option<f64>,
+    final_loss: Option<f64>,
+    final_accuracy: Option<f64>,
+    staleness: Option<IntStats>,
+    message_age: Option<IntStats>,
+    dasgd: Option<AlgorithmStaleness>,
+    final_consensus: Option<f64>,
+    final_suboptimality: Option<f64>,
+    time_to_target: Option<TimeToTarget>,
+    messages: Option<u64>,
+    bytes: Option<u64>,
+    utilization: Option<Utilization>,
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+impl Column {
+    fn of_summary(r: &AlgorithmSummary) -> Column {
+        Column {
+            kind: Some(r.kind.clone()),
+            sim_time_s: finite(r.sim_time_s),
+            events: Some(r.events),
+            worker_steps: Some(r.worker_steps),
+            steps_per_sim_s: finite(r.steps_per_sim_s),
+            epochs: finite(r.epochs),
+            final_loss: finite(r.final_loss),
+            final_accuracy: finite(r.final_accuracy),
+            staleness: r.staleness,
+            message_age: r.message_age,
+            dasgd: r.dasgd,
+            final_consensus: finite(r.final_consensus),
+            final_suboptimality: r.final_suboptimality.and_then(finite),
+            time_to_target: Some(r.time_to_target),
+            messages: Some(r.messages),
+            bytes: Some(r.bytes),
+            utilization: Some(r.utilization),
+        }
+    }
+
+    /// A stand-in from the last row of `algorithm` in `metrics.csv`.
+    fn of_metrics(data: &RunData, algorithm: &str) -> Column {
+        let Some(last) = data.metrics.iter().rev().find(|r| r.algorithm == algorithm) else {
+            return Column::default();
+        };
+        Column {
+            sim_time_s: finite(last.time_s),
+            worker_steps: last.worker_steps,
+            epochs: last.epoch.and_then(finite),
+            final_loss: last.loss.and_then(finite),
+            final_accuracy: last.accuracy.and_then(finite),
+            final_consensus: last.consensus.and_then(finite),
+            final_suboptimality: last.suboptimality.and_then(finite),
+            ..Column::default()
+        }
+    }
+}
+
+/// A row of the summary table: a label and how to read the cell from a column.
+type Cell = fn(&Column) -> Option<String>;
 
 /// The summary table's rows.
 fn table_rows() -> Vec<(&'static str, Cell)> {
-    fn num(v: &Value, key: &str) -> Option<f64> {
-        v.get(key)?.as_f64()
-    }
-    fn stats(v: &Value, key: &str) -> Option<String> {
-        let s = v.get(key)?;
+    fn stats(s: Option<IntStats>) -> Option<String> {
+        let s = s?;
         Some(format!(
             "{} / {} / {} <span class=\"file\">(n = {})</span>",
-            fmt_num(s.get("mean")?.as_f64()?),
-            fmt_num(s.get("p99")?.as_f64()?),
-            fmt_num(s.get("max")?.as_f64()?),
-            fmt_int(s.get("count").and_then(Value::as_u64).unwrap_or(0)),
+            fmt_num(finite(s.mean)?),
+            fmt_num(s.p99 as f64),
+            fmt_num(s.max as f64),
+            fmt_int(s.count),
         ))
     }
-    fn share(v: &Value, key: &str) -> Option<String> {
-        Some(format!(
-            "{:.1}%",
-            v.get("utilization")?.get(key)?.as_f64()? * 100.0
-        ))
+    fn share(u: Option<Utilization>, of: fn(&Utilization) -> f64) -> Option<String> {
+        Some(format!("{:.1}%", finite(of(&u?))? * 100.0))
     }
-    fn target(v: &Value, key: &str) -> Option<String> {
-        let t = v.get("time_to_target")?;
-        Some(match t.get(key) {
-            Some(Value::Number(n)) => fmt_num(n.as_f64()?),
-            _ => "—".into(),
-        })
+    fn target(t: Option<TimeToTarget>, of: fn(&TimeToTarget) -> Option<f64>) -> Option<String> {
+        Some(of(&t?).map_or_else(|| "—".into(), fmt_num))
     }
     vec![
-        ("kind", |v| Some(escape(v.get("kind")?.as_str()?))),
-        ("simulated time (s)", |v| num(v, "sim_time_s").map(fmt_num)),
-        ("wall time (s)", |v| num(v, "wall_time_s").map(fmt_num)),
-        ("events", |v| v.get("events")?.as_u64().map(fmt_int)),
-        ("worker steps", |v| {
-            v.get("worker_steps")?.as_u64().map(fmt_int)
+        ("kind", |c| c.kind.as_deref().map(escape)),
+        ("simulated time (s)", |c| c.sim_time_s.map(fmt_num)),
+        ("events", |c| c.events.map(fmt_int)),
+        ("worker steps", |c| c.worker_steps.map(fmt_int)),
+        ("steps per simulated second", |c| {
+            c.steps_per_sim_s.map(fmt_num)
         }),
-        ("steps per simulated second", |v| {
-            num(v, "steps_per_sim_s").map(fmt_num)
+        ("epochs", |c| c.epochs.map(fmt_num)),
+        ("final test loss", |c| c.final_loss.map(fmt_num)),
+        ("final test accuracy", |c| {
+            c.final_accuracy.map(|a| format!("{:.2}%", a * 100.0))
         }),
-        ("epochs", |v| num(v, "epochs").map(fmt_num)),
-        ("final test loss", |v| num(v, "final_loss").map(fmt_num)),
-        ("final test accuracy", |v| {
-            num(v, "final_accuracy").map(|a| format!("{:.2}%", a * 100.0))
+        ("staleness, mean / p99 / max (updates)", |c| {
+            stats(c.staleness)
         }),
-        ("staleness, mean / p99 / max (updates)", |v| {
-            stats(v, "staleness")
+        ("message age, mean / p99 / max (iterations)", |c| {
+            stats(c.message_age)
         }),
-        ("message age, mean / p99 / max (iterations)", |v| {
-            stats(v, "message_age")
+        ("DASGD staleness between models", |c| {
+            let d = c.dasgd?;
+            let mean = finite(d.mean).map_or_else(|| "null".into(), fmt_num);
+            Some(format!(
+                "count {}, max {}, mean {}",
+                fmt_num(d.count as f64),
+                fmt_num(d.max as f64),
+                escape(&mean)
+            ))
         }),
-        ("DASGD staleness between models", |v| {
-            let d = v.get("dasgd")?.as_object()?;
-            Some(
-                d.iter()
-                    .map(|(k, x)| {
-                        let x = x.as_f64().map_or_else(|| x.to_string(), fmt_num);
-                        format!("{} {}", escape(k), escape(&x))
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            )
+        ("final consensus distance", |c| {
+            c.final_consensus.map(fmt_num)
         }),
-        ("final consensus distance", |v| {
-            num(v, "final_consensus").map(fmt_num)
+        ("final suboptimality f(x) − f*", |c| {
+            c.final_suboptimality.map(fmt_num)
         }),
-        ("final suboptimality f(x) − f*", |v| {
-            num(v, "final_suboptimality").map(fmt_num)
+        ("time to target accuracy (s)", |c| {
+            target(c.time_to_target, |t| t.accuracy_s)
         }),
-        ("time to target accuracy (s)", |v| target(v, "accuracy_s")),
-        ("time to target loss (s)", |v| target(v, "loss_s")),
-        ("messages", |v| v.get("messages")?.as_u64().map(fmt_int)),
-        ("bytes sent", |v| {
-            v.get("bytes")?.as_u64().map(|b| {
+        ("time to target loss (s)", |c| {
+            target(c.time_to_target, |t| t.loss_s)
+        }),
+        ("messages", |c| c.messages.map(fmt_int)),
+        ("bytes sent", |c| {
+            c.bytes.map(|b| {
                 format!(
                     "{} <span class=\"file\">({})</span>",
                     fmt_int(b),
@@ -261,25 +309,26 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
                 )
             })
         }),
-        ("time computing", |v| share(v, "compute")),
-        ("time communicating", |v| share(v, "communicate")),
-        ("time blocked", |v| share(v, "blocked")),
-        ("time idle", |v| share(v, "idle")),
+        ("time computing", |c| share(c.utilization, |u| u.compute)),
+        ("time communicating", |c| {
+            share(c.utilization, |u| u.communicate)
+        }),
+        ("time blocked", |c| share(c.utilization, |u| u.blocked)),
+        ("time idle", |c| share(c.utilization, |u| u.idle)),
     ]
 }
 
 /// The summary table: one column per algorithm; rows no run has are left out. Without
 /// `summary.json` (an interrupted run), the last evaluation point of each algorithm stands in.
 fn summary_table(w: &mut String, data: &RunData) {
-    let runs: Vec<(String, Value)> = data
+    let runs: Vec<(String, Column)> = data
         .algorithms
         .iter()
         .map(|alg| {
-            let run = data
-                .summary_run(alg)
-                .cloned()
-                .unwrap_or_else(|| from_metrics(data, alg));
-            (alg.clone(), run)
+            let column = data
+                .run_summary(alg)
+                .map_or_else(|| Column::of_metrics(data, alg), Column::of_summary);
+            (alg.clone(), column)
         })
         .collect();
     if data.summary.is_none() {
@@ -309,28 +358,6 @@ fn summary_table(w: &mut String, data: &RunData) {
         let _ = writeln!(w, "</tr>");
     }
     let _ = writeln!(w, "</tbody>\n</table></div>");
-}
-
-/// A stand-in summary of `algorithm` from its last row in `metrics.csv`.
-fn from_metrics(data: &RunData, algorithm: &str) -> Value {
-    let mut run = serde_json::Map::new();
-    if let Some(last) = data.metrics.iter().rev().find(|r| r.algorithm == algorithm) {
-        run.insert("sim_time_s".into(), last.time_s.into());
-        let mut put = |key: &str, v: Option<f64>| {
-            if let Some(v) = v.filter(|v| v.is_finite()) {
-                run.insert(key.into(), v.into());
-            }
-        };
-        put("epochs", last.epoch);
-        put("final_loss", last.loss);
-        put("final_accuracy", last.accuracy);
-        put("final_consensus", last.consensus);
-        put("final_suboptimality", last.suboptimality);
-        if let Some(s) = last.worker_steps {
-            run.insert("worker_steps".into(), s.into());
-        }
-    }
-    Value::Object(run)
 }
 
 /// Four significant digits, no exponent between 1e-3 and 1e7.

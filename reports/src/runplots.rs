@@ -811,13 +811,7 @@ pub(crate) fn overlay_figures(runs: &[RunData]) -> Result<Vec<NamedFigure>> {
     let name = names.join(" / ");
     let seeds: Vec<String> = runs
         .iter()
-        .filter_map(|r| {
-            r.summary
-                .as_ref()?
-                .get("seed")?
-                .as_u64()
-                .map(|s| s.to_string())
-        })
+        .filter_map(|r| r.summary.as_ref().map(|s| s.seed.to_string()))
         .collect();
     let seeds = if seeds.len() == runs.len() {
         format!(" (seeds {})", seeds.join(", "))

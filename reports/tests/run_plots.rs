@@ -29,8 +29,8 @@ fn run_directory_reads_back() {
     assert_eq!(stamp.git, "unknown");
     assert_eq!(stamp.scenario_sha256.len(), 64);
     assert_eq!(
-        data.summary_str("scenario_sha256").as_deref(),
-        Some(stamp.scenario_sha256.as_str())
+        data.summary.as_ref().unwrap().scenario_sha256,
+        stamp.scenario_sha256
     );
     // Empty cells are "not measured".
     let first = &data.metrics[0];
@@ -173,7 +173,7 @@ fn series_utilization_and_timeline() {
     let blocked: f64 = data
         .timeline
         .iter()
-        .filter(|r| r.algorithm == "allreduce" && r.activity == Some(Activity::Blocked))
+        .filter(|r| r.algorithm == "allreduce" && r.activity == Activity::Blocked)
         .map(|r| {
             assert_eq!(r.waited_for, Some(3), "everyone waits for the straggler");
             r.end_s - r.start_s
@@ -512,7 +512,7 @@ fn report_is_self_contained() {
         html.contains("0.6429 / 3 / 3"),
         "AD-PSGD staleness mean / p99 / max"
     );
-    assert!(html.contains(data.summary_str("scenario_sha256").unwrap().as_str()));
+    assert!(html.contains(&data.summary.as_ref().unwrap().scenario_sha256));
     assert!(html.contains("<dt>git revision</dt><dd>unknown</dd>"));
     assert!(html.contains("<pre>name = &quot;fixture&quot;"));
     // Deterministic.

@@ -1,0 +1,890 @@
+//! What each file of a run directory holds: its name, its row type (the same type is written
+//! and read back), `summary.json`, `timings.json` and the stamp.
+//!
+//! A CSV row type implements [`CsvRow`]: its file, its header ([`crate::columns`]), how its
+//! cells are written ([`CsvRow::cells`]) and how they are read back ([`CsvRow::read`]). A float
+//! is written with Rust's shortest round-trip formatting (`{}`), so it reads back to the same
+//! bits; an optional value that is `None` is an empty cell ("not measured").
+
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::Result;
+use crate::columns;
+use crate::rundir::read::Cells;
+
+/// The names of the files of a run directory.
+pub mod files {
+    /// The scenario as run, every default filled in.
+    pub const SCENARIO: &str = "scenario.toml";
+    /// The simulation's results: [`super::Summary`].
+    pub const SUMMARY: &str = "summary.json";
+    /// The host's speed: [`super::Timings`].
+    pub const TIMINGS: &str = "timings.json";
+    /// Evaluation points: [`super::MetricRow`].
+    pub const METRICS: &str = "metrics.csv";
+    /// Algorithm-specific quantities at evaluation points: [`super::SeriesRow`].
+    pub const SERIES: &str = "series.csv";
+    /// Staleness and message-age histograms: [`super::StalenessRow`].
+    pub const STALENESS: &str = "staleness.csv";
+    /// Where each worker's time went: [`super::UtilizationRow`].
+    pub const UTILIZATION: &str = "utilization.csv";
+    /// Time blocked, per worker and peer: [`super::WaitRow`].
+    pub const WAITS: &str = "waits.csv";
+    /// Traffic per directed link: [`super::LinkRow`].
+    pub const LINKS: &str = "links.csv";
+    /// Intervals of worker activity: [`super::TimelineRow`].
+    pub const TIMELINE: &str = "timeline.csv";
+    /// Every applied gradient, when `[metrics] log_gradients`: [`super::GradientRow`].
+    pub const GRADIENTS: &str = "gradients.csv";
+    /// Every message, when `[metrics] log_messages`: [`super::MessageRow`].
+    pub const MESSAGES: &str = "messages.csv";
+    /// The data shards: [`super::Partition`].
+    pub const PARTITION: &str = "partition.csv";
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The first line of every CSV file of a run:
+/// `# dasim <version> git=<revision> scenario_sha256=<hex>`. [`Display`](std::fmt::Display)
+/// writes it (without a newline), [`Stamp::parse`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Stamp {
+    /// dasim's version.
+    pub version: String,
+    /// The git revision dasim was built from (`unknown` when it was not known).
+    pub git: String,
+    /// SHA-256 of the resolved `scenario.toml` written beside the file, in hex.
+    pub scenario_sha256: String,
+}
+
+impl Stamp {
+    /// The stamp of a run of dasim `version`, built from git revision `git`, whose resolved
+    /// scenario is `scenario_toml`.
+    pub fn of_scenario(version: &str, git: &str, scenario_toml: &str) -> Stamp {
+        Stamp {
+            version: version.to_owned(),
+            git: git.to_owned(),
+            scenario_sha256: sha256_hex(scenario_toml.as_bytes()),
+        }
+    }
+
+    /// Parses a stamp line (with or without the leading `#`); `None` if it is not one.
+    pub fn parse(line: &str) -> Option<Stamp> {
+        let mut words = line.trim_start_matches('#').split_whitespace();
+        if words.next()? != "dasim" {
+            return None;
+        }
+        let mut stamp = Stamp {
+            version: words.next()?.to_owned(),
+            ..Stamp::default()
+        };
+        for word in words {
+            if let Some(v) = word.strip_prefix("git=") {
+                stamp.git = v.to_owned();
+            } else if let Some(v) = word.strip_prefix("scenario_sha256=") {
+                stamp.scenario_sha256 = v.to_owned();
+            }
+        }
+        Some(stamp)
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "# dasim {} git={} scenario_sha256={}",
+            self.version, self.git, self.scenario_sha256
+        )
+    }
+}
+
+/// A row of one CSV file of the run directory: the file, its header, and how a row is written
+/// and read back.
+pub trait CsvRow: Sized {
+    /// The file's name in the run directory ([`files`]).
+    const FILE: &'static str;
+    /// Its header, in column order ([`crate::columns`]).
+    const COLUMNS: &'static [&'static str];
+    /// The columns a file must have to be read; any other column may be absent (its values
+    /// read as `None`).
+    const REQUIRED: &'static [&'static str] = Self::COLUMNS;
+
+    /// The row's cells, in [`COLUMNS`](Self::COLUMNS) order.
+    fn cells(&self) -> Vec<String>;
+
+    /// Reads a row back, its columns found by name.
+    fn read(cells: &Cells) -> Result<Self>;
+}
+
+/// A float as written: Rust's `{}`, or an empty cell for NaN ("not measured").
+pub fn num(x: f64) -> String {
+    if x.is_nan() {
+        String::new()
+    } else {
+        x.to_string()
+    }
+}
+
+/// `x`, or `None` when it is NaN ("not measured").
+pub fn measured(x: f64) -> Option<f64> {
+    (!x.is_nan()).then_some(x)
+}
+
+fn opt_num(x: Option<f64>) -> String {
+    x.map(num).unwrap_or_default()
+}
+
+fn opt_int(x: Option<u64>) -> String {
+    x.map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// One row of `metrics.csv`: an evaluation point of one algorithm. Every value but the
+/// algorithm and the time is optional (`None`: not measured, or the column is absent).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetricRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// Simulated time of the evaluation, in seconds.
+    pub time_s: f64,
+    /// Local steps taken by all workers so far.
+    pub worker_steps: Option<u64>,
+    /// Samples processed so far, in training-set sizes.
+    pub epoch: Option<f64>,
+    /// Held-out loss of the evaluated model.
+    pub loss: Option<f64>,
+    /// Held-out accuracy of the evaluated model, in `[0, 1]`.
+    pub accuracy: Option<f64>,
+    /// Mean minibatch loss since the previous point.
+    pub train_loss: Option<f64>,
+    /// Consensus distance `(1/n) Σ_i ‖x_i − x̄‖²`.
+    pub consensus: Option<f64>,
+    /// Smallest held-out loss over the worker replicas.
+    pub replica_loss_min: Option<f64>,
+    /// Mean held-out loss over the worker replicas.
+    pub replica_loss_mean: Option<f64>,
+    /// Largest held-out loss over the worker replicas.
+    pub replica_loss_max: Option<f64>,
+    /// Smallest held-out accuracy over the worker replicas.
+    pub replica_accuracy_min: Option<f64>,
+    /// Mean held-out accuracy over the worker replicas.
+    pub replica_accuracy_mean: Option<f64>,
+    /// Largest held-out accuracy over the worker replicas.
+    pub replica_accuracy_max: Option<f64>,
+    /// `f(x) − f*` of the training objective.
+    pub suboptimality: Option<f64>,
+}
+
+impl CsvRow for MetricRow {
+    const FILE: &'static str = files::METRICS;
+    const COLUMNS: &'static [&'static str] = columns::METRICS;
+    const REQUIRED: &'static [&'static str] = &["algorithm", "time_s"];
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            num(self.time_s),
+            opt_int(self.worker_steps),
+            opt_num(self.epoch),
+            opt_num(self.loss),
+            opt_num(self.accuracy),
+            opt_num(self.train_loss),
+            opt_num(self.consensus),
+            opt_num(self.replica_loss_min),
+            opt_num(self.replica_loss_mean),
+            opt_num(self.replica_loss_max),
+            opt_num(self.replica_accuracy_min),
+            opt_num(self.replica_accuracy_mean),
+            opt_num(self.replica_accuracy_max),
+            opt_num(self.suboptimality),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(MetricRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            time_s: r.req("time_s")?,
+            worker_steps: r.opt("worker_steps")?,
+            epoch: r.opt("epoch")?,
+            loss: r.opt("loss")?,
+            accuracy: r.opt("accuracy")?,
+            train_loss: r.opt("train_loss")?,
+            consensus: r.opt("consensus")?,
+            replica_loss_min: r.opt("replica_loss_min")?,
+            replica_loss_mean: r.opt("replica_loss_mean")?,
+            replica_loss_max: r.opt("replica_loss_max")?,
+            replica_accuracy_min: r.opt("replica_accuracy_min")?,
+            replica_accuracy_mean: r.opt("replica_accuracy_mean")?,
+            replica_accuracy_max: r.opt("replica_accuracy_max")?,
+            suboptimality: r.opt("suboptimality")?,
+        })
+    }
+}
+
+/// One row of `series.csv`: a named algorithm-specific quantity at an evaluation point.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SeriesRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// Simulated time, in seconds.
+    pub time_s: f64,
+    /// The quantity, e.g. `weight_min`, `staleness_avg`.
+    pub name: String,
+    /// Its value (`None`: not measured).
+    pub value: Option<f64>,
+}
+
+impl CsvRow for SeriesRow {
+    const FILE: &'static str = files::SERIES;
+    const COLUMNS: &'static [&'static str] = columns::SERIES;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            num(self.time_s),
+            self.name.clone(),
+            opt_num(self.value),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(SeriesRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            time_s: r.req("time_s")?,
+            name: r.text("name")?.to_owned(),
+            value: r.opt("value")?,
+        })
+    }
+}
+
+/// One row of `staleness.csv`: a histogram bin.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StalenessRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// `gradient` or `message_age`.
+    pub measure: String,
+    /// The worker that computed the gradient (`gradient`) or received the message (`message_age`).
+    pub worker: u64,
+    /// The staleness, in updates (or the age, in iterations).
+    pub value: u64,
+    /// How many gradients (messages) had it.
+    pub count: u64,
+}
+
+impl CsvRow for StalenessRow {
+    const FILE: &'static str = files::STALENESS;
+    const COLUMNS: &'static [&'static str] = columns::STALENESS;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.measure.clone(),
+            self.worker.to_string(),
+            self.value.to_string(),
+            self.count.to_string(),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(StalenessRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            measure: r.text("measure")?.to_owned(),
+            worker: r.req("worker")?,
+            value: r.req("value")?,
+            count: r.req("count")?,
+        })
+    }
+}
+
+/// One row of `utilization.csv`: where a worker's simulated time went.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UtilizationRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// The worker.
+    pub worker: u64,
+    /// Local steps the worker completed.
+    pub steps: u64,
+    /// Seconds computing gradients.
+    pub compute_s: f64,
+    /// Seconds communicating (and nothing else).
+    pub communicate_s: f64,
+    /// Seconds blocked waiting for a peer.
+    pub blocked_s: f64,
+    /// Seconds idle.
+    pub idle_s: f64,
+}
+
+impl CsvRow for UtilizationRow {
+    const FILE: &'static str = files::UTILIZATION;
+    const COLUMNS: &'static [&'static str] = columns::UTILIZATION;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.worker.to_string(),
+            self.steps.to_string(),
+            num(self.compute_s),
+            num(self.communicate_s),
+            num(self.blocked_s),
+            num(self.idle_s),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(UtilizationRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            worker: r.req("worker")?,
+            steps: r.req("steps")?,
+            compute_s: r.req("compute_s")?,
+            communicate_s: r.req("communicate_s")?,
+            blocked_s: r.req("blocked_s")?,
+            idle_s: r.req("idle_s")?,
+        })
+    }
+}
+
+/// One row of `waits.csv`: how long a worker was blocked on one peer, in total.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WaitRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// The worker that waited.
+    pub worker: u64,
+    /// The peer whose arrival ended the waits.
+    pub waited_for: u64,
+    /// Simulated seconds blocked on it.
+    pub seconds: f64,
+}
+
+impl CsvRow for WaitRow {
+    const FILE: &'static str = files::WAITS;
+    const COLUMNS: &'static [&'static str] = columns::WAITS;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.worker.to_string(),
+            self.waited_for.to_string(),
+            num(self.seconds),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(WaitRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            worker: r.req("worker")?,
+            waited_for: r.req("waited_for")?,
+            seconds: r.req("seconds")?,
+        })
+    }
+}
+
+/// One row of `links.csv`: the traffic of one directed link.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LinkRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// Sending node.
+    pub src: u64,
+    /// Receiving node.
+    pub dst: u64,
+    /// Messages sent.
+    pub messages: u64,
+    /// Bytes sent (headers included).
+    pub bytes: u64,
+    /// Simulated seconds a message of the pair was being transmitted.
+    pub busy_s: f64,
+}
+
+impl CsvRow for LinkRow {
+    const FILE: &'static str = files::LINKS;
+    const COLUMNS: &'static [&'static str] = columns::LINKS;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.src.to_string(),
+            self.dst.to_string(),
+            self.messages.to_string(),
+            self.bytes.to_string(),
+            num(self.busy_s),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(LinkRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            src: r.req("src")?,
+            dst: r.req("dst")?,
+            messages: r.req("messages")?,
+            bytes: r.req("bytes")?,
+            busy_s: r.req("busy_s")?,
+        })
+    }
+}
+
+/// What a worker is doing during a [`TimelineRow`]'s interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Activity {
+    /// Computing a gradient.
+    Compute,
+    /// Sending or receiving (and nothing else).
+    Communicate,
+    /// Waiting for a peer.
+    Blocked,
+    /// Nothing to do.
+    Idle,
+}
+
+impl Activity {
+    /// All four, in the order of the `utilization.csv` columns.
+    pub const ALL: [Activity; 4] = [
+        Activity::Compute,
+        Activity::Communicate,
+        Activity::Blocked,
+        Activity::Idle,
+    ];
+
+    /// The name used in `timeline.csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activity::Compute => "compute",
+            Activity::Communicate => "communicate",
+            Activity::Blocked => "blocked",
+            Activity::Idle => "idle",
+        }
+    }
+}
+
+impl FromStr for Activity {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Activity::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!("unknown activity `{s}` (expected compute, communicate, blocked or idle)")
+            })
+    }
+}
+
+/// One row of `timeline.csv`: an interval of one worker's activity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// The worker.
+    pub worker: u64,
+    /// What it was doing.
+    pub activity: Activity,
+    /// Start, in simulated seconds.
+    pub start_s: f64,
+    /// End, in simulated seconds.
+    pub end_s: f64,
+    /// For `blocked`: the peer whose arrival ended the wait.
+    pub waited_for: Option<u64>,
+}
+
+impl CsvRow for TimelineRow {
+    const FILE: &'static str = files::TIMELINE;
+    const COLUMNS: &'static [&'static str] = columns::TIMELINE;
+    // `waited_for` may be absent: only blocked intervals have one.
+    const REQUIRED: &'static [&'static str] =
+        &["algorithm", "worker", "activity", "start_s", "end_s"];
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.worker.to_string(),
+            self.activity.name().to_owned(),
+            num(self.start_s),
+            num(self.end_s),
+            opt_int(self.waited_for),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(TimelineRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            worker: r.req("worker")?,
+            activity: r.req("activity")?,
+            start_s: r.req("start_s")?,
+            end_s: r.req("end_s")?,
+            waited_for: r.opt("waited_for")?,
+        })
+    }
+}
+
+/// One row of `gradients.csv`: an applied gradient.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GradientRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// The worker that computed it.
+    pub worker: u64,
+    /// The replica (store row) it was applied to.
+    pub row: u64,
+    /// When the parameters it was computed on were read, in simulated seconds.
+    pub read_s: f64,
+    /// When it was applied, in simulated seconds.
+    pub apply_s: f64,
+    /// Updates the row received between the read and the application.
+    pub staleness: u64,
+}
+
+impl CsvRow for GradientRow {
+    const FILE: &'static str = files::GRADIENTS;
+    const COLUMNS: &'static [&'static str] = columns::GRADIENTS;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.worker.to_string(),
+            self.row.to_string(),
+            num(self.read_s),
+            num(self.apply_s),
+            self.staleness.to_string(),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(GradientRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            worker: r.req("worker")?,
+            row: r.req("row")?,
+            read_s: r.req("read_s")?,
+            apply_s: r.req("apply_s")?,
+            staleness: r.req("staleness")?,
+        })
+    }
+}
+
+/// One row of `messages.csv`: a message on the network.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MessageRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// Sending node.
+    pub src: u64,
+    /// Receiving node.
+    pub dst: u64,
+    /// Size, in bytes (headers included).
+    pub bytes: u64,
+    /// When it was sent, in simulated seconds.
+    pub send_s: f64,
+    /// When it arrived, in simulated seconds.
+    pub arrive_s: f64,
+}
+
+impl CsvRow for MessageRow {
+    const FILE: &'static str = files::MESSAGES;
+    const COLUMNS: &'static [&'static str] = columns::MESSAGES;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            self.src.to_string(),
+            self.dst.to_string(),
+            self.bytes.to_string(),
+            num(self.send_s),
+            num(self.arrive_s),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(MessageRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            src: r.req("src")?,
+            dst: r.req("dst")?,
+            bytes: r.req("bytes")?,
+            send_s: r.req("send_s")?,
+            arrive_s: r.req("arrive_s")?,
+        })
+    }
+}
+
+/// `partition.csv`: the training samples of each worker's shard, per class. Its header is
+/// `worker,samples,class_0,…,class_{C−1}` ([`columns::PARTITION`], then
+/// [`columns::class_column`]); just `worker,samples` for real-valued targets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Partition {
+    /// Classes of the dataset (0 for real-valued targets).
+    pub classes: usize,
+    /// One row per worker.
+    pub workers: Vec<PartitionRow>,
+}
+
+/// One row of `partition.csv`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PartitionRow {
+    /// The worker.
+    pub worker: u64,
+    /// Training samples in its shard.
+    pub samples: u64,
+    /// Of those, how many of each class (`classes` entries).
+    pub class_counts: Vec<u64>,
+}
+
+impl Partition {
+    /// The header.
+    pub fn columns(&self) -> Vec<String> {
+        columns::PARTITION
+            .iter()
+            .map(|c| c.to_string())
+            .chain((0..self.classes).map(columns::class_column))
+            .collect()
+    }
+
+    /// The cells of `row`, in [`columns`](Self::columns) order.
+    pub fn cells(row: &PartitionRow) -> Vec<String> {
+        [row.worker, row.samples]
+            .into_iter()
+            .chain(row.class_counts.iter().copied())
+            .map(|x| x.to_string())
+            .collect()
+    }
+}
+
+/// `summary.json`: what a run of a scenario gave, one entry per algorithm. Every field is a
+/// function of simulated events (the host's speed goes to [`Timings`]), so two runs of a
+/// scenario on flex write the same bytes.
+///
+/// Fields added since the first run directories read as their default when absent, so older
+/// directories still load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Scenario name.
+    pub scenario: String,
+    /// Scenario seed.
+    pub seed: u64,
+    /// dasim's version.
+    pub dasim_version: String,
+    /// The git revision dasim was built from; `None` when unknown.
+    pub git_revision: Option<String>,
+    /// SHA-256 of the resolved `scenario.toml` of the run directory (hex); empty when unknown.
+    #[serde(default)]
+    pub scenario_sha256: String,
+    /// Backend used.
+    pub backend: String,
+    /// The device, in words.
+    pub device: String,
+    /// Workers.
+    pub workers: usize,
+    /// Parameters per replica.
+    pub params: usize,
+    /// One entry per algorithm, in scenario order.
+    pub runs: Vec<AlgorithmSummary>,
+}
+
+impl Summary {
+    /// The entry of the algorithm labelled `label`.
+    pub fn run(&self, label: &str) -> Option<&AlgorithmSummary> {
+        self.runs.iter().find(|r| r.algorithm == label)
+    }
+}
+
+/// One algorithm's entry in `summary.json`.
+///
+/// A float that is not a number (an accuracy a regression does not have) is written as `null`
+/// and read back as NaN.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlgorithmSummary {
+    /// The algorithm's label: the scenario's `label`, else its kind. Every CSV row of the
+    /// algorithm carries it in its `algorithm` column.
+    pub algorithm: String,
+    /// Kind of the algorithm (`allreduce`, `overlap-sgp`, ...).
+    pub kind: String,
+    /// The algorithm's `[[algorithms]]` entry as run, every default filled in: `kind`, `label`
+    /// when the scenario gave one, and its options. Empty in run directories written before
+    /// it was recorded.
+    #[serde(default)]
+    pub options: serde_json::Map<String, serde_json::Value>,
+    /// Backend used (`flex`, `wgpu`).
+    pub backend: String,
+    /// Simulated time at the stop, in seconds.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub sim_time_s: f64,
+    /// Events handled.
+    pub events: u64,
+    /// Gradients applied, summed over workers.
+    pub worker_steps: u64,
+    /// Worker steps per simulated second.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub steps_per_sim_s: f64,
+    /// Samples processed / training-set size.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub epochs: f64,
+    /// Held-out loss of the average model at the stop.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub final_loss: f64,
+    /// Held-out accuracy of the average model at the stop.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub final_accuracy: f64,
+    /// Messages sent.
+    pub messages: u64,
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Flushes of the pending gradient requests (each one batched forward/backward pass unless
+    /// the execution settings cut it into groups; see `timings.json`'s `gradient_passes`).
+    pub gradient_flushes: u64,
+    /// Gradients requested.
+    pub gradient_requests: u64,
+    /// Staleness of every applied gradient: the updates the target model received between the
+    /// read the gradient was computed on and its application; absent when no gradient was
+    /// applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staleness: Option<IntStats>,
+    /// Age in iterations of every mixed message (SGP, Overlap-SGP); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_age: Option<IntStats>,
+    /// DASGD's own staleness between models (`|G_j Δ R|` at every application); absent for
+    /// the other algorithms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dasgd: Option<AlgorithmStaleness>,
+    /// Consensus distance of the worker replicas at the last evaluation point.
+    #[serde(default = "not_measured", deserialize_with = "nan_if_null")]
+    pub final_consensus: f64,
+    /// `f(x) − f*` of the training objective at the last evaluation point, for models that know
+    /// their optimum; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_suboptimality: Option<f64>,
+    /// When the evaluated model first reached `[metrics]` targets.
+    #[serde(default)]
+    pub time_to_target: TimeToTarget,
+    /// Fractions of worker-time in each activity, averaged over the workers.
+    #[serde(default = "Utilization::not_measured")]
+    pub utilization: Utilization,
+}
+
+/// Count, mean, 99th percentile and maximum of integer measurements (staleness in updates,
+/// message ages in iterations).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IntStats {
+    /// Number of measurements.
+    pub count: u64,
+    /// Their mean.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub mean: f64,
+    /// Their 99th percentile, nearest rank: the smallest value with at least
+    /// `ceil(0.99 · count)` measurements at or below it.
+    pub p99: u64,
+    /// Their maximum.
+    pub max: u64,
+}
+
+/// The staleness an algorithm measures itself (DASGD's between models): count, mean and
+/// maximum.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlgorithmStaleness {
+    /// Number of measurements.
+    pub count: u64,
+    /// Their mean.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub mean: f64,
+    /// Their maximum.
+    pub max: u64,
+}
+
+/// Simulated seconds until the evaluated model first reached `[metrics] target_accuracy` and
+/// `target_loss`; `None` when the target is not set or was not reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeToTarget {
+    /// First evaluation point with held-out accuracy at least `target_accuracy`.
+    pub accuracy_s: Option<f64>,
+    /// First evaluation point with held-out loss at most `target_loss`.
+    pub loss_s: Option<f64>,
+}
+
+/// Fractions of worker-time (each worker's time divided by the run's simulated time, averaged
+/// over workers); they sum to 1.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Utilization {
+    /// Computing gradients.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub compute: f64,
+    /// Waiting on its own transfers.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub communicate: f64,
+    /// Waiting for a peer.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub blocked: f64,
+    /// Nothing to do.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub idle: f64,
+}
+
+impl Utilization {
+    /// Every fraction NaN: what a summary written before utilization was recorded reads as.
+    pub fn not_measured() -> Utilization {
+        let x = f64::NAN;
+        Utilization {
+            compute: x,
+            communicate: x,
+            blocked: x,
+            idle: x,
+        }
+    }
+}
+
+/// `timings.json`: the host, the execution settings and each algorithm's speed. Apart from
+/// [`Summary`] because none of it is a function of the simulation: it changes from run to run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Threads a flush was spread over.
+    pub threads: usize,
+    /// Requests per forward/backward pass at most; `None`: unlimited.
+    pub max_batch: Option<usize>,
+    /// The memory estimate made before the run, in bytes.
+    pub memory_estimate_bytes: u64,
+    /// One entry per algorithm, in scenario order.
+    pub runs: Vec<HostTimings>,
+}
+
+/// How fast one algorithm ran on this host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostTimings {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// Host wall-clock time of the run, in seconds.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub wall_time_s: f64,
+    /// Host wall time in batched forward/backward passes, in seconds.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub gradient_wall_s: f64,
+    /// Host wall time evaluating, in seconds.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub eval_wall_s: f64,
+    /// Share of the wall time in gradient math (`gradient_wall_s / wall_time_s`).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub gradient_share: f64,
+    /// Forward/backward passes run: the flushes of `summary.json`, cut into groups by
+    /// `--threads` and `--max-batch`.
+    pub gradient_passes: u64,
+    /// Worker steps per wall-clock second.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub worker_steps_per_wall_s: f64,
+    /// Simulated seconds per wall-clock second.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub sim_s_per_wall_s: f64,
+}
+
+fn not_measured() -> f64 {
+    f64::NAN
+}
+
+/// A float that JSON wrote as `null` (it has no NaN) reads back as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}

@@ -1,0 +1,331 @@
+//! Writing a run directory: the one atomic write, the streamed and the rewritten CSV files,
+//! `summary.json` and `timings.json`.
+//!
+//! Two kinds of CSV files:
+//!
+//! - **Streams** ([`CsvStream`]: `metrics.csv`, `series.csv`, and `gradients.csv` and
+//!   `messages.csv` when asked for): a row is written and flushed as soon as it is known, so an
+//!   interrupted run keeps everything up to its last row.
+//! - **Tables** ([`write_csv`]: `staleness.csv`, `utilization.csv`, `waits.csv`, `links.csv`,
+//!   `timeline.csv`, `partition.csv`): written whole, atomically ([`write_atomic`]), so a reader
+//!   never sees half a file.
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::Write;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use crate::rundir::schema::{
+    CsvRow, GradientRow, LinkRow, MessageRow, MetricRow, Partition, SeriesRow, StalenessRow, Stamp,
+    Summary, TimelineRow, Timings, UtilizationRow, WaitRow, files,
+};
+use crate::{Error, Result};
+
+/// Replaces the file at `path` with `bytes` atomically and durably.
+///
+/// The bytes are written and synced to `<path>.tmp` (same directory), which is then renamed
+/// over `path`, and the directory is synced (where the platform can: not on Windows): a reader
+/// sees either the previous file or the complete new one, and after a crash the rename is
+/// either lost or complete. On failure the temporary file is removed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let written = write_synced(&tmp, bytes)
+        .and_then(|()| fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e)));
+    if written.is_err() {
+        // Best effort: do not leave a stale temporary behind.
+        let _ = fs::remove_file(&tmp);
+    }
+    written?;
+    sync_dir(path)
+}
+
+/// `<path>.tmp`, next to `path`.
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().map_or_else(OsString::new, OsString::from);
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut file = File::create(path).map_err(|e| Error::io("create", path, e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io("write", path, e))
+}
+
+/// Syncs the directory holding `path`, so that a rename into it is durable.
+#[cfg(unix)]
+fn sync_dir(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    match File::open(dir).and_then(|d| d.sync_all()) {
+        Ok(()) => Ok(()),
+        // Some file systems cannot sync a directory: the rename is as durable as they make it.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+        Err(e) => Err(Error::io("sync", dir, e)),
+    }
+}
+
+/// Windows cannot open a directory as a file to sync it.
+#[cfg(not(unix))]
+fn sync_dir(_path: &Path) -> Result<()> {
+    Ok(())
+}
+
+/// Writes `value` as pretty-printed JSON with a trailing newline, atomically ([`write_atomic`]).
+///
+/// The parent directory must exist. Non-finite floats are written as `null` (JSON has no NaN
+/// or infinity); map keys keep the order the value serializes them in.
+pub fn write_json(path: impl AsRef<Path>, value: &impl serde::Serialize) -> Result<()> {
+    let path = path.as_ref();
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+fn csv_writer<W: Write>(w: W) -> csv::Writer<W> {
+    csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(w)
+}
+
+/// The bytes of a CSV file: the stamp line, the header, the rows.
+fn csv_bytes(
+    path: &Path,
+    stamp: &Stamp,
+    header: &[&str],
+    rows: impl IntoIterator<Item = Vec<String>>,
+) -> Result<Vec<u8>> {
+    let mut w = csv_writer(format!("{stamp}\n").into_bytes());
+    w.write_record(header)
+        .map_err(|e| Error::csv("write", path, e))?;
+    for r in rows {
+        w.write_record(&r)
+            .map_err(|e| Error::csv("write", path, e))?;
+    }
+    w.into_inner()
+        .map_err(|e| Error::io("write", path, e.into_error()))
+}
+
+/// Writes `rows` under the stamp and the header to `dir/R::FILE`, atomically.
+pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()> {
+    let path = dir.join(R::FILE);
+    let bytes = csv_bytes(&path, stamp, R::COLUMNS, rows.iter().map(R::cells))?;
+    write_atomic(&path, &bytes)
+}
+
+/// Writes `partition.csv` to `dir`, atomically.
+pub fn write_partition(dir: &Path, stamp: &Stamp, partition: &Partition) -> Result<()> {
+    let path = dir.join(files::PARTITION);
+    let header = partition.columns();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let bytes = csv_bytes(
+        &path,
+        stamp,
+        &header,
+        partition.workers.iter().map(Partition::cells),
+    )?;
+    write_atomic(&path, &bytes)
+}
+
+/// Writes the resolved scenario, `scenario.toml`, to `dir`, atomically.
+pub fn write_scenario(dir: &Path, scenario_toml: &str) -> Result<()> {
+    write_atomic(&dir.join(files::SCENARIO), scenario_toml.as_bytes())
+}
+
+/// A CSV file of rows `R` written row by row, each row flushed to the file.
+pub struct CsvStream<R> {
+    path: PathBuf,
+    writer: csv::Writer<File>,
+    row: PhantomData<fn(&R)>,
+}
+
+impl<R: CsvRow> CsvStream<R> {
+    /// Creates (or truncates) `dir/R::FILE` and writes the stamp and the header.
+    pub fn create(dir: &Path, stamp: &Stamp) -> Result<Self> {
+        let path = dir.join(R::FILE);
+        let mut file = File::create(&path).map_err(|e| Error::io("create", &path, e))?;
+        writeln!(file, "{stamp}").map_err(|e| Error::io("write", &path, e))?;
+        let mut s = CsvStream {
+            writer: csv_writer(file),
+            path,
+            row: PhantomData,
+        };
+        s.record(R::COLUMNS)?;
+        Ok(s)
+    }
+
+    /// Appends `row` and flushes it.
+    pub fn push(&mut self, row: &R) -> Result<()> {
+        self.record(row.cells())
+    }
+
+    fn record<I: IntoIterator<Item = T>, T: AsRef<[u8]>>(&mut self, fields: I) -> Result<()> {
+        self.writer
+            .write_record(fields)
+            .map_err(|e| Error::csv("write", &self.path, e))?;
+        self.writer
+            .flush()
+            .map_err(|e| Error::io("write", &self.path, e))
+    }
+}
+
+/// The rows of the tables one algorithm adds: `staleness.csv`, `utilization.csv`, `waits.csv`,
+/// `links.csv` and `timeline.csv`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tables {
+    /// `staleness.csv`.
+    pub staleness: Vec<StalenessRow>,
+    /// `utilization.csv`.
+    pub utilization: Vec<UtilizationRow>,
+    /// `waits.csv`.
+    pub waits: Vec<WaitRow>,
+    /// `links.csv`.
+    pub links: Vec<LinkRow>,
+    /// `timeline.csv`.
+    pub timeline: Vec<TimelineRow>,
+}
+
+impl Tables {
+    fn extend(&mut self, more: Tables) {
+        self.staleness.extend(more.staleness);
+        self.utilization.extend(more.utilization);
+        self.waits.extend(more.waits);
+        self.links.extend(more.links);
+        self.timeline.extend(more.timeline);
+    }
+
+    /// Writes the five tables to `dir`, each atomically.
+    pub fn write(&self, dir: &Path, stamp: &Stamp) -> Result<()> {
+        write_csv(dir, stamp, &self.staleness)?;
+        write_csv(dir, stamp, &self.utilization)?;
+        write_csv(dir, stamp, &self.waits)?;
+        write_csv(dir, stamp, &self.links)?;
+        write_csv(dir, stamp, &self.timeline)
+    }
+}
+
+/// Which per-event logs a run writes (`[metrics] log_gradients`, `log_messages`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventLogs {
+    /// `gradients.csv`.
+    pub gradients: bool,
+    /// `messages.csv`.
+    pub messages: bool,
+}
+
+/// The files of a run directory that are written while the algorithms run: the streams, the
+/// tables (rewritten after each algorithm with the rows of every algorithm so far),
+/// `summary.json` and `timings.json`. (`scenario.toml` and `partition.csv` come before it:
+/// [`write_scenario`], [`write_partition`].)
+pub struct RunWriter {
+    dir: PathBuf,
+    stamp: Stamp,
+    metrics: CsvStream<MetricRow>,
+    series: CsvStream<SeriesRow>,
+    gradients: Option<CsvStream<GradientRow>>,
+    messages: Option<CsvStream<MessageRow>>,
+    tables: Tables,
+}
+
+impl RunWriter {
+    /// Creates the streamed files in `dir` (the per-event logs only when asked for; stale ones
+    /// from an earlier run in the same directory are removed otherwise).
+    pub fn create(dir: &Path, stamp: Stamp, logs: EventLogs) -> Result<Self> {
+        fn optional<R: CsvRow>(
+            dir: &Path,
+            stamp: &Stamp,
+            on: bool,
+        ) -> Result<Option<CsvStream<R>>> {
+            if on {
+                return CsvStream::create(dir, stamp).map(Some);
+            }
+            let path = dir.join(R::FILE);
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::io("remove", &path, e))
+                }
+                _ => Ok(None),
+            }
+        }
+        Ok(RunWriter {
+            dir: dir.to_path_buf(),
+            gradients: optional(dir, &stamp, logs.gradients)?,
+            messages: optional(dir, &stamp, logs.messages)?,
+            metrics: CsvStream::create(dir, &stamp)?,
+            series: CsvStream::create(dir, &stamp)?,
+            stamp,
+            tables: Tables::default(),
+        })
+    }
+
+    /// The stamp of every CSV file.
+    pub fn stamp(&self) -> &Stamp {
+        &self.stamp
+    }
+
+    /// Streams an evaluation point to `metrics.csv`.
+    pub fn metric(&mut self, row: &MetricRow) -> Result<()> {
+        self.metrics.push(row)
+    }
+
+    /// Streams a named quantity to `series.csv`.
+    pub fn series(&mut self, row: &SeriesRow) -> Result<()> {
+        self.series.push(row)
+    }
+
+    /// Whether `gradients.csv` is written.
+    pub fn logs_gradients(&self) -> bool {
+        self.gradients.is_some()
+    }
+
+    /// Whether `messages.csv` is written.
+    pub fn logs_messages(&self) -> bool {
+        self.messages.is_some()
+    }
+
+    /// Streams an applied gradient to `gradients.csv`, when it is written.
+    pub fn gradient(&mut self, row: &GradientRow) -> Result<()> {
+        self.gradients.as_mut().map_or(Ok(()), |s| s.push(row))
+    }
+
+    /// Streams a message to `messages.csv`, when it is written.
+    pub fn message(&mut self, row: &MessageRow) -> Result<()> {
+        self.messages.as_mut().map_or(Ok(()), |s| s.push(row))
+    }
+
+    /// Adds a finished algorithm's tables and rewrites them.
+    pub fn add_tables(&mut self, tables: Tables) -> Result<()> {
+        self.tables.extend(tables);
+        self.tables.write(&self.dir, &self.stamp)
+    }
+
+    /// Rewrites `summary.json`.
+    pub fn summary(&self, summary: &Summary) -> Result<()> {
+        write_json(self.dir.join(files::SUMMARY), summary)
+    }
+
+    /// Rewrites `timings.json`.
+    pub fn timings(&self, timings: &Timings) -> Result<()> {
+        write_json(self.dir.join(files::TIMINGS), timings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tmp_path_appends_suffix() {
+        assert_eq!(
+            tmp_path(Path::new("runs/x/summary.json")),
+            Path::new("runs/x/summary.json.tmp")
+        );
+    }
+}
