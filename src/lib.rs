@@ -10,7 +10,8 @@ pub mod outputs;
 pub mod runner;
 pub mod scenario;
 
-pub use runner::{RunOptions, Summary, run_scenario};
+pub use dasim_reports::rundir::Summary;
+pub use runner::{Results, RunOptions, run_scenario};
 pub use scenario::{Loaded, Scenario, ScenarioError};
 
 /// Everything that can stop the command line.

@@ -1,34 +1,38 @@
 //! Running a scenario: every listed algorithm on the same cluster realization, results written
 //! as they come.
 //!
-//! The run directory receives `scenario.toml` (the scenario with every default filled in) and
-//! `partition.csv`; then, streamed, `metrics.csv` and `series.csv` (and `gradients.csv` and
-//! `messages.csv` when `[metrics]` asks for them); after each algorithm, the tables
-//! `staleness.csv`, `utilization.csv`, `waits.csv`, `links.csv`, `timeline.csv`, then
-//! `summary.json` and `timings.json` are rewritten, so an interrupted run keeps everything up to
-//! the last evaluation point (`dasim plot` draws its plots). The plots are drawn once, at the
-//! end. Every CSV file starts with the stamp line
-//! `# dasim <version> git=<revision> scenario_sha256=<hex>` ([`crate::outputs`]), the hash being
-//! that of the `scenario.toml` written beside it; `summary.json` carries the same facts.
+//! The run directory ([`dasim_reports::rundir`], which owns its files and their rows) receives
+//! `scenario.toml` (the scenario with every default filled in) and `partition.csv`; then,
+//! streamed, `metrics.csv` and `series.csv` (and `gradients.csv` and `messages.csv` when
+//! `[metrics]` asks for them); after each algorithm, the tables `staleness.csv`,
+//! `utilization.csv`, `waits.csv`, `links.csv`, `timeline.csv`, then `summary.json` and
+//! `timings.json` are rewritten, so an interrupted run keeps everything up to the last
+//! evaluation point (`dasim plot` draws its plots). The plots are drawn once, at the end. Every
+//! CSV file starts with the stamp line `# dasim <version> git=<revision> scenario_sha256=<hex>`
+//! ([`Stamp`]), the hash being that of the `scenario.toml` written beside it; `summary.json`
+//! carries the same facts. [`crate::outputs`] turns the simulator's records into the rows.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 
 use dasim_models::memory::{self, Bytes, MemoryEstimate, RunShape};
 use dasim_models::{Backend, Execution, Problem};
-use dasim_reports::write_json;
+use dasim_reports::rundir::{
+    AlgorithmStaleness, AlgorithmSummary, EventLogs, HostTimings, IntStats, RunWriter, Stamp,
+    Summary, TimeToTarget, Timings, Utilization, write_partition, write_scenario,
+};
 use dasim_sim::ConfigError;
+use dasim_sim::algorithm::World;
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
 use dasim_sim::cluster::Cluster;
-use dasim_sim::network::Network;
+use dasim_sim::engine::{EvalPoint, Observer, RunProgress};
+use dasim_sim::net::Network;
+use dasim_sim::net::topology::Topology;
 use dasim_sim::record::{GradientRecord, Histogram, MessageRecord};
-use dasim_sim::run::{EvalPoint, Observer, Progress, World};
-use dasim_sim::topology::Topology;
 
-use crate::outputs::{Outputs, git_revision, sha256_hex, stamp_file, stamp_line};
+use crate::outputs::{self, GIT_REVISION, git_revision};
 use crate::scenario::Loaded;
 use crate::{Error, Result};
 
@@ -49,188 +53,29 @@ pub struct RunOptions {
     pub memory_limit: Option<u64>,
 }
 
-/// One algorithm's totals in `summary.json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct AlgorithmSummary {
-    /// Label of the algorithm.
-    pub algorithm: String,
-    /// Kind of the algorithm.
-    pub kind: String,
-    /// Backend used (`flex`, `wgpu`).
-    pub backend: String,
-    /// Simulated time at the stop, in seconds.
-    pub sim_time_s: f64,
-    /// Events handled.
-    pub events: u64,
-    /// Gradients applied, summed over workers.
-    pub worker_steps: u64,
-    /// Worker steps per simulated second.
-    pub steps_per_sim_s: f64,
-    /// Samples processed / training-set size.
-    pub epochs: f64,
-    /// Held-out loss of the average model at the stop.
-    pub final_loss: f64,
-    /// Held-out accuracy of the average model at the stop.
-    pub final_accuracy: f64,
-    /// Messages sent.
-    pub messages: u64,
-    /// Bytes sent.
-    pub bytes: u64,
-    /// Flushes of the pending gradient requests (each one batched forward/backward pass unless
-    /// the execution settings cut it into groups; see `timings.json`'s `gradient_passes`).
-    pub gradient_flushes: u64,
-    /// Gradients requested.
-    pub gradient_requests: u64,
-    /// Staleness of every applied gradient: the updates the target model received between the
-    /// read the gradient was computed on and its application (`dasim_sim::tracked`); absent when
-    /// no gradient was applied.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub staleness: Option<Distribution>,
-    /// Age in iterations of every mixed message (SGP, Overlap-SGP); absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message_age: Option<Distribution>,
-    /// DASGD's own staleness between models (`|G_j Δ R|` at every application); absent for
-    /// the other algorithms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dasgd: Option<StalenessSummary>,
-    /// Consensus distance of the worker replicas at the last evaluation point.
-    pub final_consensus: f64,
-    /// `f(x) − f*` of the training objective at the last evaluation point, for models that know
-    /// their optimum; absent otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub final_suboptimality: Option<f64>,
-    /// When the evaluated model first reached `[metrics]` targets.
-    pub time_to_target: TimeToTarget,
-    /// Fractions of worker-time in each activity, averaged over the workers.
-    pub utilization: Utilization,
-}
-
-/// A distribution of integer measurements (staleness, message ages).
-#[derive(Clone, Debug, Serialize)]
-pub struct Distribution {
-    /// Number of measurements.
-    pub count: u64,
-    /// Their mean.
-    pub mean: f64,
-    /// Their 99th percentile (nearest rank).
-    pub p99: u64,
-    /// Their maximum.
-    pub max: u64,
-}
-
-impl Distribution {
-    fn of(h: &Histogram) -> Option<Distribution> {
-        (!h.is_empty()).then(|| Distribution {
-            count: h.count(),
-            mean: h.mean(),
-            p99: h.quantile(0.99),
-            max: h.max(),
-        })
-    }
-}
-
-/// An algorithm's own staleness measurements.
-#[derive(Clone, Debug, Serialize)]
-pub struct StalenessSummary {
-    /// Number of measurements.
-    pub count: u64,
-    /// Their mean.
-    pub mean: f64,
-    /// Their maximum.
-    pub max: u64,
-}
-
-/// Simulated seconds until the evaluated model first reached `[metrics] target_accuracy` and
-/// `target_loss`; `None` when the target is not set or was not reached.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TimeToTarget {
-    /// First evaluation point with held-out accuracy at least `target_accuracy`.
-    pub accuracy_s: Option<f64>,
-    /// First evaluation point with held-out loss at most `target_loss`.
-    pub loss_s: Option<f64>,
-}
-
-/// Fractions of worker-time (each worker's time divided by the run's simulated time, averaged
-/// over workers); they sum to 1.
-#[derive(Clone, Debug, Serialize)]
-pub struct Utilization {
-    /// Computing gradients.
-    pub compute: f64,
-    /// Waiting on its own transfers.
-    pub communicate: f64,
-    /// Waiting for a peer.
-    pub blocked: f64,
-    /// Nothing to do.
-    pub idle: f64,
-}
-
-/// How fast one algorithm ran on this host: `timings.json`, apart from `summary.json` so that
-/// the simulation's own results stay byte-identical from run to run.
-#[derive(Clone, Debug, Serialize)]
-pub struct HostTimings {
-    /// Label of the algorithm.
-    pub algorithm: String,
-    /// Host wall-clock time of the run, in seconds.
-    pub wall_time_s: f64,
-    /// Host wall time in batched forward/backward passes, in seconds.
-    pub gradient_wall_s: f64,
-    /// Host wall time evaluating, in seconds.
-    pub eval_wall_s: f64,
-    /// Share of the wall time in gradient math (`gradient_wall_s / wall_time_s`).
-    pub gradient_share: f64,
-    /// Forward/backward passes run: the flushes of `summary.json`, cut into groups by
-    /// `--threads` and `--max-batch`.
-    pub gradient_passes: u64,
-    /// Worker steps per wall-clock second.
-    pub worker_steps_per_wall_s: f64,
-    /// Simulated seconds per wall-clock second.
-    pub sim_s_per_wall_s: f64,
-}
-
-/// `timings.json`: the host, the execution settings and each algorithm's speed.
-#[derive(Clone, Debug, Serialize)]
-pub struct Timings {
-    /// Threads a flush was spread over.
-    pub threads: usize,
-    /// Requests per forward/backward pass at most; `None`: unlimited.
-    pub max_batch: Option<usize>,
-    /// The memory estimate made before the run, in bytes.
-    pub memory_estimate_bytes: u64,
-    /// One entry per algorithm, in scenario order.
-    pub runs: Vec<HostTimings>,
-}
-
-/// `summary.json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct Summary {
-    /// Scenario name.
-    pub scenario: String,
-    /// Scenario seed.
-    pub seed: u64,
-    /// dasim's version.
-    pub dasim_version: String,
-    /// The git revision dasim was built from; `None` when unknown.
-    pub git_revision: Option<String>,
-    /// SHA-256 of the resolved `scenario.toml` of the run directory (hex).
-    pub scenario_sha256: String,
-    /// Backend used.
-    pub backend: String,
-    /// The device, in words.
-    pub device: String,
-    /// Workers.
-    pub workers: usize,
-    /// Parameters per replica.
-    pub params: usize,
-    /// One entry per algorithm, in scenario order.
+/// What [`run_scenario`] wrote: one entry per algorithm, in scenario order, of `summary.json`
+/// and of `timings.json`.
+#[derive(Clone, Debug)]
+pub struct Results {
+    /// `summary.json`'s `runs`.
     pub runs: Vec<AlgorithmSummary>,
-    /// How fast each algorithm ran (written to `timings.json`, not to `summary.json`).
-    #[serde(skip)]
+    /// `timings.json`'s `runs`.
     pub timings: Vec<HostTimings>,
+}
+
+/// The summary of a histogram of integer measurements; `None` when it is empty.
+fn int_stats(h: &Histogram) -> Option<IntStats> {
+    (!h.is_empty()).then(|| IntStats {
+        count: h.count(),
+        mean: h.mean(),
+        p99: h.quantile(0.99),
+        max: h.max(),
+    })
 }
 
 struct Recorder<'a> {
     label: &'a str,
-    out: &'a mut Outputs,
+    out: &'a mut RunWriter,
     points: Vec<EvalPoint>,
     bar: &'a ProgressBar,
     started: Instant,
@@ -239,18 +84,32 @@ struct Recorder<'a> {
 impl Observer for Recorder<'_> {
     fn on_eval(&mut self, p: &EvalPoint) -> std::result::Result<(), String> {
         self.points.push(p.clone());
-        self.out.point(self.label, p).map_err(|e| e.to_string())
+        let mut write = || {
+            self.out.metric(&outputs::metric_row(self.label, p))?;
+            outputs::series_rows(self.label, p).try_for_each(|row| self.out.series(&row))
+        };
+        write().map_err(|e| e.to_string())
     }
 
     fn on_gradient(&mut self, g: &GradientRecord) -> std::result::Result<(), String> {
-        self.out.gradient(self.label, g).map_err(|e| e.to_string())
+        if !self.out.logs_gradients() {
+            return Ok(());
+        }
+        self.out
+            .gradient(&outputs::gradient_row(self.label, g))
+            .map_err(|e| e.to_string())
     }
 
     fn on_message(&mut self, m: &MessageRecord) -> std::result::Result<(), String> {
-        self.out.message(self.label, m).map_err(|e| e.to_string())
+        if !self.out.logs_messages() {
+            return Ok(());
+        }
+        self.out
+            .message(&outputs::message_row(self.label, m))
+            .map_err(|e| e.to_string())
     }
 
-    fn on_progress(&mut self, p: &Progress) {
+    fn on_progress(&mut self, p: &RunProgress) {
         let wall = self.started.elapsed().as_secs_f64().max(1e-9);
         self.bar.set_position((p.fraction * 1000.0).round() as u64);
         self.bar.set_message(format!(
@@ -406,7 +265,7 @@ pub fn check_memory(estimate: &MemoryEstimate, limit: Option<u64>) -> Result<()>
 }
 
 /// Runs every algorithm of the scenario and writes the run directory.
-pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
+pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
     let s = &loaded.scenario;
     let problem = load_problem(loaded)?;
     let backend = &opts.backend;
@@ -417,24 +276,25 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
     }
     std::fs::create_dir_all(&opts.out)
         .map_err(io(format!("cannot create {}", opts.out.display())))?;
-    let scenario_out = opts.out.join("scenario.toml");
     let scenario_text = resolved(loaded);
-    std::fs::write(&scenario_out, &scenario_text)
-        .map_err(io(format!("cannot write {}", scenario_out.display())))?;
-    let scenario_sha256 = sha256_hex(scenario_text.as_bytes());
-    let stamp = stamp_line(&scenario_sha256);
+    write_scenario(&opts.out, &scenario_text)?;
+    let stamp = Stamp::of_scenario(env!("CARGO_PKG_VERSION"), GIT_REVISION, &scenario_text);
     let shards = partition(loaded, &problem)?;
     if problem.has_data() {
-        let partition_out = opts.out.join("partition.csv");
-        dasim_models::data::write_partition_csv(&partition_out, &shards, &problem.split.train)
-            .map_err(io(format!("cannot write {}", partition_out.display())))?;
-        stamp_file(&partition_out, &stamp)?;
+        write_partition(
+            &opts.out,
+            &stamp,
+            &outputs::partition_table(&shards, &problem.split.train),
+        )?;
     }
-    let mut out = Outputs::create(
+    let scenario_sha256 = stamp.scenario_sha256.clone();
+    let mut out = RunWriter::create(
         &opts.out,
         stamp,
-        s.metrics.log_gradients,
-        s.metrics.log_messages,
+        EventLogs {
+            gradients: s.metrics.log_gradients,
+            messages: s.metrics.log_messages,
+        },
     )?;
 
     let mut summary = Summary {
@@ -448,7 +308,12 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
         workers: s.cluster.workers,
         params: problem.model.num_params(),
         runs: Vec::new(),
-        timings: Vec::new(),
+    };
+    let mut timings = Timings {
+        threads: opts.execution.threads,
+        max_batch: opts.execution.max_batch,
+        memory_estimate_bytes: estimate.total(),
+        runs: Vec::new(),
     };
 
     for alg in &s.algorithms {
@@ -494,7 +359,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
         let points = std::mem::take(&mut recorder.points);
         let wall = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        out.record(&label, &outcome.record)?;
+        out.add_tables(outputs::tables(&label, &outcome.record))?;
         let stats = store.stats();
         let record = &outcome.record;
         let [compute, communicate, blocked, idle] = record.utilization();
@@ -504,6 +369,10 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
         summary.runs.push(AlgorithmSummary {
             algorithm: label.clone(),
             kind: alg.kind().into(),
+            options: match serde_json::to_value(alg) {
+                Ok(serde_json::Value::Object(options)) => options,
+                _ => unreachable!("an algorithm's config serializes to a JSON object"),
+            },
             backend: backend.name.into(),
             sim_time_s: outcome.sim_time.as_secs_f64(),
             events: outcome.events,
@@ -517,12 +386,12 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             bytes: outcome.network.bytes,
             gradient_flushes: stats.flushes,
             gradient_requests: stats.requests,
-            staleness: Distribution::of(&record.staleness()),
-            message_age: Distribution::of(&record.message_ages()),
+            staleness: int_stats(&record.staleness()),
+            message_age: int_stats(&record.message_ages()),
             dasgd: outcome
                 .staleness
                 .filter(|_| alg.kind() == "dasgd")
-                .map(|st| StalenessSummary {
+                .map(|st| AlgorithmStaleness {
                     count: st.count,
                     mean: st.mean,
                     max: st.max,
@@ -547,7 +416,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             },
         });
         let gradient_wall_s = stats.gradient_wall.as_secs_f64();
-        summary.timings.push(HostTimings {
+        timings.runs.push(HostTimings {
             algorithm: label.clone(),
             wall_time_s: wall,
             gradient_wall_s,
@@ -557,21 +426,16 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Summary> {
             worker_steps_per_wall_s: outcome.worker_steps as f64 / wall.max(1e-12),
             sim_s_per_wall_s: outcome.sim_time.as_secs_f64() / wall.max(1e-12),
         });
-        write_json(opts.out.join("summary.json"), &summary)?;
-        write_json(
-            opts.out.join("timings.json"),
-            &Timings {
-                threads: opts.execution.threads,
-                max_batch: opts.execution.max_batch,
-                memory_estimate_bytes: estimate.total(),
-                runs: summary.timings.clone(),
-            },
-        )?;
+        out.summary(&summary)?;
+        out.timings(&timings)?;
     }
     // Every file of every algorithm is on disk: draw every plot once, from the files, so the
     // plots of a run and of `dasim plot` are the same by construction. (Not after each
     // algorithm: at 1,024 workers redrawing is not free, and `dasim plot` draws an interrupted
     // run's plots from the files it kept.)
     dasim_reports::plot_run(&opts.out)?;
-    Ok(summary)
+    Ok(Results {
+        runs: summary.runs,
+        timings: timings.runs,
+    })
 }

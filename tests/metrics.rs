@@ -162,6 +162,7 @@ fn a_run_directory_follows_the_contract() {
         for key in [
             "algorithm",
             "kind",
+            "options",
             "backend",
             "sim_time_s",
             "events",
@@ -206,6 +207,19 @@ fn a_run_directory_follows_the_contract() {
             > 0
     );
     assert!(by_kind("ps").get("message_age").is_none());
+    // Each run records the `[[algorithms]]` entry it ran, every default filled in, so that no
+    // reader parses `scenario.toml` for labels, kinds or options.
+    for r in runs {
+        assert_eq!(r["options"]["kind"], r["kind"], "{r}");
+        assert!(
+            r["options"].get("label").is_none(),
+            "no label was given: {r}"
+        );
+    }
+    assert_eq!(
+        by_kind("overlap-sgp")["options"],
+        serde_json::json!({"kind": "overlap-sgp", "tau": 1})
+    );
     assert!(by_kind("dasgd")["dasgd"]["mean"].as_f64().unwrap() > 0.0);
     // The parameter server's 4 workers, one 3× slower: about 3 updates between pull and push
     // for the healthy ones, about 3·3 for the straggler.

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use dasim_reports::rundir::{read_summary, read_timings};
 use serde_json::Value;
 
 #[test]
@@ -68,49 +69,47 @@ fn a_run_writes_every_output_and_is_byte_reproducible() {
     let o = dasim(&["validate", a.join("scenario.toml").to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
 
-    let summary: Value =
+    // The summary, read back with the run directory's own types (a missing key fails to read).
+    let summary = read_summary(&a).unwrap().expect("summary.json");
+    assert_eq!(summary.runs.len(), 2);
+    for r in &summary.runs {
+        assert_eq!(r.backend, "flex");
+        assert_eq!(r.sim_time_s, 0.5);
+        assert!(
+            r.events > 0 && r.worker_steps > 0 && r.epochs > 0.0,
+            "{r:?}"
+        );
+        assert!(
+            r.final_loss.is_finite() && r.final_accuracy.is_finite(),
+            "{r:?}"
+        );
+        assert_eq!(r.options["kind"], r.kind.as_str());
+    }
+    let raw: Value =
         serde_json::from_slice(&std::fs::read(a.join("summary.json")).unwrap()).unwrap();
-    let runs = summary["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2);
-    for r in runs {
-        for key in [
-            "algorithm",
-            "backend",
-            "sim_time_s",
-            "events",
-            "worker_steps",
-            "epochs",
-            "final_loss",
-            "final_accuracy",
-        ] {
-            assert!(!r[key].is_null(), "summary lacks {key}: {r}");
-        }
-        assert_eq!(r["backend"], "flex");
-        assert_eq!(r["sim_time_s"], 0.5);
+    for r in raw["runs"].as_array().unwrap() {
         assert!(
             r.get("wall_time_s").is_none(),
             "host timings stay out of summary.json: {r}"
         );
     }
     // The host's speed goes beside it, one entry per algorithm.
-    let timings: Value =
-        serde_json::from_slice(&std::fs::read(a.join("timings.json")).unwrap()).unwrap();
-    let runs = timings["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2);
-    for r in runs {
-        for key in [
-            "wall_time_s",
-            "gradient_wall_s",
-            "eval_wall_s",
-            "gradient_share",
-            "gradient_passes",
-            "worker_steps_per_wall_s",
-            "sim_s_per_wall_s",
+    let timings = read_timings(&a).unwrap().expect("timings.json");
+    assert_eq!(timings.runs.len(), 2);
+    for (t, r) in timings.runs.iter().zip(&summary.runs) {
+        assert_eq!(t.algorithm, r.algorithm);
+        for x in [
+            t.wall_time_s,
+            t.gradient_wall_s,
+            t.eval_wall_s,
+            t.gradient_share,
+            t.worker_steps_per_wall_s,
+            t.sim_s_per_wall_s,
         ] {
-            assert!(r[key].as_f64().unwrap() >= 0.0, "timings lack {key}: {r}");
+            assert!(x >= 0.0, "{t:?}");
         }
     }
-    assert!(timings["memory_estimate_bytes"].as_u64().unwrap() > 0);
+    assert!(timings.memory_estimate_bytes > 0);
 }
 
 /// Every file a run writes but `timings.json` (the host's speed), for comparisons.
@@ -169,17 +168,11 @@ fn seconds_per_epoch(text: &str) -> Vec<(String, f64)> {
     let (dir, path) = scenario(text, "s.toml");
     let out = dir.path().join("out");
     run_flex(&path, &out);
-    let summary: Value =
-        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
-    summary["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let t = r["sim_time_s"].as_f64().unwrap();
-            let e = r["epochs"].as_f64().unwrap();
-            (r["algorithm"].as_str().unwrap().to_string(), t / e)
-        })
+    let summary = read_summary(&out).unwrap().expect("summary.json");
+    summary
+        .runs
+        .into_iter()
+        .map(|r| (r.algorithm, r.sim_time_s / r.epochs))
         .collect()
 }
 
