@@ -94,7 +94,7 @@ impl Scenario {
                 .hint("give one of them a distinct `label`"));
             }
             labels.push(label);
-            alg.validate(&topology, &format!("algorithms[{i}]"))?;
+            alg.validate(&topology, &format!("algorithms[{i}]"), None)?;
         }
         Ok(())
     }
@@ -229,6 +229,20 @@ impl Loaded {
             .unwrap_or_else(|| PathBuf::from("."))
     }
 
+    /// The checks of each `[[algorithms]]` entry that need the model's parameter count (an
+    /// LPP-SGD process or a parameter-server shard needs at least one parameter), located at the
+    /// entry's key.
+    pub fn check_against_model(&self, params: usize) -> Result<(), Box<ScenarioError>> {
+        let s = &self.scenario;
+        let topology = Topology::build(&s.topology, s.cluster.workers, &self.env())
+            .map_err(|e| self.config_error(&e))?;
+        for (i, alg) in s.algorithms.iter().enumerate() {
+            alg.validate(&topology, &format!("algorithms[{i}]"), Some(params))
+                .map_err(|e| self.config_error(&e))?;
+        }
+        Ok(())
+    }
+
     /// Locates a validation error in the file.
     pub fn config_error(&self, e: &ConfigError) -> Box<ScenarioError> {
         let offset = span_of(&self.text, &e.path);
@@ -246,13 +260,18 @@ impl Loaded {
 /// The byte offset of the value at `path`, or of its deepest ancestor present in the text.
 /// Where to point for a parse error at `offset`: for "unknown field `k`" reported at a table
 /// header (serde reports keys of internally tagged tables, such as `[topology]` or a
-/// `[[cluster.stragglers]]` entry, at the table), the line of key `k` inside that table;
-/// otherwise `offset` itself.
+/// `[[cluster.stragglers]]` entry, at the table), the line of key `k` inside that table; for
+/// "unknown variant" reported there, the value of its `kind`; otherwise `offset` itself.
 fn unknown_key_offset(text: &str, offset: usize, message: &str) -> usize {
-    let Some(key) = message
+    // An unknown `kind` of a tagged table is reported at the table too: point at its value.
+    let (key, at_value) = if message.starts_with("unknown variant `") {
+        ("kind", true)
+    } else if let Some(key) = message
         .strip_prefix("unknown field `")
         .and_then(|rest| rest.split('`').next())
-    else {
+    {
+        (key, false)
+    } else {
         return offset;
     };
     if !text[offset..].starts_with('[') {
@@ -274,7 +293,13 @@ fn unknown_key_offset(text: &str, offset: usize, message: &str) -> usize {
             .trim()
             .trim_matches('"');
         if trimmed.contains('=') && name == key {
-            return at + (line.len() - trimmed.len());
+            let key_at = at + (line.len() - trimmed.len());
+            if !at_value {
+                return key_at;
+            }
+            let eq = trimmed.find('=').unwrap_or(0) + 1;
+            let value = trimmed[eq..].len() - trimmed[eq..].trim_start().len();
+            return key_at + eq + value;
         }
         at += line.len();
     }

@@ -103,6 +103,38 @@ fn adpsgd_needs_a_bipartite_graph() {
     );
 }
 
+/// Checks that need the model (here, its 1,210 parameters) are made by `dasim validate` and
+/// before the first algorithm starts: the allreduce entry before the bad one never runs, and
+/// nothing is written.
+#[test]
+fn model_dependent_checks_come_before_the_first_algorithm() {
+    for (entry, needles) in [
+        (
+            "kind = \"lpp-sgd\"\nprocesses = 5000",
+            [
+                "bad.toml:39:13",
+                "algorithms[1].processes",
+                "1210 parameters",
+            ],
+        ),
+        (
+            "kind = \"ps\"\nservers = 2000",
+            ["bad.toml:39:11", "algorithms[1].servers", "1210 parameters"],
+        ),
+    ] {
+        let text = SMALL.replace("kind = \"adpsgd\"", entry);
+        expect_error(&text, &needles);
+        let (dir, path) = scenario(&text, "bad.toml");
+        let out = dir.path().join("out");
+        let o = dasim_run_flex(&path, &out, &["--quiet"]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            !out.join("metrics.csv").exists(),
+            "the first algorithm ran before the error"
+        );
+    }
+}
+
 #[test]
 fn a_straggler_index_out_of_range() {
     expect_error(

@@ -117,7 +117,7 @@ fn bench(bencher: Bencher, alg: AlgorithmConfig, workers: usize) {
 fn adpsgd(bencher: Bencher, workers: usize) {
     bench(
         bencher,
-        AlgorithmConfig::AdPsgd(AdPsgdConfig::default()),
+        AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default())),
         workers,
     );
 }
@@ -127,7 +127,7 @@ fn adpsgd(bencher: Bencher, workers: usize) {
 fn allreduce(bencher: Bencher, workers: usize) {
     bench(
         bencher,
-        AlgorithmConfig::AllReduce(AllReduceConfig::default()),
+        AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default())),
         workers,
     );
 }
@@ -135,7 +135,11 @@ fn allreduce(bencher: Bencher, workers: usize) {
 /// Synchronous SGP on the ring (two peers per iteration): 100k worker steps.
 #[divan::bench(args = [16, 64], sample_count = 10)]
 fn sgp(bencher: Bencher, workers: usize) {
-    bench(bencher, AlgorithmConfig::Sgp(SgpConfig::default()), workers);
+    bench(
+        bencher,
+        AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
+        workers,
+    );
 }
 
 /// DASGD: 100k worker steps, each gradient sent to every other worker (n − 1 events each).
@@ -143,7 +147,7 @@ fn sgp(bencher: Bencher, workers: usize) {
 fn dasgd(bencher: Bencher, workers: usize) {
     bench(
         bencher,
-        AlgorithmConfig::Dasgd(DasgdConfig::default()),
+        AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
         workers,
     );
 }

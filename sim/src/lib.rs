@@ -84,10 +84,10 @@ pub use error::{ConfigError, Error, Result};
 pub mod prelude {
     pub use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
     pub use crate::algorithms::{
-        AdPsgd, AdPsgdConfig, AlgorithmConfig, AllReduceConfig, AllReduceSgd, Averaging, Broadcast,
-        Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig,
-        MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig, Sgp, SgpConfig,
-        UpdateOrder,
+        AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
+        AllReduceSgd, Averaging, Broadcast, Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd,
+        LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer,
+        Partner, PsConfig, Sgp, SgpConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};

@@ -6,11 +6,11 @@ use common::*;
 use dasim_sim::prelude::*;
 
 fn allreduce() -> AlgorithmConfig {
-    AlgorithmConfig::AllReduce(AllReduceConfig::default())
+    AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default()))
 }
 
 fn adpsgd() -> AlgorithmConfig {
-    AlgorithmConfig::AdPsgd(AdPsgdConfig::default())
+    AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default()))
 }
 
 #[test]

@@ -396,8 +396,8 @@ fn every_algorithm_sees_the_same_step_durations() {
             vec![2].into(),
         ))
         .with_straggler(StragglerConfig::fixed([5], 3.0));
-    let allreduce = AlgorithmConfig::AllReduce(AllReduceConfig::default());
-    let adpsgd = AlgorithmConfig::AdPsgd(AdPsgdConfig::default());
+    let allreduce = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default()));
+    let adpsgd = AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default()));
     // A scenario listing three algorithms builds three clusters from the same seed.
     let runs = [
         realized(&allreduce, &cfg, 3),

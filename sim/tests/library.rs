@@ -148,7 +148,8 @@ fn every_kind_parses_validates_and_round_trips_through_toml() {
     assert_eq!(algs.algorithms[0].extra_nodes(), 0);
     let ring = Topology::build(&TopologyConfig::Ring {}, 8, &BuildEnv::new(1)).unwrap();
     for (i, a) in algs.algorithms.iter().enumerate() {
-        a.validate(&ring, &format!("algorithms[{i}]")).unwrap();
+        a.validate(&ring, &format!("algorithms[{i}]"), Some(100))
+            .unwrap();
     }
     let text = toml::to_string(&algs).unwrap();
     let back: Algs = toml::from_str(&text).unwrap();
@@ -160,7 +161,7 @@ fn every_kind_parses_validates_and_round_trips_through_toml() {
     .unwrap();
     assert_eq!(
         defaults.algorithms[0],
-        AlgorithmConfig::OverlapSgp(OverlapSgpConfig::default())
+        AlgorithmConfig::from(AlgorithmKind::OverlapSgp(OverlapSgpConfig::default()))
     );
     let back: Algs = toml::from_str(&toml::to_string(&defaults).unwrap()).unwrap();
     assert_eq!(back, defaults);
@@ -197,6 +198,22 @@ fn invalid_options_name_their_key_and_give_a_hint() {
             "algorithms[2].warmup_steps",
         ),
         ("kind = \"ps\"\nservers = 0", &ring, "algorithms[2].servers"),
+        // The model (100 parameters here) is known before the run: checked up front too.
+        (
+            "kind = \"ps\"\nservers = 101",
+            &ring,
+            "algorithms[2].servers",
+        ),
+        (
+            "kind = \"lpp-sgd\"\nprocesses = 101",
+            &ring,
+            "algorithms[2].processes",
+        ),
+        (
+            "kind = \"adpsgd\"\nlabel = \" \"",
+            &ring,
+            "algorithms[2].label",
+        ),
         ("kind = \"dpsgd\"", &one_peer, "topology.kind"),
         ("kind = \"adpsgd\"", &odd_ring, "topology.kind"),
         (
@@ -214,7 +231,7 @@ fn invalid_options_name_their_key_and_give_a_hint() {
     for (body, topology, path) in cases {
         let algs: Algs = toml::from_str(&format!("[[algorithms]]\n{body}")).unwrap();
         let e = algs.algorithms[0]
-            .validate(topology, "algorithms[2]")
+            .validate(topology, "algorithms[2]", Some(100))
             .unwrap_err();
         assert_eq!(e.path.to_string(), path, "{body}: {e}");
         if path != "topology.kind" || body.contains("adpsgd") || body.contains("dpsgd") {
@@ -244,7 +261,7 @@ schedule = { kind = "step", unit = "seconds", warmup = 1.0, milestones = [2.0, 3
     doc.optimizer.validate().unwrap();
     let n = 4;
     let mut store = store_with(n, &doc.optimizer, 1);
-    let cfg = AlgorithmConfig::AllReduce(AllReduceConfig::default());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default()));
     let w = world(
         &cfg,
         &cluster(n, &[]),
@@ -334,11 +351,10 @@ fn the_store_applies_nesterov_momentum_and_weight_decay_as_documented() {
 fn bucketed_allreduce_keeps_replicas_equal_and_overlaps_the_backward_pass() {
     let n = 6;
     let go = |buckets: usize, backward_fraction: f64| {
-        let cfg = AlgorithmConfig::AllReduce(AllReduceConfig {
-            label: None,
+        let cfg = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig {
             buckets,
             backward_fraction,
-        });
+        }));
         let mut store = store_with(n, &sgd(0.05), SEED);
         // A slow network: the ring costs about as much as a step.
         let (outcome, _) = run_on(
@@ -371,10 +387,10 @@ fn bucketed_allreduce_keeps_replicas_equal_and_overlaps_the_backward_pass() {
 fn local_sgd_replicas_agree_after_every_model_all_reduce() {
     let n = 5;
     let h = 3;
-    let cfg = AlgorithmConfig::LocalSgd(LocalSgdConfig {
+    let cfg = AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig {
         h,
         ..Default::default()
-    });
+    }));
     let mut store = store_with(n, &optimizer(0.05, 0.5), SEED);
     let (outcome, _) = run_on(
         &cfg,
@@ -402,12 +418,12 @@ fn local_sgd_replicas_agree_after_every_model_all_reduce() {
 fn post_local_sgd_is_minibatch_sgd_during_its_warmup() {
     let n = 4;
     let warmup = 10;
-    let post = AlgorithmConfig::PostLocalSgd(LocalSgdConfig {
+    let post = AlgorithmConfig::from(AlgorithmKind::PostLocalSgd(LocalSgdConfig {
         h: 4,
         warmup_steps: Some(warmup),
         ..Default::default()
-    });
-    let ar = AlgorithmConfig::AllReduce(AllReduceConfig::default());
+    }));
+    let ar = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default()));
     let run = |cfg: &AlgorithmConfig| {
         let mut store = store_with(n, &optimizer(0.05, 0.5), SEED);
         run_on(
@@ -446,7 +462,7 @@ fn ps_applies_every_gradient_once_per_shard_and_workers_read_the_server_model() 
         servers,
         ..Default::default()
     };
-    let cfg = AlgorithmConfig::Ps(c.clone());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::Ps(c.clone()));
     let mut store = store_with(n, &sgd(lr), SEED);
     let shared = store.shared();
     let (outcome, alg) = run_checked(
@@ -527,7 +543,7 @@ fn ps_with_a_staleness_bound_never_lets_a_worker_run_more_than_s_steps_ahead() {
             staleness: Some(bound),
             ..Default::default()
         };
-        let cfg = AlgorithmConfig::Ps(c.clone());
+        let cfg = AlgorithmConfig::from(AlgorithmKind::Ps(c.clone()));
         let mut store = store_with(n, &sgd(0.02), SEED);
         let mut max_lead = 0i64;
         let (outcome, _) = run_checked(
@@ -564,7 +580,7 @@ fn ps_with_a_staleness_bound_never_lets_a_worker_run_more_than_s_steps_ahead() {
 fn the_server_nic_bounds_ps_throughput() {
     let n = 16;
     let go = |server_gbps: f64| {
-        let cfg = AlgorithmConfig::Ps(PsConfig::default());
+        let cfg = AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig::default()));
         let mut store = store_with(n, &sgd(0.02), SEED);
         let mut net_cfg = net(10.0, 5.0);
         net_cfg.nics.push(dasim_sim::net::NicConfig {
@@ -620,11 +636,7 @@ fn dpsgd_mixing_keeps_the_sum_of_replicas() {
         ),
     ] {
         let n = 7;
-        let cfg = AlgorithmConfig::Dpsgd(DpsgdConfig {
-            label: None,
-            weights,
-            update,
-        });
+        let cfg = AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig { weights, update }));
         let mut store = store_with(n, &sgd(lr), SEED);
         let (outcome, _) = run_checked(
             &cfg,
@@ -634,16 +646,7 @@ fn dpsgd_mixing_keeps_the_sum_of_replicas() {
             &mut store,
             &sgd(lr),
             &stop_at(0.5),
-            |w| {
-                Dpsgd::new(
-                    &DpsgdConfig {
-                        label: None,
-                        weights,
-                        update,
-                    },
-                    &w.topology,
-                )
-            },
+            |w| Dpsgd::new(&DpsgdConfig { weights, update }, &w.topology),
             &mut |_, _, _| {},
         );
         let k_max = store.reads.iter().map(Vec::len).min().unwrap() - 1;
@@ -700,16 +703,18 @@ fn dpsgd_on_the_complete_graph_with_uniform_weights_is_allreduce_sgd() {
         drop(w);
         store.reads
     };
-    let ar = run(&AlgorithmConfig::AllReduce(AllReduceConfig::default()));
-    let atc = run(&AlgorithmConfig::Dpsgd(DpsgdConfig {
+    let ar = run(&AlgorithmConfig::from(AlgorithmKind::AllReduce(
+        AllReduceConfig::default(),
+    )));
+    let atc = run(&AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig {
         weights: MixingWeights::Uniform,
         update: UpdateOrder::AdaptThenCombine,
         ..Default::default()
-    }));
-    let cta = run(&AlgorithmConfig::Dpsgd(DpsgdConfig {
+    })));
+    let cta = run(&AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig {
         weights: MixingWeights::Uniform,
         ..Default::default()
-    }));
+    })));
     for k in 0..steps as usize {
         // Adapt-then-combine: every replica is all-reduce SGD's model, step for step.
         for w in 0..n {
@@ -744,7 +749,7 @@ fn adpsgd_thread_mode_keeps_the_sum_counting_replies_in_flight_at_every_event() 
             partner,
             ..Default::default()
         };
-        let cfg = AlgorithmConfig::AdPsgd(c.clone());
+        let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
         let opt = optimizer(0.05, 0.5);
         let mut store = store_with(n, &opt, SEED);
         let (shared, drift) = (store.shared(), store.drift());
@@ -804,8 +809,8 @@ fn run_sgp(
     secs: f64,
 ) -> (Outcome, Sgp, Checked) {
     let cfg = match tau {
-        None => AlgorithmConfig::Sgp(SgpConfig::default()),
-        Some(tau) => AlgorithmConfig::OverlapSgp(OverlapSgpConfig { label: None, tau }),
+        None => AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
+        Some(tau) => AlgorithmConfig::from(AlgorithmKind::OverlapSgp(OverlapSgpConfig { tau })),
     };
     let opt = optimizer(0.05, 0.5);
     let mut store = store_with(n, &opt, SEED);
@@ -819,9 +824,9 @@ fn run_sgp(
         &mut store,
         &opt,
         &stop_at(secs),
-        |w| match &cfg {
-            AlgorithmConfig::Sgp(c) => Sgp::synchronous(c, w.topology.schedule()),
-            AlgorithmConfig::OverlapSgp(c) => Sgp::overlap(c, w.topology.schedule()),
+        |w| match &cfg.algorithm {
+            AlgorithmKind::Sgp(c) => Sgp::synchronous(c, w.topology.schedule()),
+            AlgorithmKind::OverlapSgp(c) => Sgp::overlap(c, w.topology.schedule()),
             _ => unreachable!(),
         },
         &mut |alg: &Sgp, _, _| {
@@ -862,7 +867,7 @@ fn sgp_conserves_push_sum_weight_and_numerators_at_every_event() {
 #[test]
 fn synchronous_one_peer_sgp_keeps_every_weight_at_one() {
     let n = 8;
-    let cfg = AlgorithmConfig::Sgp(SgpConfig::default());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default()));
     let mut store = store_with(n, &optimizer(0.05, 0.5), SEED);
     let mut checked = 0u64;
     let (outcome, alg) = run_checked(
@@ -917,8 +922,8 @@ fn overlap_sgp_never_mixes_a_message_older_than_tau() {
     // On a static ring a node blocks on each neighbour's messages of τ iterations ago, so it can
     // lead a node h hops away by at most h·(τ + 1) iterations — checked at every event.
     for tau in [1u64, 3] {
-        let c = OverlapSgpConfig { label: None, tau };
-        let cfg = AlgorithmConfig::OverlapSgp(c.clone());
+        let c = OverlapSgpConfig { tau };
+        let cfg = AlgorithmConfig::from(AlgorithmKind::OverlapSgp(c.clone()));
         let opt = optimizer(0.05, 0.5);
         let mut store = store_with(n, &opt, SEED);
         let mut max_lead = 0i64;
@@ -970,13 +975,16 @@ fn overlap_sgp_with_tau_zero_is_synchronous_sgp() {
             .collect();
         (outcome.events, pts, store.reads)
     };
-    let sync = go(AlgorithmConfig::Sgp(SgpConfig::default()));
-    let overlap0 = go(AlgorithmConfig::OverlapSgp(OverlapSgpConfig {
-        label: None,
-        tau: 0,
-    }));
+    let sync = go(AlgorithmConfig::from(AlgorithmKind::Sgp(
+        SgpConfig::default(),
+    )));
+    let overlap0 = go(AlgorithmConfig::from(AlgorithmKind::OverlapSgp(
+        OverlapSgpConfig { tau: 0 },
+    )));
     assert_eq!(sync, overlap0);
-    let overlap1 = go(AlgorithmConfig::OverlapSgp(OverlapSgpConfig::default()));
+    let overlap1 = go(AlgorithmConfig::from(AlgorithmKind::OverlapSgp(
+        OverlapSgpConfig::default(),
+    )));
     assert_ne!(sync.1, overlap1.1);
 }
 
@@ -988,11 +996,8 @@ fn overlap_sgp_with_tau_zero_is_synchronous_sgp() {
 fn dasgd_applies_every_gradient_once_everywhere_and_measures_staleness_exactly() {
     let n = 6;
     for broadcast in [Broadcast::All, Broadcast::Topology] {
-        let c = DasgdConfig {
-            label: None,
-            broadcast,
-        };
-        let cfg = AlgorithmConfig::Dasgd(c.clone());
+        let c = DasgdConfig { broadcast };
+        let cfg = AlgorithmConfig::from(AlgorithmKind::Dasgd(c.clone()));
         let lr = 0.01;
         let mut store = store_with(n, &sgd(lr), SEED);
         let shared = store.shared();
@@ -1095,9 +1100,9 @@ fn lap_sgd_averages_in_place_and_keeps_the_local_updates() {
             ..Default::default()
         };
         let cfg = if partitioned {
-            AlgorithmConfig::LppSgd(c.clone())
+            AlgorithmConfig::from(AlgorithmKind::LppSgd(c.clone()))
         } else {
-            AlgorithmConfig::LapSgd(c.clone())
+            AlgorithmConfig::from(AlgorithmKind::LapSgd(c.clone()))
         };
         let opt = optimizer(0.05, 0.5);
         let mut store = store_with(n, &opt, SEED);
@@ -1167,7 +1172,7 @@ fn lap_sgd_keeps_the_local_steps_made_during_an_all_reduce() {
         step_time_factor: Some(1.0),
         ..Default::default()
     };
-    let cfg = AlgorithmConfig::LapSgd(c.clone());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::LapSgd(c.clone()));
     let opt = sgd(0.05);
     let mut store = store_with(n, &opt, SEED);
     let shared = store.shared();
@@ -1240,9 +1245,9 @@ fn slowdown_ratio(alg: &AlgorithmConfig) -> f64 {
 #[test]
 fn an_8x_straggler_costs_synchronous_algorithms_nearly_all_their_throughput() {
     for alg in [
-        AlgorithmConfig::AllReduce(AllReduceConfig::default()),
-        AlgorithmConfig::Dpsgd(DpsgdConfig::default()),
-        AlgorithmConfig::Sgp(SgpConfig::default()),
+        AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
     ] {
         let r = slowdown_ratio(&alg);
         // All-reduce waits for the straggler every step: 8×. D-PSGD and SGP wait only for their
@@ -1256,10 +1261,10 @@ fn an_8x_straggler_costs_synchronous_algorithms_nearly_all_their_throughput() {
 fn an_8x_straggler_costs_asynchronous_algorithms_only_its_own_share() {
     // Ideal: 16 / (15 + 1/8) = 1.058.
     for alg in [
-        AlgorithmConfig::AdPsgd(AdPsgdConfig::default()),
-        AlgorithmConfig::Dasgd(DasgdConfig::default()),
-        AlgorithmConfig::LapSgd(LapSgdConfig::default()),
-        AlgorithmConfig::Ps(PsConfig::default()),
+        AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::LapSgd(LapSgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig::default())),
     ] {
         let r = slowdown_ratio(&alg);
         assert!(r < 1.1, "{}: {r:.2}× slower", alg.kind());
@@ -1272,12 +1277,13 @@ fn overlap_sgp_keeps_only_a_bounded_lead_over_a_persistent_straggler() {
     // graph no node can lead the straggler by more than (hops)·(τ + 1) iterations (checked at
     // every event in `overlap_sgp_never_mixes_a_message_older_than_tau`): over a run long
     // against that lead, it is slowed almost as much as synchronous SGP — less the larger τ is.
-    let sync = slowdown_ratio(&AlgorithmConfig::Sgp(SgpConfig::default()));
+    let sync = slowdown_ratio(&AlgorithmConfig::from(AlgorithmKind::Sgp(
+        SgpConfig::default(),
+    )));
     let tau = |tau| {
-        slowdown_ratio(&AlgorithmConfig::OverlapSgp(OverlapSgpConfig {
-            label: None,
-            tau,
-        }))
+        slowdown_ratio(&AlgorithmConfig::from(AlgorithmKind::OverlapSgp(
+            OverlapSgpConfig { tau },
+        )))
     };
     let (t1, t4) = (tau(1), tau(4));
     assert!(

@@ -95,42 +95,42 @@ fn ps(servers: usize) -> (AlgorithmConfig, PsConfig) {
         servers,
         ..Default::default()
     };
-    (AlgorithmConfig::Ps(c.clone()), c)
+    (AlgorithmConfig::from(AlgorithmKind::Ps(c.clone())), c)
 }
 
 fn every_kind() -> Vec<AlgorithmConfig> {
     vec![
-        AlgorithmConfig::AllReduce(AllReduceConfig {
+        AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig {
             buckets: 3,
             backward_fraction: 0.5,
             ..Default::default()
-        }),
-        AlgorithmConfig::LocalSgd(LocalSgdConfig::default()),
-        AlgorithmConfig::PostLocalSgd(LocalSgdConfig {
+        })),
+        AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::PostLocalSgd(LocalSgdConfig {
             warmup_steps: Some(5),
             ..Default::default()
-        }),
-        AlgorithmConfig::Ps(PsConfig {
+        })),
+        AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig {
             servers: 2,
             staleness: Some(1),
             ..Default::default()
-        }),
-        AlgorithmConfig::Ps(PsConfig::default()),
-        AlgorithmConfig::Dpsgd(DpsgdConfig::default()),
-        AlgorithmConfig::Dpsgd(DpsgdConfig {
+        })),
+        AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig {
             update: UpdateOrder::AdaptThenCombine,
             ..Default::default()
-        }),
-        AlgorithmConfig::AdPsgd(AdPsgdConfig::default()),
-        AlgorithmConfig::AdPsgd(AdPsgdConfig {
+        })),
+        AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig {
             averaging: Averaging::Thread,
             ..Default::default()
-        }),
-        AlgorithmConfig::Sgp(SgpConfig::default()),
-        AlgorithmConfig::OverlapSgp(OverlapSgpConfig::default()),
-        AlgorithmConfig::Dasgd(DasgdConfig::default()),
-        AlgorithmConfig::LapSgd(LapSgdConfig::default()),
-        AlgorithmConfig::LppSgd(LapSgdConfig::default()),
+        })),
+        AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::OverlapSgp(OverlapSgpConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::LapSgd(LapSgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::LppSgd(LapSgdConfig::default())),
     ]
 }
 
@@ -225,9 +225,9 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
     let stop = stop_after_steps(400);
     let metrics = MetricsConfig::default();
     for cfg in [
-        AlgorithmConfig::AllReduce(AllReduceConfig::default()),
-        AlgorithmConfig::LocalSgd(LocalSgdConfig::default()),
-        AlgorithmConfig::Sgp(SgpConfig::default()),
+        AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
     ] {
         let (o, _) = run_cfg(
             &cfg,
@@ -247,11 +247,11 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
         );
     }
     // LAP-SGD: P processes share a row, so each gradient sees about the P − 1 others' steps.
-    let lap = AlgorithmConfig::LapSgd(LapSgdConfig {
+    let lap = AlgorithmConfig::from(AlgorithmKind::LapSgd(LapSgdConfig {
         processes: 3,
         h: 1000,
         ..Default::default()
-    });
+    }));
     let (o, _) = run_cfg(
         &lap,
         &cluster(n, &[]),
@@ -263,7 +263,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
     assert!((m - 2.0).abs() < 0.1, "LAP-SGD with 3 processes: {m}");
     // DASGD: a gradient applied at the origin is stale by what arrived during its computation.
     let (o, _) = run_cfg(
-        &AlgorithmConfig::Dasgd(DasgdConfig::default()),
+        &AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
         &cluster(n, &[]),
         TopologyConfig::Ring {},
         &stop,
@@ -280,7 +280,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
 fn allreduce_keeps_the_consensus_distance_exactly_zero() {
     let n = 8;
     let mut store = quadratic_store(n, SEED);
-    let cfg = AlgorithmConfig::AllReduce(AllReduceConfig::default());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default()));
     let stop = stop_at(0.5);
     let (outcome, _, obs) = run_alg(
         &cfg,
@@ -315,7 +315,7 @@ fn gossip_decay(topology: TopologyConfig, n: usize) {
         let x = (0..16).map(|k| ((i * k + i) as f64).sin()).collect();
         store.set_params(i, x);
     }
-    let cfg = AlgorithmConfig::Dpsgd(DpsgdConfig::default());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default()));
     let iterations = 40u64;
     let stop = RunConfig {
         sim_time_s: None,
@@ -369,7 +369,7 @@ fn gossip_consensus_decays_at_the_rate_of_the_second_eigenvalue() {
 fn push_sum_consensus_is_measured_on_the_debiased_replicas() {
     let n = 8;
     let mut store = quadratic_store(n, SEED);
-    let cfg = AlgorithmConfig::OverlapSgp(OverlapSgpConfig::default());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::OverlapSgp(OverlapSgpConfig::default()));
     let (_, alg, obs) = run_alg(
         &cfg,
         &cluster(n, &[(0, 3.0)]),
@@ -458,7 +458,7 @@ fn a_straggler_blocks_allreduce_and_leaves_adpsgd_computing() {
     let metrics = MetricsConfig::default();
     let stop = stop_at(1.0);
     let (ar, _) = run_cfg(
-        &AlgorithmConfig::AllReduce(AllReduceConfig::default()),
+        &AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default())),
         &cluster(n, &[(slow, s)]),
         TopologyConfig::Ring {},
         &stop,
@@ -488,7 +488,7 @@ fn a_straggler_blocks_allreduce_and_leaves_adpsgd_computing() {
     assert!(ar.record.utilization()[2] > 0.6);
 
     let (ad, _) = run_cfg(
-        &AlgorithmConfig::AdPsgd(AdPsgdConfig::default()),
+        &AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default())),
         &cluster(n, &[(slow, s)]),
         TopologyConfig::Ring {},
         &stop,
@@ -504,10 +504,10 @@ fn a_straggler_blocks_allreduce_and_leaves_adpsgd_computing() {
 #[test]
 fn dpsgd_is_blocked_on_models_not_yet_sent_and_communicates_while_they_fly() {
     let n = 6;
-    let atc = AlgorithmConfig::Dpsgd(DpsgdConfig {
+    let atc = AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig {
         update: UpdateOrder::AdaptThenCombine,
         ..Default::default()
-    });
+    }));
     // A 1 ms link latency: after each 10 ms step every worker waits about 1 ms for models that
     // its equal neighbours sent at the same instant — in flight, so communicating.
     let slow_links = net(100.0, 1000.0);
@@ -564,7 +564,7 @@ fn a_ps_staleness_bound_blocks_fast_workers_on_the_slowest() {
         ..Default::default()
     };
     let (o, _) = run_cfg(
-        &AlgorithmConfig::Ps(c),
+        &AlgorithmConfig::from(AlgorithmKind::Ps(c)),
         &cluster(n, &[(slow, 3.0)]),
         TopologyConfig::Ring {},
         &stop_at(0.5),
@@ -646,7 +646,7 @@ fn overlap_sgp_records_every_mixed_messages_age() {
     };
     let mut store = quadratic_store(n, SEED);
     let (o, alg, _) = run_alg(
-        &AlgorithmConfig::OverlapSgp(c.clone()),
+        &AlgorithmConfig::from(AlgorithmKind::OverlapSgp(c.clone())),
         &cluster(n, &[(4, 3.0)]),
         TopologyConfig::OnePeerExponential {},
         &mut store,
@@ -664,9 +664,18 @@ fn overlap_sgp_records_every_mixed_messages_age() {
 fn the_timeline_tiles_its_window_for_every_worker() {
     let n = 4;
     for (cfg, window) in [
-        (AlgorithmConfig::AllReduce(AllReduceConfig::default()), None),
-        (AlgorithmConfig::Ps(PsConfig::default()), Some([0.05, 0.12])),
-        (AlgorithmConfig::Dpsgd(DpsgdConfig::default()), None),
+        (
+            AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default())),
+            None,
+        ),
+        (
+            AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig::default())),
+            Some([0.05, 0.12]),
+        ),
+        (
+            AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default())),
+            None,
+        ),
     ] {
         let metrics = MetricsConfig {
             timeline_s: window,
@@ -726,7 +735,7 @@ fn the_timeline_tiles_its_window_for_every_worker() {
 #[test]
 fn points_fall_on_the_time_grid_and_every_n_worker_steps() {
     let n = 4;
-    let cfg = AlgorithmConfig::AdPsgd(AdPsgdConfig::default());
+    let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default()));
     let both = RunConfig {
         sim_time_s: Some(0.2),
         epochs: None,
@@ -784,7 +793,7 @@ fn points_fall_on_the_time_grid_and_every_n_worker_steps() {
 fn the_dasgd_series_reports_staleness_between_models_since_the_last_point() {
     let n = 6;
     let (o, obs) = run_cfg(
-        &AlgorithmConfig::Dasgd(DasgdConfig::default()),
+        &AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
         &cluster(n, &[(0, 2.0)]),
         TopologyConfig::Ring {},
         &stop_at(0.3),

@@ -51,7 +51,7 @@ fn run_scenario(path: &PathBuf) -> Vec<(String, Outcome)> {
     let topology = Topology::build(&s.topology, n, &env).unwrap();
     let mut out = Vec::new();
     for (i, alg) in s.algorithms.iter().enumerate() {
-        alg.validate(&topology, &format!("algorithms[{i}]"))
+        alg.validate(&topology, &format!("algorithms[{i}]"), Some(256))
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         // A 256-parameter quadratic stands in for the model (the digits MLP has 2410): smaller
         // messages, the same protocol.
@@ -224,42 +224,42 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
     let n = 8;
     let cases = [
         (
-            AlgorithmConfig::AllReduce(AllReduceConfig::default()),
+            AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default())),
             "to contribute to all-reduce",
         ),
         (
-            AlgorithmConfig::LocalSgd(LocalSgdConfig {
+            AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig {
                 h: 1,
                 ..Default::default()
-            }),
+            })),
             "to contribute to all-reduce",
         ),
         (
-            AlgorithmConfig::Dpsgd(DpsgdConfig::default()),
+            AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default())),
             "waits for the model of iteration",
         ),
         (
-            AlgorithmConfig::Sgp(SgpConfig::default()),
+            AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
             "waits for the push-sum message of iteration",
         ),
         (
-            AlgorithmConfig::Ps(PsConfig {
+            AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig {
                 staleness: Some(0),
                 ..Default::default()
-            }),
+            })),
             "waits for server shard 0 to serve its pull",
         ),
         (
-            AlgorithmConfig::AdPsgd(AdPsgdConfig::default()),
+            AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default())),
             "waits for the averaging reply of worker",
         ),
         (
-            AlgorithmConfig::LapSgd(LapSgdConfig {
+            AlgorithmConfig::from(AlgorithmKind::LapSgd(LapSgdConfig {
                 processes: 1,
                 h: 1,
                 step_time_factor: Some(1.0),
                 ..Default::default()
-            }),
+            })),
             "the averaging loop of worker",
         ),
     ];
@@ -290,14 +290,14 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
             }};
         }
         let topo = world.topology.clone();
-        match &cfg {
-            AlgorithmConfig::AllReduce(c) => go!(AllReduceSgd::new(c, n)),
-            AlgorithmConfig::LocalSgd(c) => go!(LocalSgd::new(c, n)),
-            AlgorithmConfig::Dpsgd(c) => go!(Dpsgd::new(c, &topo)),
-            AlgorithmConfig::Sgp(c) => go!(Sgp::synchronous(c, topo.schedule())),
-            AlgorithmConfig::Ps(c) => go!(ParameterServer::new(c, n)),
-            AlgorithmConfig::AdPsgd(c) => go!(AdPsgd::new(c, &topo.bipartition().unwrap(), 3)),
-            AlgorithmConfig::LapSgd(c) => go!(LapSgd::new(c, n, false)),
+        match &cfg.algorithm {
+            AlgorithmKind::AllReduce(c) => go!(AllReduceSgd::new(c, n)),
+            AlgorithmKind::LocalSgd(c) => go!(LocalSgd::new(c, n)),
+            AlgorithmKind::Dpsgd(c) => go!(Dpsgd::new(c, &topo)),
+            AlgorithmKind::Sgp(c) => go!(Sgp::synchronous(c, topo.schedule())),
+            AlgorithmKind::Ps(c) => go!(ParameterServer::new(c, n)),
+            AlgorithmKind::AdPsgd(c) => go!(AdPsgd::new(c, &topo.bipartition().unwrap(), 3)),
+            AlgorithmKind::LapSgd(c) => go!(LapSgd::new(c, n, false)),
             _ => unreachable!(),
         }
         assert!(

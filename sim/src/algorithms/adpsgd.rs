@@ -42,6 +42,10 @@
 //! **Invariant**: averaging leaves the sum of all replicas unchanged — in per-step mode at every
 //! instant; in thread mode counting the replies in flight (`Σ_i x_i + Σ δ` in flight).
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::error::ConfigError;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -78,9 +82,6 @@ pub enum Averaging {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdPsgdConfig {
-    /// Name in outputs (default `adpsgd`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// `uniform` (default) or `cycle`.
     #[serde(default)]
     pub partner: Partner,
@@ -128,7 +129,6 @@ struct WorkerState {
 
 /// The state machine of AD-PSGD.
 pub struct AdPsgd {
-    label: String,
     partner: Partner,
     averaging: Averaging,
     workers: Vec<WorkerState>,
@@ -141,7 +141,6 @@ impl AdPsgd {
     /// [`crate::net::topology::Topology::bipartition`]).
     pub fn new(cfg: &AdPsgdConfig, sides: &[bool], seed: u64) -> Self {
         AdPsgd {
-            label: cfg.label.clone().unwrap_or_else(|| "adpsgd".into()),
             partner: cfg.partner,
             averaging: cfg.averaging,
             workers: sides
@@ -237,7 +236,7 @@ impl Algorithm for AdPsgd {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        "adpsgd"
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -310,5 +309,34 @@ impl Algorithm for AdPsgd {
                     .map(|j| format!("{what} {w} waits for the averaging reply of worker {j}"))
             })
             .collect()
+    }
+}
+
+impl AlgorithmSpec for AdPsgdConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        setup.require_connected("AD-PSGD")?;
+        if setup.topology.bipartition().is_none() {
+            return Err(ConfigError::new(
+                "topology.kind",
+                format!("AD-PSGD ({}) needs a bipartite topology (active/passive split), but this graph has an odd cycle", setup.path),
+            )
+            .hint("a ring with an even number of workers, a hypercube or an even torus is bipartite"));
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        let sides = world.topology.bipartition().ok_or_else(|| {
+            ConfigError::new("topology.kind", "AD-PSGD needs a bipartite topology")
+        })?;
+        let mut alg = AdPsgd::new(self, &sides, world.seed);
+        run(&mut alg, world, run_cfg, observer)
     }
 }

@@ -41,6 +41,8 @@
 //! Large Minibatch SGD: Training ImageNet in 1 Hour", 2017; bucketing as in Li et al., "PyTorch
 //! Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020.
 
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use serde::{Deserialize, Serialize};
 
 use super::ring::{Done, Ring, mark};
@@ -64,9 +66,6 @@ fn is_zero(v: &f64) -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllReduceConfig {
-    /// Name in outputs (default `allreduce`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// Number of gradient buckets, each all-reduced by its own ring (default 1).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub buckets: usize,
@@ -79,7 +78,6 @@ pub struct AllReduceConfig {
 impl Default for AllReduceConfig {
     fn default() -> Self {
         AllReduceConfig {
-            label: None,
             buckets: 1,
             backward_fraction: 0.0,
         }
@@ -88,7 +86,7 @@ impl Default for AllReduceConfig {
 
 impl AllReduceConfig {
     /// Checks the options; `path` is where the entry sits (`algorithms[0]`).
-    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, path: &str) -> Result<(), ConfigError> {
         if self.buckets == 0 {
             return Err(
                 ConfigError::new(&format!("{path}.buckets"), "buckets must be at least 1").hint(
@@ -126,7 +124,6 @@ pub enum Event {
 
 /// The state machine of all-reduce SGD.
 pub struct AllReduceSgd {
-    label: String,
     backward_fraction: f64,
     buckets: usize,
     grads: Vec<Option<GradId>>,
@@ -139,7 +136,6 @@ impl AllReduceSgd {
     /// A new instance for `n` workers.
     pub fn new(cfg: &AllReduceConfig, n: usize) -> Self {
         AllReduceSgd {
-            label: cfg.label.clone().unwrap_or_else(|| "allreduce".into()),
             backward_fraction: cfg.backward_fraction,
             buckets: cfg.buckets.max(1),
             grads: vec![None; n],
@@ -205,7 +201,7 @@ impl Algorithm for AllReduceSgd {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        "allreduce"
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -236,5 +232,27 @@ impl Algorithm for AllReduceSgd {
         (0..self.grads.len())
             .filter_map(|w| ring.waiting(w))
             .collect()
+    }
+}
+
+impl AlgorithmSpec for AllReduceConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path)
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        run(
+            &mut AllReduceSgd::new(self, world.workers()),
+            world,
+            run_cfg,
+            observer,
+        )
     }
 }

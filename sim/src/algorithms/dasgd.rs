@@ -47,6 +47,9 @@
 //! with plain SGD (no momentum, no weight decay, constant rate) every model is `x_0 − η Σ_{g ∈
 //! G_i} g`, so the models agree whenever no gradient is in flight.
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -71,9 +74,6 @@ pub enum Broadcast {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DasgdConfig {
-    /// Name in outputs (default `dasgd`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// `all` (default) or `topology`.
     #[serde(default)]
     pub broadcast: Broadcast,
@@ -81,7 +81,7 @@ pub struct DasgdConfig {
 
 impl DasgdConfig {
     /// Checks the options against the topology.
-    pub fn validate(&self, topology: &Topology, path: &str) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, topology: &Topology, path: &str) -> Result<(), ConfigError> {
         if self.broadcast == Broadcast::Topology && !topology.is_connected() {
             return Err(ConfigError::new(
                 &format!("{path}.broadcast"),
@@ -125,7 +125,6 @@ struct InFlight {
 
 /// The state machine of DASGD.
 pub struct Dasgd {
-    label: String,
     broadcast: Broadcast,
     /// `children[o][v]`: where `v` forwards the gradients of origin `o`.
     children: Vec<Vec<Vec<usize>>>,
@@ -187,7 +186,6 @@ impl Dasgd {
             Broadcast::Topology => (0..n).map(|o| bfs_children(topology, o)).collect(),
         };
         Dasgd {
-            label: cfg.label.clone().unwrap_or_else(|| "dasgd".into()),
             broadcast: cfg.broadcast,
             children,
             counts: vec![vec![0; n]; n],
@@ -280,7 +278,7 @@ impl Algorithm for Dasgd {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        "dasgd"
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -342,5 +340,23 @@ impl Algorithm for Dasgd {
             ("staleness_avg", sum as f64 / count as f64),
             ("staleness_max", max as f64),
         ]
+    }
+}
+
+impl AlgorithmSpec for DasgdConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.topology, setup.path)
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        let mut alg = Dasgd::new(self, &world.topology);
+        run(&mut alg, world, run_cfg, observer)
     }
 }

@@ -43,6 +43,9 @@
 //! `mean_j (x^k − η g_j)`), and combine-then-adapt keeps the *average* replica on all-reduce
 //! SGD's trajectory whenever gradients are linear in the parameters (e.g. a quadratic).
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -79,9 +82,6 @@ pub enum UpdateOrder {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DpsgdConfig {
-    /// Name in outputs (default `dpsgd`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// `metropolis` (default) or `uniform`.
     #[serde(default)]
     pub weights: MixingWeights,
@@ -92,7 +92,7 @@ pub struct DpsgdConfig {
 
 impl DpsgdConfig {
     /// Checks the options against the topology.
-    pub fn validate(&self, topology: &Topology, path: &str) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, topology: &Topology, path: &str) -> Result<(), ConfigError> {
         if topology.is_time_varying() {
             return Err(ConfigError::new(
                 "topology.kind",
@@ -144,7 +144,6 @@ struct WorkerState {
 
 /// The state machine of D-PSGD.
 pub struct Dpsgd {
-    label: String,
     order: UpdateOrder,
     neighbors: Vec<Vec<usize>>,
     /// `(W_ii, [(j, W_ij)])` per worker.
@@ -179,7 +178,6 @@ impl Dpsgd {
             }
         };
         Dpsgd {
-            label: cfg.label.clone().unwrap_or_else(|| "dpsgd".into()),
             order: cfg.update,
             neighbors,
             weights,
@@ -304,7 +302,7 @@ impl Algorithm for Dpsgd {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        "dpsgd"
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -356,5 +354,23 @@ impl Algorithm for Dpsgd {
             }
         }
         out
+    }
+}
+
+impl AlgorithmSpec for DpsgdConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.topology, setup.path)
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        let mut alg = Dpsgd::new(self, &world.topology);
+        run(&mut alg, world, run_cfg, observer)
     }
 }

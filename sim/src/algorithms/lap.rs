@@ -36,6 +36,9 @@
 //! the processes' optimizer steps; and the local updates a node made during the all-reduce are
 //! kept (`x_i − snap_i` survives the averaging).
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
@@ -56,9 +59,6 @@ fn default_h() -> u32 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LapSgdConfig {
-    /// Name in outputs (default: the kind, `lap-sgd` or `lpp-sgd`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// Processes per node, `P ≥ 1` (default 2).
     #[serde(default = "two")]
     pub processes: usize,
@@ -74,7 +74,6 @@ pub struct LapSgdConfig {
 impl Default for LapSgdConfig {
     fn default() -> Self {
         LapSgdConfig {
-            label: None,
             processes: two(),
             h: default_h(),
             step_time_factor: None,
@@ -84,7 +83,7 @@ impl Default for LapSgdConfig {
 
 impl LapSgdConfig {
     /// Checks the options.
-    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, path: &str) -> Result<(), ConfigError> {
         if self.processes == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.processes"),
@@ -141,7 +140,6 @@ struct Node {
 
 /// The state machine of LAP-SGD and LPP-SGD.
 pub struct LapSgd {
-    label: String,
     partitioned: bool,
     h: u64,
     factor: f64,
@@ -158,13 +156,6 @@ impl LapSgd {
     pub fn new(cfg: &LapSgdConfig, n: usize, partitioned: bool) -> Self {
         let p = cfg.processes.max(1);
         LapSgd {
-            label: cfg.label.clone().unwrap_or_else(|| {
-                if partitioned {
-                    "lpp-sgd".into()
-                } else {
-                    "lap-sgd".into()
-                }
-            }),
             partitioned,
             h: u64::from(cfg.h.max(1)),
             factor: cfg.step_time_factor.unwrap_or(p as f64),
@@ -271,7 +262,11 @@ impl Algorithm for LapSgd {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        if self.partitioned {
+            "lpp-sgd"
+        } else {
+            "lap-sgd"
+        }
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -321,5 +316,41 @@ impl Algorithm for LapSgd {
             .filter_map(|w| ring.waiting(w))
             .map(|s| format!("the averaging loop of {s}"))
             .collect()
+    }
+}
+
+impl AlgorithmSpec for LapSgdConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path)?;
+        if setup.kind == "lpp-sgd"
+            && let Some(params) = setup.params
+            && self.processes > params
+        {
+            return Err(ConfigError::new(
+                &setup.at("processes"),
+                format!(
+                    "LPP-SGD splits the model into one block per process: {} processes cannot split {params} parameters",
+                    self.processes
+                ),
+            )
+            .hint("use at most as many processes as the model has parameters"));
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let partitioned = kind == "lpp-sgd";
+        run(
+            &mut LapSgd::new(self, world.workers(), partitioned),
+            world,
+            run_cfg,
+            observer,
+        )
     }
 }

@@ -34,6 +34,9 @@
 //! then every `H` steps — so every worker's step `k` reads the same parameters whenever step
 //! `k − 1` ended with an all-reduce.
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
@@ -50,9 +53,6 @@ fn default_h() -> u32 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalSgdConfig {
-    /// Name in outputs (default: the kind, `local-sgd` or `post-local-sgd`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// Local steps between model all-reduces, `H ≥ 1` (default 4).
     #[serde(default = "default_h")]
     pub h: u32,
@@ -65,7 +65,6 @@ pub struct LocalSgdConfig {
 impl Default for LocalSgdConfig {
     fn default() -> Self {
         LocalSgdConfig {
-            label: None,
             h: default_h(),
             warmup_steps: None,
         }
@@ -74,7 +73,7 @@ impl Default for LocalSgdConfig {
 
 impl LocalSgdConfig {
     /// Checks the options; `post` for the `post-local-sgd` kind.
-    pub fn validate(&self, path: &str, post: bool) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, path: &str, post: bool) -> Result<(), ConfigError> {
         if self.h == 0 {
             return Err(
                 ConfigError::new(&format!("{path}.h"), "h must be at least 1")
@@ -124,7 +123,6 @@ struct WorkerState {
 
 /// The state machine of local SGD (and post-local SGD).
 pub struct LocalSgd {
-    label: String,
     h: u64,
     warmup: u64,
     workers: Vec<WorkerState>,
@@ -138,15 +136,7 @@ pub struct LocalSgd {
 impl LocalSgd {
     /// A new instance for `n` workers.
     pub fn new(cfg: &LocalSgdConfig, n: usize) -> Self {
-        let post = cfg.warmup_steps.is_some();
         LocalSgd {
-            label: cfg.label.clone().unwrap_or_else(|| {
-                if post {
-                    "post-local-sgd".into()
-                } else {
-                    "local-sgd".into()
-                }
-            }),
             h: u64::from(cfg.h.max(1)),
             warmup: cfg.warmup_steps.unwrap_or(0),
             workers: vec![
@@ -243,7 +233,11 @@ impl Algorithm for LocalSgd {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        if self.warmup > 0 {
+            "post-local-sgd"
+        } else {
+            "local-sgd"
+        }
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -271,5 +265,27 @@ impl Algorithm for LocalSgd {
         (0..self.workers.len())
             .filter_map(|w| ring.waiting(w))
             .collect()
+    }
+}
+
+impl AlgorithmSpec for LocalSgdConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path, setup.kind == "post-local-sgd")
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        run(
+            &mut LocalSgd::new(self, world.workers()),
+            world,
+            run_cfg,
+            observer,
+        )
     }
 }

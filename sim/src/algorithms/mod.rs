@@ -15,6 +15,16 @@
 //! | `dasgd` | [`dasgd`] | asynchronous, no averaging: every gradient applied everywhere |
 //! | `lap-sgd`, `lpp-sgd` | [`lap`] | `P` lock-free processes per node, non-blocking in-place averaging |
 //!
+//! ## The registry
+//!
+//! Every kind is listed once, in the `registry!` table below: its `kind` string, its variant of
+//! [`AlgorithmKind`] and its options type. The options type implements [`AlgorithmSpec`]: how
+//! the entry is checked against the topology and the model ([`AlgorithmSpec::validate`]), which
+//! network nodes it needs besides the workers ([`AlgorithmSpec::extra_nodes`]) and how it is
+//! built and run ([`AlgorithmSpec::run`]). What every entry has (`label`) lives once, in
+//! [`AlgorithmConfig`]. Adding an algorithm is a module, an options type with its
+//! `AlgorithmSpec`, and one line in the table (see the contributors' chapter of the book).
+//!
 //! Learning-rate schedules, momentum, Nesterov and weight decay are the shared `[optimizer]`
 //! section ([`crate::params::OptimizerConfig`], [`crate::params::lr`]), not options of an algorithm.
 
@@ -28,10 +38,10 @@ pub mod ps;
 pub mod ring;
 pub mod sgp;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::algorithm::World;
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Observer, Outcome, RunConfig};
 use crate::error::ConfigError;
 use crate::net::topology::Topology;
 use crate::params::ReplicaStore;
@@ -45,211 +55,270 @@ pub use local_sgd::{LocalSgd, LocalSgdConfig};
 pub use ps::{ParameterServer, PsConfig};
 pub use sgp::{OverlapSgpConfig, Sgp, SgpConfig};
 
-/// One entry of a scenario's `[[algorithms]]` list.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum AlgorithmConfig {
-    /// Synchronous data-parallel SGD with a ring all-reduce of gradients.
-    #[serde(rename = "allreduce")]
-    AllReduce(AllReduceConfig),
-    /// Local SGD: `H` local steps, then a model all-reduce (Stich, 2019).
-    #[serde(rename = "local-sgd")]
-    LocalSgd(LocalSgdConfig),
-    /// Post-local SGD: mini-batch SGD for a warm-up, then local SGD (Lin et al., 2020).
-    #[serde(rename = "post-local-sgd")]
-    PostLocalSgd(LocalSgdConfig),
-    /// Asynchronous SGD with a sharded parameter server (A-PSGD; Lian et al., 2015).
-    #[serde(rename = "ps")]
-    Ps(PsConfig),
-    /// Decentralized parallel SGD (Lian et al., 2017).
-    #[serde(rename = "dpsgd")]
-    Dpsgd(DpsgdConfig),
-    /// Asynchronous decentralized parallel SGD (Lian et al., 2018).
-    #[serde(rename = "adpsgd")]
-    AdPsgd(AdPsgdConfig),
-    /// Stochastic gradient push, synchronous (Assran et al., 2019).
-    #[serde(rename = "sgp")]
-    Sgp(SgpConfig),
-    /// Overlap-SGP with delay bound τ (Assran et al., 2019).
-    #[serde(rename = "overlap-sgp")]
-    OverlapSgp(OverlapSgpConfig),
-    /// Decentralized asynchronous SGD (Tosi & Theobald, 2023).
-    #[serde(rename = "dasgd")]
-    Dasgd(DasgdConfig),
-    /// Local SGD meets asynchrony: LAP-SGD (Chatterjee et al.).
-    #[serde(rename = "lap-sgd")]
-    LapSgd(LapSgdConfig),
-    /// Local SGD meets asynchrony: LPP-SGD, with partitioned updates (Chatterjee et al.).
-    #[serde(rename = "lpp-sgd")]
-    LppSgd(LapSgdConfig),
+/// What an entry's checks and its construction know besides its own options.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup<'a> {
+    /// The entry's kind (`local-sgd` and `post-local-sgd` share their options type, as do
+    /// `lap-sgd` and `lpp-sgd`).
+    pub kind: &'static str,
+    /// Where the entry sits in the scenario, e.g. `algorithms[1]`: the prefix of the field
+    /// paths its errors name.
+    pub path: &'a str,
+    /// The communication graph.
+    pub topology: &'a Topology,
+    /// Parameters per replica; `None` when the check runs before the model is known.
+    pub params: Option<usize>,
 }
 
-fn connected(topology: &Topology, what: &str, path: &str) -> Result<(), ConfigError> {
-    if topology.is_connected() {
-        return Ok(());
+impl Setup<'_> {
+    /// The field path of `key` of this entry (`algorithms[1].servers`).
+    pub fn at(&self, key: &str) -> String {
+        format!("{}.{key}", self.path)
     }
-    Err(ConfigError::new(
-        "topology.kind",
-        format!(
-            "{what} ({path}) needs a connected topology; this one has components {}",
-            topology.describe_components()
-        ),
-    ))
+
+    /// An error unless the topology is connected; `what` names the algorithm.
+    pub fn require_connected(&self, what: &str) -> Result<(), ConfigError> {
+        if self.topology.is_connected() {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            "topology.kind",
+            format!(
+                "{what} ({}) needs a connected topology; this one has components {}",
+                self.path,
+                self.topology.describe_components()
+            ),
+        ))
+    }
+}
+
+/// One algorithm's entry in the registry: how its `[[algorithms]]` options are checked, what
+/// network it needs and how it runs. Implemented by each options type.
+pub trait AlgorithmSpec {
+    /// Checks the options and the algorithm's needs against the topology and, when
+    /// [`Setup::params`] is known, the model. `dasim validate` and `dasim run` call it for every
+    /// entry before the first algorithm starts.
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError>;
+
+    /// Network nodes the algorithm needs besides the workers, numbered
+    /// `workers..workers + extra_nodes()` (a parameter server's shards); 0 by default.
+    fn extra_nodes(&self) -> usize {
+        0
+    }
+
+    /// Builds the algorithm on `world` (whose topology [`AlgorithmSpec::validate`] accepted, and
+    /// whose network has `workers + extra_nodes()` nodes) and runs it until a stop rule of
+    /// `run_cfg` fires.
+    ///
+    /// `kind` is the entry's kind, for options types shared by two kinds.
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome>;
+}
+
+/// The registry: one line per kind. Generates [`AlgorithmKind`] (the serde schema of an entry's
+/// options, tagged by `kind`) and the one dispatch from a kind to its [`AlgorithmSpec`].
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $kind:literal => $variant:ident($options:ty), )*) => {
+        /// An `[[algorithms]]` entry's kind and options (everything but the common fields of
+        /// [`AlgorithmConfig`]).
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind", deny_unknown_fields)]
+        pub enum AlgorithmKind {
+            $( $(#[$doc])* #[serde(rename = $kind)] $variant($options), )*
+        }
+
+        impl AlgorithmKind {
+            /// Every kind, in registry order.
+            pub const KINDS: &[&str] = &[$( $kind ),*];
+
+            /// The `kind` string.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( AlgorithmKind::$variant(_) => $kind, )*
+                }
+            }
+
+            /// The options, as their [`AlgorithmSpec`].
+            pub fn spec(&self) -> &dyn AlgorithmSpec {
+                match self {
+                    $( AlgorithmKind::$variant(options) => options, )*
+                }
+            }
+
+            /// Serializes as one table: `kind`, then `label` (when set), then the options.
+            fn serialize_labeled<S: Serializer>(
+                &self,
+                label: &Option<String>,
+                s: S,
+            ) -> Result<S::Ok, S::Error> {
+                match self {
+                    $( AlgorithmKind::$variant(options) => Labeled { kind: $kind, label, options }.serialize(s), )*
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    /// Synchronous data-parallel SGD with a ring all-reduce of gradients.
+    "allreduce" => AllReduce(AllReduceConfig),
+    /// Local SGD: `H` local steps, then a model all-reduce (Stich, 2019).
+    "local-sgd" => LocalSgd(LocalSgdConfig),
+    /// Post-local SGD: mini-batch SGD for a warm-up, then local SGD (Lin et al., 2020).
+    "post-local-sgd" => PostLocalSgd(LocalSgdConfig),
+    /// Asynchronous SGD with a sharded parameter server (A-PSGD; Lian et al., 2015).
+    "ps" => Ps(PsConfig),
+    /// Decentralized parallel SGD (Lian et al., 2017).
+    "dpsgd" => Dpsgd(DpsgdConfig),
+    /// Asynchronous decentralized parallel SGD (Lian et al., 2018).
+    "adpsgd" => AdPsgd(AdPsgdConfig),
+    /// Stochastic gradient push, synchronous (Assran et al., 2019).
+    "sgp" => Sgp(SgpConfig),
+    /// Overlap-SGP with delay bound τ (Assran et al., 2019).
+    "overlap-sgp" => OverlapSgp(OverlapSgpConfig),
+    /// Decentralized asynchronous SGD (Tosi & Theobald, 2023).
+    "dasgd" => Dasgd(DasgdConfig),
+    /// Local SGD meets asynchrony: LAP-SGD (Chatterjee et al.).
+    "lap-sgd" => LapSgd(LapSgdConfig),
+    /// Local SGD meets asynchrony: LPP-SGD, with partitioned updates (Chatterjee et al.).
+    "lpp-sgd" => LppSgd(LapSgdConfig),
+}
+
+/// The serialized form of an entry.
+#[derive(Serialize)]
+struct Labeled<'a, T> {
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: &'a Option<String>,
+    #[serde(flatten)]
+    options: &'a T,
+}
+
+/// One entry of a scenario's `[[algorithms]]` list: what every entry has, and its kind and
+/// options.
+///
+/// ```toml
+/// [[algorithms]]
+/// kind = "overlap-sgp"
+/// label = "osgp-tau-2"     # name in outputs (default: the kind)
+/// tau = 2
+/// ```
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct AlgorithmConfig {
+    /// Name in outputs (default: the kind). Two entries of a scenario need different labels.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// The kind and its options.
+    #[serde(flatten)]
+    pub algorithm: AlgorithmKind,
+}
+
+impl Serialize for AlgorithmConfig {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.algorithm.serialize_labeled(&self.label, s)
+    }
+}
+
+impl<T: Into<AlgorithmKind>> From<T> for AlgorithmConfig {
+    fn from(algorithm: T) -> Self {
+        AlgorithmConfig {
+            label: None,
+            algorithm: algorithm.into(),
+        }
+    }
 }
 
 impl AlgorithmConfig {
-    /// The short name used in outputs.
+    /// The same entry with `label`.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The short name of the kind (`allreduce`, `adpsgd`, …).
     pub fn kind(&self) -> &'static str {
-        match self {
-            AlgorithmConfig::AllReduce(_) => "allreduce",
-            AlgorithmConfig::LocalSgd(_) => "local-sgd",
-            AlgorithmConfig::PostLocalSgd(_) => "post-local-sgd",
-            AlgorithmConfig::Ps(_) => "ps",
-            AlgorithmConfig::Dpsgd(_) => "dpsgd",
-            AlgorithmConfig::AdPsgd(_) => "adpsgd",
-            AlgorithmConfig::Sgp(_) => "sgp",
-            AlgorithmConfig::OverlapSgp(_) => "overlap-sgp",
-            AlgorithmConfig::Dasgd(_) => "dasgd",
-            AlgorithmConfig::LapSgd(_) => "lap-sgd",
-            AlgorithmConfig::LppSgd(_) => "lpp-sgd",
-        }
+        self.algorithm.kind()
     }
 
     /// The label used in outputs: the `label` field if set, else the kind.
     pub fn label(&self) -> String {
-        let label = match self {
-            AlgorithmConfig::AllReduce(c) => &c.label,
-            AlgorithmConfig::LocalSgd(c) | AlgorithmConfig::PostLocalSgd(c) => &c.label,
-            AlgorithmConfig::Ps(c) => &c.label,
-            AlgorithmConfig::Dpsgd(c) => &c.label,
-            AlgorithmConfig::AdPsgd(c) => &c.label,
-            AlgorithmConfig::Sgp(c) => &c.label,
-            AlgorithmConfig::OverlapSgp(c) => &c.label,
-            AlgorithmConfig::Dasgd(c) => &c.label,
-            AlgorithmConfig::LapSgd(c) | AlgorithmConfig::LppSgd(c) => &c.label,
-        };
-        label.clone().unwrap_or_else(|| self.kind().to_string())
+        self.label
+            .clone()
+            .unwrap_or_else(|| self.kind().to_string())
     }
 
-    /// Network nodes the algorithm needs besides the workers: a parameter server's shards
-    /// (numbered `workers..workers + extra_nodes()`); 0 for every other algorithm. The network
-    /// of a run of this algorithm must have `workers + extra_nodes()` nodes.
+    /// Network nodes the algorithm needs besides the workers ([`AlgorithmSpec::extra_nodes`]).
+    /// The network of a run of this algorithm must have `workers + extra_nodes()` nodes.
     pub fn extra_nodes(&self) -> usize {
-        match self {
-            AlgorithmConfig::Ps(c) => c.servers,
-            _ => 0,
-        }
+        self.algorithm.spec().extra_nodes()
     }
 
-    /// Checks the algorithm's options and its needs against the topology; `path` is where it
-    /// sits, e.g. `algorithms[1]`.
-    pub fn validate(&self, topology: &Topology, path: &str) -> Result<(), ConfigError> {
-        match self {
-            AlgorithmConfig::AllReduce(c) => c.validate(path),
-            AlgorithmConfig::LocalSgd(c) => c.validate(path, false),
-            AlgorithmConfig::PostLocalSgd(c) => c.validate(path, true),
-            AlgorithmConfig::Ps(c) => c.validate(path),
-            AlgorithmConfig::Dpsgd(c) => c.validate(topology, path),
-            AlgorithmConfig::AdPsgd(_) => {
-                connected(topology, "AD-PSGD", path)?;
-                if topology.bipartition().is_none() {
-                    return Err(ConfigError::new(
-                        "topology.kind",
-                        format!("AD-PSGD ({path}) needs a bipartite topology (active/passive split), but this graph has an odd cycle"),
-                    )
-                    .hint("a ring with an even number of workers, a hypercube or an even torus is bipartite"));
-                }
-                Ok(())
-            }
-            AlgorithmConfig::Sgp(_) => Ok(()),
-            AlgorithmConfig::OverlapSgp(_) => Ok(()),
-            AlgorithmConfig::Dasgd(c) => c.validate(topology, path),
-            AlgorithmConfig::LapSgd(c) | AlgorithmConfig::LppSgd(c) => c.validate(path),
+    /// Checks the entry against the topology and, when `params` is known, the model; `path` is
+    /// where it sits, e.g. `algorithms[1]`.
+    pub fn validate(
+        &self,
+        topology: &Topology,
+        path: &str,
+        params: Option<usize>,
+    ) -> Result<(), ConfigError> {
+        if self.label.as_deref().is_some_and(|l| l.trim().is_empty()) {
+            return Err(
+                ConfigError::new(&format!("{path}.label"), "a label cannot be empty").hint(
+                    "leave label out to use the kind, or give a name such as \"adpsgd-ring\"",
+                ),
+            );
         }
+        self.algorithm.spec().validate(&Setup {
+            kind: self.kind(),
+            path,
+            topology,
+            params,
+        })
     }
 }
 
-/// Runs the algorithm `cfg` describes on `world` (whose topology the config was validated
-/// against, and whose network has `workers + cfg.extra_nodes()` nodes) until a stop rule of
-/// `run_cfg` fires.
+macro_rules! into_kind {
+    ($( $options:ty => $variant:ident ),*) => {
+        $( impl From<$options> for AlgorithmKind {
+            fn from(options: $options) -> Self {
+                AlgorithmKind::$variant(options)
+            }
+        } )*
+    };
+}
+
+// The options types that belong to one kind only; `LocalSgdConfig` and `LapSgdConfig` name their
+// variant (`AlgorithmKind::PostLocalSgd(..)`, `AlgorithmKind::LppSgd(..)`).
+into_kind!(
+    AllReduceConfig => AllReduce,
+    PsConfig => Ps,
+    DpsgdConfig => Dpsgd,
+    AdPsgdConfig => AdPsgd,
+    SgpConfig => Sgp,
+    OverlapSgpConfig => OverlapSgp,
+    DasgdConfig => Dasgd
+);
+
+/// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The
+/// entry is checked against the world's topology and model first (errors name `algorithms`;
+/// a scenario checks every entry, with its index, before the first one runs).
 pub fn run_algorithm(
     cfg: &AlgorithmConfig,
     world: &mut World<'_>,
     run_cfg: &RunConfig,
     observer: &mut dyn Observer,
 ) -> crate::Result<Outcome> {
-    let n = world.workers();
-    match cfg {
-        AlgorithmConfig::AllReduce(c) => {
-            run(&mut AllReduceSgd::new(c, n), world, run_cfg, observer)
-        }
-        AlgorithmConfig::LocalSgd(c) | AlgorithmConfig::PostLocalSgd(c) => {
-            run(&mut LocalSgd::new(c, n), world, run_cfg, observer)
-        }
-        AlgorithmConfig::Ps(c) => {
-            let need = n + c.servers;
-            if world.net.nodes() < need {
-                return Err(ConfigError::new(
-                    "algorithms.servers",
-                    format!(
-                        "the parameter server needs {need} network nodes ({n} workers and {} shards), but the network has {}",
-                        c.servers,
-                        world.net.nodes()
-                    ),
-                )
-                .hint("build the network with workers + AlgorithmConfig::extra_nodes() nodes")
-                .into());
-            }
-            if c.servers > world.store.num_params() {
-                return Err(ConfigError::new(
-                    "algorithms.servers",
-                    format!(
-                        "{} server shards cannot split a model of {} parameters",
-                        c.servers,
-                        world.store.num_params()
-                    ),
-                )
-                .into());
-            }
-            run(&mut ParameterServer::new(c, n), world, run_cfg, observer)
-        }
-        AlgorithmConfig::Dpsgd(c) => {
-            let mut alg = Dpsgd::new(c, &world.topology);
-            run(&mut alg, world, run_cfg, observer)
-        }
-        AlgorithmConfig::AdPsgd(c) => {
-            let sides = world.topology.bipartition().ok_or_else(|| {
-                ConfigError::new("topology.kind", "AD-PSGD needs a bipartite topology")
-            })?;
-            let mut alg = AdPsgd::new(c, &sides, world.seed);
-            run(&mut alg, world, run_cfg, observer)
-        }
-        AlgorithmConfig::Sgp(c) => {
-            let mut alg = Sgp::synchronous(c, world.topology.schedule());
-            run(&mut alg, world, run_cfg, observer)
-        }
-        AlgorithmConfig::OverlapSgp(c) => {
-            let mut alg = Sgp::overlap(c, world.topology.schedule());
-            run(&mut alg, world, run_cfg, observer)
-        }
-        AlgorithmConfig::Dasgd(c) => {
-            let mut alg = Dasgd::new(c, &world.topology);
-            run(&mut alg, world, run_cfg, observer)
-        }
-        AlgorithmConfig::LapSgd(c) => run(&mut LapSgd::new(c, n, false), world, run_cfg, observer),
-        AlgorithmConfig::LppSgd(c) => {
-            if c.processes > world.store.num_params() {
-                return Err(ConfigError::new(
-                    "algorithms.processes",
-                    format!(
-                        "LPP-SGD splits the model into one block per process: {} processes cannot split {} parameters",
-                        c.processes,
-                        world.store.num_params()
-                    ),
-                )
-                .into());
-            }
-            run(&mut LapSgd::new(c, n, true), world, run_cfg, observer)
-        }
-    }
+    let spec = cfg.algorithm.spec();
+    spec.validate(&Setup {
+        kind: cfg.kind(),
+        path: "algorithms",
+        topology: &world.topology,
+        params: Some(world.store.num_params()),
+    })?;
+    spec.run(cfg.kind(), world, run_cfg, observer)
 }

@@ -46,6 +46,9 @@
 //! blocked, and the wait is attributed to the worker whose gradient, applied at that shard,
 //! released the last held pull.
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -64,9 +67,6 @@ fn one() -> usize {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PsConfig {
-    /// Name in outputs (default `ps`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// Number of server shards, each a network node of its own (default 1).
     #[serde(default = "one")]
     pub servers: usize,
@@ -79,7 +79,6 @@ pub struct PsConfig {
 impl Default for PsConfig {
     fn default() -> Self {
         PsConfig {
-            label: None,
             servers: 1,
             staleness: None,
         }
@@ -88,7 +87,7 @@ impl Default for PsConfig {
 
 impl PsConfig {
     /// Checks the options.
-    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, path: &str) -> Result<(), ConfigError> {
         if self.servers == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.servers"),
@@ -158,7 +157,6 @@ struct Shard {
 
 /// The state machine of the parameter server.
 pub struct ParameterServer {
-    label: String,
     servers: usize,
     bound: Option<u64>,
     workers: Vec<WorkerState>,
@@ -173,7 +171,6 @@ impl ParameterServer {
     /// A new instance for `n` workers; the shards are network nodes `n..n + servers`.
     pub fn new(cfg: &PsConfig, n: usize) -> Self {
         ParameterServer {
-            label: cfg.label.clone().unwrap_or_else(|| "ps".into()),
             servers: cfg.servers.max(1),
             bound: cfg.staleness,
             workers: vec![WorkerState::default(); n],
@@ -253,7 +250,7 @@ impl Algorithm for ParameterServer {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        "ps"
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -391,5 +388,53 @@ impl Algorithm for ParameterServer {
 
     fn staleness(&self) -> Option<StalenessStats> {
         Some(self.stats)
+    }
+}
+
+impl AlgorithmSpec for PsConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path)?;
+        if let Some(params) = setup.params
+            && self.servers > params
+        {
+            return Err(ConfigError::new(
+                &setup.at("servers"),
+                format!(
+                    "{} server shards cannot split a model of {params} parameters",
+                    self.servers
+                ),
+            )
+            .hint("every shard holds at least one parameter: use at most as many shards as parameters"));
+        }
+        Ok(())
+    }
+
+    fn extra_nodes(&self) -> usize {
+        self.servers
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        let n = world.workers();
+        let need = n + self.servers;
+        if world.net.nodes() < need {
+            return Err(ConfigError::new(
+                "algorithms.servers",
+                format!(
+                    "the parameter server needs {need} network nodes ({n} workers and {} shards), but the network has {}",
+                    self.servers,
+                    world.net.nodes()
+                ),
+            )
+            .hint("build the network with workers + AlgorithmConfig::extra_nodes() nodes")
+            .into());
+        }
+        run(&mut ParameterServer::new(self, n), world, run_cfg, observer)
     }
 }

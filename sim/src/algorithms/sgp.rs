@@ -47,6 +47,10 @@
 //! in-peer and one out-peer per iteration (the one-peer exponential graph), synchronous SGP keeps
 //! every `w_i = 1` exactly.
 
+use crate::algorithm::World;
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::error::ConfigError;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -59,11 +63,7 @@ use crate::record::Activity;
 /// Options of synchronous SGP.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SgpConfig {
-    /// Name in outputs (default `sgp`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
+pub struct SgpConfig {}
 
 fn default_tau() -> u64 {
     1
@@ -73,9 +73,6 @@ fn default_tau() -> u64 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverlapSgpConfig {
-    /// Name in outputs (default `overlap-sgp`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
     /// The delay bound τ in iterations (default 1; 0 is synchronous SGP).
     #[serde(default = "default_tau")]
     pub tau: u64,
@@ -83,10 +80,7 @@ pub struct OverlapSgpConfig {
 
 impl Default for OverlapSgpConfig {
     fn default() -> Self {
-        OverlapSgpConfig {
-            label: None,
-            tau: default_tau(),
-        }
+        OverlapSgpConfig { tau: default_tau() }
     }
 }
 
@@ -129,7 +123,7 @@ struct Node {
 
 /// The state machine of SGP and Overlap-SGP.
 pub struct Sgp {
-    label: String,
+    kind: &'static str,
     tau: u64,
     schedule: PeerSchedule,
     nodes: Vec<Node>,
@@ -141,27 +135,19 @@ pub struct Sgp {
 
 impl Sgp {
     /// Synchronous SGP on `schedule`.
-    pub fn synchronous(cfg: &SgpConfig, schedule: &PeerSchedule) -> Self {
-        Sgp::with_tau(
-            cfg.label.clone().unwrap_or_else(|| "sgp".into()),
-            0,
-            schedule,
-        )
+    pub fn synchronous(_cfg: &SgpConfig, schedule: &PeerSchedule) -> Self {
+        Sgp::with_tau("sgp", 0, schedule)
     }
 
     /// Overlap-SGP on `schedule`.
     pub fn overlap(cfg: &OverlapSgpConfig, schedule: &PeerSchedule) -> Self {
-        Sgp::with_tau(
-            cfg.label.clone().unwrap_or_else(|| "overlap-sgp".into()),
-            cfg.tau,
-            schedule,
-        )
+        Sgp::with_tau("overlap-sgp", cfg.tau, schedule)
     }
 
-    fn with_tau(label: String, tau: u64, schedule: &PeerSchedule) -> Self {
+    fn with_tau(kind: &'static str, tau: u64, schedule: &PeerSchedule) -> Self {
         let n = schedule.len();
         Sgp {
-            label,
+            kind,
             tau,
             schedule: schedule.clone(),
             nodes: vec![
@@ -337,7 +323,7 @@ impl Algorithm for Sgp {
     type Event = Event;
 
     fn name(&self) -> &str {
-        &self.label
+        self.kind
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
@@ -428,5 +414,58 @@ impl Algorithm for Sgp {
                 .map(|(i, node)| (i, 1.0 / (n * node.w)))
                 .collect(),
         )
+    }
+}
+
+/// SGP and Overlap-SGP mix along the peer schedule: push-sum reaches the average only if every
+/// node reaches every other over a window of the schedule.
+fn require_strongly_connected(setup: &Setup<'_>, what: &str) -> Result<(), ConfigError> {
+    if setup.topology.schedule().is_strongly_connected() {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        "topology.kind",
+        format!(
+            "{what} ({}) needs a peer schedule in which every worker reaches every other; this one has components {}",
+            setup.path,
+            setup.topology.describe_components()
+        ),
+    )
+    .hint("use a connected topology, e.g. kind = \"one-peer-exponential\" or a ring"))
+}
+
+impl AlgorithmSpec for SgpConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        require_strongly_connected(setup, "SGP")
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        let mut alg = Sgp::synchronous(self, world.topology.schedule());
+        run(&mut alg, world, run_cfg, observer)
+    }
+}
+
+impl AlgorithmSpec for OverlapSgpConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        require_strongly_connected(setup, "Overlap-SGP")
+    }
+
+    fn run(
+        &self,
+        kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+    ) -> crate::Result<Outcome> {
+        let _ = kind;
+        let mut alg = Sgp::overlap(self, world.topology.schedule());
+        run(&mut alg, world, run_cfg, observer)
     }
 }
