@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use dasim::runner::{build_system, load_problem, partition};
+use dasim::runner::{load_problem, preflight};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
 
@@ -137,10 +137,7 @@ fn execute(command: Command) -> dasim::Result<()> {
         Command::Validate { scenario } => {
             let loaded = Loaded::from_file(&scenario)?;
             let problem = load_problem(&loaded)?;
-            partition(&loaded, &problem)?;
-            for alg in &loaded.scenario.algorithms {
-                build_system(&loaded, &problem, alg)?;
-            }
+            preflight(&loaded, &problem)?;
             let s = &loaded.scenario;
             println!(
                 "{}: ok — {} workers, {} algorithm(s), model with {} parameters, {} training / {} test samples",

@@ -167,6 +167,20 @@ pub fn partition(loaded: &Loaded, problem: &Problem) -> Result<Vec<Vec<usize>>> 
         .map_err(|e| located(loaded, e, "data.partition"))
 }
 
+/// Every check that can be made before a run, made before the first algorithm starts (and by
+/// `dasim validate`): each entry against the model (an LPP-SGD process or a parameter-server
+/// shard needs at least one parameter), the partition of the data, and each algorithm's cluster,
+/// network and topology (trace files, step times from FLOPs). Errors name the file, line and
+/// column and the entry's index.
+pub fn preflight(loaded: &Loaded, problem: &Problem) -> Result<()> {
+    loaded.check_against_model(problem.model.num_params())?;
+    partition(loaded, problem)?;
+    for alg in &loaded.scenario.algorithms {
+        build_system(loaded, problem, alg)?;
+    }
+    Ok(())
+}
+
 /// Builds the cluster, network and topology of a scenario for `problem`'s model (whose FLOPs
 /// give step times derived from a device speed) and algorithm `alg` (whose extra nodes, such as
 /// parameter-server shards, get NICs after the workers'). Fresh for every algorithm, from the
@@ -268,6 +282,7 @@ pub fn check_memory(estimate: &MemoryEstimate, limit: Option<u64>) -> Result<()>
 pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
     let s = &loaded.scenario;
     let problem = load_problem(loaded)?;
+    preflight(loaded, &problem)?;
     let backend = &opts.backend;
     let estimate = memory_estimate(loaded, &problem, opts.execution);
     check_memory(&estimate, opts.memory_limit)?;
