@@ -964,33 +964,21 @@ fn the_problem_uses_the_configured_partition() {
     assert_ne!(shards, data::partition_iid(pb.split.train.len(), 8, 42));
 }
 
+/// `partition.csv` (written by `dasim-reports`) lists each shard's size and class counts.
 #[test]
-fn partition_csv_lists_samples_and_class_counts() {
+fn class_counts_add_up_to_each_shard() {
     let train = digits_train();
     let shards = data::partition(&PartitionConfig::Dirichlet { alpha: 0.5 }, &train, 4, 1).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("partition.csv");
-    data::write_partition_csv(&path, &shards, &train).unwrap();
-    let text = std::fs::read_to_string(&path).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next().unwrap(),
-        "worker,samples,class_0,class_1,class_2,class_3,class_4,class_5,class_6,class_7,class_8,class_9"
-    );
-    let rows: Vec<Vec<usize>> = lines
-        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
-        .collect();
-    assert_eq!(rows.len(), 4);
-    for (w, row) in rows.iter().enumerate() {
-        assert_eq!(row[0], w);
-        assert_eq!(row[1], shards[w].len());
-        assert_eq!(row[2..].iter().sum::<usize>(), row[1]);
+    let counts = data::class_counts(&shards, &train);
+    assert_eq!(counts.len(), 4);
+    for (shard, c) in shards.iter().zip(&counts) {
+        assert_eq!(c.len(), 10);
+        assert_eq!(c.iter().sum::<usize>(), shard.len());
     }
-    assert_eq!(rows.iter().map(|r| r[1]).sum::<usize>(), train.len());
-
+    assert_eq!(shards.iter().map(Vec::len).sum::<usize>(), train.len());
     let (reg, _) = synthetic::linear_regression(10, 2, 0.1, 1);
-    let text = data::partition_csv(&data::partition_iid(10, 3, 1), &reg);
-    assert_eq!(text, "worker,samples\n0,4\n1,3\n2,3\n");
+    let counts = data::class_counts(&data::partition_iid(10, 3, 1), &reg);
+    assert!(counts.iter().all(Vec::is_empty), "{counts:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

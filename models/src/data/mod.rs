@@ -25,7 +25,7 @@
 //!   deviation in `f64`; a standard deviation below `1e-6` (variance below `1e-12`) is replaced
 //!   by 1 (the feature is only centred).
 //! - **Partition** ([`partition()`]): IID, Dirichlet(α) label skew, k shards per worker, unequal
-//!   sizes; written as `partition.csv` by [`write_partition_csv`].
+//!   sizes; written as `partition.csv` by `dasim-reports`.
 //! - **Sampling** ([`Sampler`]): each worker draws minibatches from its shard with its own
 //!   stream; the shard is reshuffled at the start of every local epoch, and a minibatch that
 //!   runs past the end continues into the next epoch's order.
@@ -51,7 +51,7 @@ pub use config::{
     DEFAULT_REGRESSION_NOISE, DEFAULT_SYNTHETIC_DIM, DEFAULT_SYNTHETIC_SAMPLES,
     DEFAULT_TEST_FRACTION, DataConfig, DatasetKind, Normalize, PartitionConfig, SyntheticConfig,
 };
-pub use partition::{class_counts, partition, partition_csv, partition_iid, write_partition_csv};
+pub use partition::{class_counts, partition, partition_iid};
 pub use sampler::{AUGMENT_STREAM_OFFSET, Augment, Sampler};
 
 /// The shape of one image sample, stored channel-major (CHW): the value of channel `c`, row `y`,

@@ -23,8 +23,6 @@
 //!   largest remainder (ties to the lower worker), then the iid shuffle is cut into contiguous
 //!   shards of those sizes. With equal weights this is exactly the iid partition.
 
-use std::fmt::Write as _;
-use std::path::Path;
 
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -303,34 +301,6 @@ pub fn class_counts(shards: &[Vec<usize>], train: &Dataset) -> Vec<Vec<usize>> {
             counts
         })
         .collect()
-}
-
-/// The text of `partition.csv`: a header `worker,samples,class_0,…,class_{C−1}` (just
-/// `worker,samples` for real targets), then one row per worker.
-pub fn partition_csv(shards: &[Vec<usize>], train: &Dataset) -> String {
-    let classes = train.classes().unwrap_or(0);
-    let mut out = String::from("worker,samples");
-    for c in 0..classes {
-        let _ = write!(out, ",class_{c}");
-    }
-    out.push('\n');
-    for (w, (shard, counts)) in shards.iter().zip(class_counts(shards, train)).enumerate() {
-        let _ = write!(out, "{w},{}", shard.len());
-        for c in counts {
-            let _ = write!(out, ",{c}");
-        }
-        out.push('\n');
-    }
-    out
-}
-
-/// Writes [`partition_csv`] to `path`.
-pub fn write_partition_csv(
-    path: &Path,
-    shards: &[Vec<usize>],
-    train: &Dataset,
-) -> std::io::Result<()> {
-    std::fs::write(path, partition_csv(shards, train))
 }
 
 #[cfg(test)]

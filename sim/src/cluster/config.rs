@@ -128,7 +128,7 @@ fn speed(
 impl ClusterConfig {
     /// Checks every value; errors carry the field's path from the scenario's root
     /// (`cluster.stragglers[2].end_s`). Trace files and the FLOP count are checked by
-    /// [`Cluster::new`], which knows where to find them.
+    /// [`Cluster::new`](super::Cluster::new), which knows where to find them.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let n = self.workers;
         if n < 2 {

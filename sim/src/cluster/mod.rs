@@ -14,7 +14,7 @@
 //! `[cluster]` sets the default for every worker (`step_time_ms`, or `device_tflops`; neither:
 //! 10 ms), and `[[cluster.groups]]` entries override it for sets of workers, so heterogeneous
 //! hardware can be described; when groups overlap, the last one listed wins. `flops_per_sample`
-//! comes from the model ([`BuildEnv::flops_per_sample`]) unless `cluster.flops_per_sample` is set
+//! comes from the model ([`BuildEnv::flops_per_sample`](crate::env::BuildEnv::flops_per_sample)) unless `cluster.flops_per_sample` is set
 //! (to simulate the timing of a model other than the one trained). `device_tflops` is the speed
 //! the device sustains on this model, not its datasheet peak.
 //!

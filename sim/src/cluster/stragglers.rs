@@ -23,7 +23,7 @@
 //! ## Determinism
 //!
 //! Every random model of entry `m` draws, for worker `i`, from sub-stream `1 + m` of worker `i`'s
-//! compute stream ([`StreamKind::Compute`], id `i`), exactly once per step (step-clocked) or once
+//! compute stream ([`StreamKind::Compute`](crate::engine::rng::StreamKind::Compute), id `i`), exactly once per step (step-clocked) or once
 //! per sojourn (time-clocked), and from nothing else. So the `k`-th step of worker `i` takes a
 //! duration that depends only on the seed, `i`, `k` and, for `window` entries and time-clocked
 //! `markov` entries, on the simulated time `t` at which the step starts. Two algorithms run on
