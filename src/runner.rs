@@ -73,7 +73,7 @@ fn int_stats(h: &Histogram) -> Option<IntStats> {
     })
 }
 
-struct Recorder<'a> {
+struct OutputObserver<'a> {
     label: &'a str,
     out: &'a mut RunWriter,
     points: Vec<EvalPoint>,
@@ -81,7 +81,7 @@ struct Recorder<'a> {
     started: Instant,
 }
 
-impl Observer for Recorder<'_> {
+impl Observer for OutputObserver<'_> {
     fn on_eval(&mut self, p: &EvalPoint) -> std::result::Result<(), String> {
         self.points.push(p.clone());
         let mut write = || {
@@ -363,7 +363,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
         );
         world.set_metrics(&s.metrics);
         let started = Instant::now();
-        let mut recorder = Recorder {
+        let mut recorder = OutputObserver {
             label: &label,
             out: &mut out,
             points: Vec::new(),

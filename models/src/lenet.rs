@@ -124,7 +124,7 @@ impl Conv {
 
     /// `[B, R·cin, H, W]` → `[B, R·cout, H', W']`: one grouped convolution, replica `r` (group
     /// `r`) with the filters of row `r`.
-    pub fn forward(&self, params: &Rows, x: Tensor<4>) -> Tensor<4> {
+    pub fn forward(&self, params: &ParamRows, x: Tensor<4>) -> Tensor<4> {
         let r = params.replicas();
         let w = params.get(self.weight, self.weight_len()).reshape([
             r * self.cout,
@@ -174,7 +174,7 @@ impl Linear {
     }
 
     /// `[R, B, fan_in]` → `[R, B, fan_out]`, a batched matrix product.
-    pub fn forward(&self, params: &Rows, x: Tensor<3>) -> Tensor<3> {
+    pub fn forward(&self, params: &ParamRows, x: Tensor<3>) -> Tensor<3> {
         let r = params.replicas();
         let [w, b] = self.blocks();
         let w = params
@@ -196,14 +196,14 @@ impl Linear {
 
 /// The parameters a forward pass reads: the stacked rows `[R, P]`, or the same rows already cut
 /// into the model's blocks, each `[R, len]` with the offset where it starts in a row.
-pub(crate) enum Rows {
+pub(crate) enum ParamRows {
     /// All rows, `[R, P]`: blocks are slices of it.
     Whole(Box<Tensor<2>>),
     /// The blocks, sorted by offset.
     Blocks(Vec<(usize, Tensor<2>)>),
 }
 
-impl Rows {
+impl ParamRows {
     /// `blocks[i]` holding the columns `ranges[i]` of every row.
     ///
     /// # Panics
@@ -223,14 +223,14 @@ impl Rows {
                 (range.start, t)
             })
             .collect();
-        Rows::Blocks(blocks)
+        ParamRows::Blocks(blocks)
     }
 
     /// Number of replicas `R`.
     pub fn replicas(&self) -> usize {
         match self {
-            Rows::Whole(p) => p.dims()[0],
-            Rows::Blocks(b) => b[0].1.dims()[0],
+            ParamRows::Whole(p) => p.dims()[0],
+            ParamRows::Blocks(b) => b[0].1.dims()[0],
         }
     }
 
@@ -238,8 +238,8 @@ impl Rows {
     /// exactly one block.
     pub fn get(&self, offset: usize, len: usize) -> Tensor<2> {
         match self {
-            Rows::Whole(p) => p.clone().slice_dim(1, offset..offset + len),
-            Rows::Blocks(b) => {
+            ParamRows::Whole(p) => p.clone().slice_dim(1, offset..offset + len),
+            ParamRows::Blocks(b) => {
                 let i = b
                     .binary_search_by_key(&offset, |(o, _)| *o)
                     .unwrap_or_else(|_| panic!("no parameter block starts at {offset}"));
@@ -444,7 +444,7 @@ impl LeNet {
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
         let _ = train;
-        (self.logits(&Rows::Whole(Box::new(params)), x), None)
+        (self.logits(&ParamRows::Whole(Box::new(params)), x), None)
     }
 
     /// The contiguous blocks of a row that the forward pass reads separately (each layer's
@@ -469,11 +469,11 @@ impl LeNet {
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
         let _ = train;
-        let rows = Rows::from_blocks(self.blocks(), blocks);
+        let rows = ParamRows::from_blocks(self.blocks(), blocks);
         (self.logits(&rows, x), None)
     }
 
-    fn logits(&self, params: &Rows, x: Tensor<3>) -> Tensor<3> {
+    fn logits(&self, params: &ParamRows, x: Tensor<3>) -> Tensor<3> {
         let r = params.replicas();
         let pool = || MaxPoolOptions::new([2, 2]);
         let act = self.activation;

@@ -61,7 +61,7 @@ use rand_distr::StandardNormal;
 use dasim_sim::engine::rng::Stream;
 
 use crate::data::ImageShape;
-use crate::lenet::{Conv, Linear, Rows, from_groups, to_groups};
+use crate::lenet::{Conv, Linear, ParamRows, from_groups, to_groups};
 
 /// Batch-norm ε, PyTorch's default.
 const EPS: f64 = 1e-5;
@@ -308,7 +308,7 @@ impl ResNet {
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        self.run(&Rows::Whole(Box::new(params)), x, train)
+        self.run(&ParamRows::Whole(Box::new(params)), x, train)
     }
 
     /// The contiguous blocks of a row that the forward pass reads separately, in layout order,
@@ -350,10 +350,10 @@ impl ResNet {
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        self.run(&Rows::from_blocks(self.blocks(), blocks), x, train)
+        self.run(&ParamRows::from_blocks(self.blocks(), blocks), x, train)
     }
 
-    fn run(&self, params: &Rows, x: Tensor<3>, train: bool) -> (Tensor<3>, Option<Tensor<2>>) {
+    fn run(&self, params: &ParamRows, x: Tensor<3>, train: bool) -> (Tensor<3>, Option<Tensor<2>>) {
         let r = params.replicas();
         let mut pass = Pass {
             train,
@@ -375,7 +375,7 @@ impl ResNet {
         (logits, state)
     }
 
-    fn block(&self, params: &Rows, b: &Block, x: Tensor<4>, pass: &mut Pass) -> Tensor<4> {
+    fn block(&self, params: &ParamRows, b: &Block, x: Tensor<4>, pass: &mut Pass) -> Tensor<4> {
         let h = b.conv1.forward(params, x.clone());
         let h = activation::relu(self.norm(params, &b.bn1, h, pass));
         let h = b.conv2.forward(params, h);
@@ -384,7 +384,7 @@ impl ResNet {
     }
 
     /// Batch norm of `[B, R·C, H, W]`, channel `(r, c)` with row `r`'s parameters.
-    fn norm(&self, params: &Rows, n: &Norm, x: Tensor<4>, pass: &mut Pass) -> Tensor<4> {
+    fn norm(&self, params: &ParamRows, n: &Norm, x: Tensor<4>, pass: &mut Pass) -> Tensor<4> {
         let r = params.replicas();
         let c = n.channels;
         let halves = |block: Tensor<2>| {

@@ -308,7 +308,7 @@ impl MetricsConfig {
 }
 
 #[derive(Clone, Debug)]
-struct Window {
+struct TimelineWindow {
     start: SimTime,
     /// `None` while the default window's end is not known yet.
     end: Option<SimTime>,
@@ -324,7 +324,7 @@ pub struct Recorder {
     current: Vec<(Activity, SimTime)>,
     waits: BTreeMap<(usize, usize), SimTime>,
     message_age: Vec<Histogram>,
-    window: Window,
+    window: TimelineWindow,
     timeline: Vec<Interval>,
     messages: Option<Vec<MessageRecord>>,
 }
@@ -337,7 +337,7 @@ impl Recorder {
             current: vec![(Activity::Idle, SimTime::ZERO); workers],
             waits: BTreeMap::new(),
             message_age: vec![Histogram::default(); workers],
-            window: Window {
+            window: TimelineWindow {
                 start: SimTime::ZERO,
                 end: None,
                 until_steps: None,
@@ -353,13 +353,13 @@ impl Recorder {
     /// Applies the `[metrics]` options (timeline window, message log). Call before the run.
     pub fn configure(&mut self, cfg: &MetricsConfig) {
         self.window = match cfg.timeline_s {
-            Some([a, b]) => Window {
+            Some([a, b]) => TimelineWindow {
                 start: SimTime::from_secs_f64(a),
                 end: Some(SimTime::from_secs_f64(b)),
                 until_steps: None,
                 reached: 0,
             },
-            None => Window {
+            None => TimelineWindow {
                 start: SimTime::ZERO,
                 end: None,
                 until_steps: Some(DEFAULT_TIMELINE_STEPS),

@@ -12,7 +12,7 @@ use super::stragglers::*;
 
 /// A validated distribution, ready to sample.
 #[derive(Clone, Debug)]
-pub(crate) enum Sampler {
+pub(crate) enum Variate {
     Constant(f64),
     Uniform(Uniform<f64>),
     LogNormal(LogNormal<f64>),
@@ -21,7 +21,7 @@ pub(crate) enum Sampler {
     Pareto(Pareto<f64>),
 }
 
-impl Sampler {
+impl Variate {
     /// Checks the parameters (`at(key)` is a key's field path) and builds the sampler.
     pub(crate) fn new(
         d: Distribution,
@@ -30,7 +30,7 @@ impl Sampler {
         cv: Option<f64>,
         shape: Option<f64>,
         at: &dyn Fn(&str) -> String,
-    ) -> Result<Sampler, ConfigError> {
+    ) -> Result<Variate, ConfigError> {
         let name = d.name();
         if !positive(mean) {
             return Err(ConfigError::new(
@@ -104,26 +104,26 @@ impl Sampler {
             Distribution::Constant => {
                 none("cv", cv, "it has no spread")?;
                 none("shape", shape, "it has no spread")?;
-                Ok(Sampler::Constant(mean))
+                Ok(Variate::Constant(mean))
             }
             Distribution::Exponential => {
                 none("cv", cv, "its cv is always 1")?;
                 none("shape", shape, "it has none")?;
-                Exp::new(1.0 / mean).map(Sampler::Exp).map_err(|e| bad(&e))
+                Exp::new(1.0 / mean).map(Variate::Exp).map_err(|e| bad(&e))
             }
             Distribution::Uniform => {
                 none("shape", shape, "it is set by `cv`")?;
                 let c = cv_in(need_cv(cv)?, false, 1.0 / 3f64.sqrt())?;
                 let h = 3f64.sqrt() * c * mean;
                 Uniform::new_inclusive((mean - h).max(0.0), mean + h)
-                    .map(Sampler::Uniform)
+                    .map(Variate::Uniform)
                     .map_err(|e| bad(&e))
             }
             Distribution::Lognormal => {
                 none("shape", shape, "it is set by `cv`")?;
                 let c = cv_in(need_cv(cv)?, false, f64::INFINITY)?;
                 LogNormal::from_mean_cv(mean, c)
-                    .map(Sampler::LogNormal)
+                    .map(Variate::LogNormal)
                     .map_err(|e| bad(&e))
             }
             Distribution::Gamma => {
@@ -144,7 +144,7 @@ impl Sampler {
                     _ => unreachable!("checked by one_of"),
                 };
                 Gamma::new(k, mean / k)
-                    .map(Sampler::Gamma)
+                    .map(Variate::Gamma)
                     .map_err(|e| bad(&e))
             }
             Distribution::Pareto => {
@@ -165,7 +165,7 @@ impl Sampler {
                     _ => unreachable!("checked by one_of"),
                 };
                 Pareto::new(mean * (alpha - 1.0) / alpha, alpha)
-                    .map(Sampler::Pareto)
+                    .map(Variate::Pareto)
                     .map_err(|e| bad(&e))
             }
         }
@@ -173,12 +173,12 @@ impl Sampler {
 
     pub(crate) fn sample(&self, rng: &mut Stream) -> f64 {
         match self {
-            Sampler::Constant(m) => *m,
-            Sampler::Uniform(d) => d.sample(rng),
-            Sampler::LogNormal(d) => d.sample(rng),
-            Sampler::Gamma(d) => d.sample(rng),
-            Sampler::Exp(d) => d.sample(rng),
-            Sampler::Pareto(d) => d.sample(rng),
+            Variate::Constant(m) => *m,
+            Variate::Uniform(d) => d.sample(rng),
+            Variate::LogNormal(d) => d.sample(rng),
+            Variate::Gamma(d) => d.sample(rng),
+            Variate::Exp(d) => d.sample(rng),
+            Variate::Pareto(d) => d.sample(rng),
         }
     }
 }
@@ -188,11 +188,11 @@ impl Sampler {
 pub(crate) enum ModelState {
     Fixed(f64),
     Jitter {
-        sampler: Sampler,
+        sampler: Variate,
         rng: Stream,
     },
     Delay {
-        sampler: Sampler,
+        sampler: Variate,
         rng: Stream,
     },
     MarkovSteps {
@@ -244,11 +244,11 @@ impl ModelState {
         let state = match model {
             StragglerModel::Fixed { factor } => ModelState::Fixed(*factor),
             StragglerModel::Jitter(j) => ModelState::Jitter {
-                sampler: Sampler::new(j.distribution, j.mean, "mean", j.cv, j.shape, at)?,
+                sampler: Variate::new(j.distribution, j.mean, "mean", j.cv, j.shape, at)?,
                 rng: model_stream(seed, worker, entry),
             },
             StragglerModel::Delay(j) => ModelState::Delay {
-                sampler: Sampler::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at)?,
+                sampler: Variate::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at)?,
                 rng: model_stream(seed, worker, entry),
             },
             StragglerModel::Markov(m) => {

@@ -42,7 +42,7 @@ use crate::engine::time::SimTime;
 use crate::error::ConfigError;
 use crate::raw::{Raw, lift};
 
-use super::slowdown::Sampler;
+use super::slowdown::Variate;
 
 /// One `[[cluster.stragglers]]` entry: a model applied to a set of workers.
 ///
@@ -459,10 +459,10 @@ impl StragglerModel {
         match self {
             StragglerModel::Fixed { factor } => slowdown(*factor, &at("factor")),
             StragglerModel::Jitter(j) => {
-                Sampler::new(j.distribution, j.mean, "mean", j.cv, j.shape, at).map(drop)
+                Variate::new(j.distribution, j.mean, "mean", j.cv, j.shape, at).map(drop)
             }
             StragglerModel::Delay(j) => {
-                Sampler::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at).map(drop)
+                Variate::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at).map(drop)
             }
             StragglerModel::Markov(m) => {
                 slowdown(m.factor, &at("factor"))?;

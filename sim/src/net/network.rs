@@ -137,7 +137,7 @@ impl Scope {
 }
 
 #[derive(Clone, Debug)]
-struct Window {
+struct CongestionSpan {
     start: SimTime,
     end: SimTime,
     factor: f64,
@@ -145,7 +145,7 @@ struct Window {
 }
 
 #[derive(Clone, Debug)]
-struct Process {
+struct CongestionProcess {
     factor: f64,
     p_on: f64,
     sojourn: [Exp<f64>; 2], // [clear, congested]
@@ -181,8 +181,8 @@ pub struct Network {
     nic_latency: Vec<SimTime>,
     links: BTreeMap<(usize, usize), LinkParams>,
     link_free: BTreeMap<(usize, usize), SimTime>,
-    windows: Vec<Window>,
-    processes: Vec<Process>,
+    windows: Vec<CongestionSpan>,
+    processes: Vec<CongestionProcess>,
     paths: BTreeMap<(usize, usize, usize), OnOff>,
     seed: u64,
     uplink_free: Vec<SimTime>,
@@ -244,7 +244,7 @@ impl Network {
         for (i, c) in cfg.congestion.iter().enumerate() {
             let prefix = format!("network.congestion[{i}]");
             let (start, end) = window(c.start_s, c.end_s, &|k| format!("{prefix}.{k}"))?;
-            windows.push(Window {
+            windows.push(CongestionSpan {
                 start,
                 end,
                 factor: c.bandwidth_factor,
@@ -255,7 +255,7 @@ impl Network {
         for (i, r) in cfg.random_congestion.iter().enumerate() {
             let prefix = format!("network.random_congestion[{i}]");
             let exp = |mean: f64| Exp::new(1.0 / mean).expect("a positive mean");
-            processes.push(Process {
+            processes.push(CongestionProcess {
                 factor: r.bandwidth_factor,
                 p_on: r.mean_on_s / (r.mean_on_s + r.mean_off_s),
                 sojourn: [exp(r.mean_off_s), exp(r.mean_on_s)],
