@@ -23,7 +23,6 @@
 //!   largest remainder (ties to the lower worker), then the iid shuffle is cut into contiguous
 //!   shards of those sizes. With equal weights this is exactly the iid partition.
 
-
 use rand::Rng;
 use rand::seq::SliceRandom;
 use rand_distr::{Distribution, Gamma};
