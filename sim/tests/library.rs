@@ -421,7 +421,6 @@ fn post_local_sgd_is_minibatch_sgd_during_its_warmup() {
     let post = AlgorithmConfig::from(AlgorithmKind::PostLocalSgd(LocalSgdConfig {
         h: 4,
         warmup_steps: Some(warmup),
-        ..Default::default()
     }));
     let ar = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig::default()));
     let run = |cfg: &AlgorithmConfig| {
@@ -541,7 +540,6 @@ fn ps_with_a_staleness_bound_never_lets_a_worker_run_more_than_s_steps_ahead() {
         let c = PsConfig {
             servers: 2,
             staleness: Some(bound),
-            ..Default::default()
         };
         let cfg = AlgorithmConfig::from(AlgorithmKind::Ps(c.clone()));
         let mut store = store_with(n, &sgd(0.02), SEED);
@@ -709,7 +707,6 @@ fn dpsgd_on_the_complete_graph_with_uniform_weights_is_allreduce_sgd() {
     let atc = run(&AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig {
         weights: MixingWeights::Uniform,
         update: UpdateOrder::AdaptThenCombine,
-        ..Default::default()
     })));
     let cta = run(&AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig {
         weights: MixingWeights::Uniform,
@@ -747,7 +744,6 @@ fn adpsgd_thread_mode_keeps_the_sum_counting_replies_in_flight_at_every_event() 
         let c = AdPsgdConfig {
             averaging: Averaging::Thread,
             partner,
-            ..Default::default()
         };
         let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
         let opt = optimizer(0.05, 0.5);
@@ -1170,7 +1166,6 @@ fn lap_sgd_keeps_the_local_steps_made_during_an_all_reduce() {
         processes: 1,
         h: 1,
         step_time_factor: Some(1.0),
-        ..Default::default()
     };
     let cfg = AlgorithmConfig::from(AlgorithmKind::LapSgd(c.clone()));
     let opt = sgd(0.05);

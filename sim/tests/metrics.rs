@@ -103,7 +103,6 @@ fn every_kind() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig {
             buckets: 3,
             backward_fraction: 0.5,
-            ..Default::default()
         })),
         AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig::default())),
         AlgorithmConfig::from(AlgorithmKind::PostLocalSgd(LocalSgdConfig {
@@ -113,7 +112,6 @@ fn every_kind() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig {
             servers: 2,
             staleness: Some(1),
-            ..Default::default()
         })),
         AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig::default())),
         AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default())),
@@ -640,10 +638,7 @@ fn link_totals_sum_to_the_network_totals_and_logs_match_the_histograms() {
 fn overlap_sgp_records_every_mixed_messages_age() {
     let n = 8;
     let tau = 2;
-    let c = OverlapSgpConfig {
-        tau,
-        ..Default::default()
-    };
+    let c = OverlapSgpConfig { tau };
     let mut store = quadratic_store(n, SEED);
     let (o, alg, _) = run_alg(
         &AlgorithmConfig::from(AlgorithmKind::OverlapSgp(c.clone())),

@@ -146,19 +146,8 @@ fn every_shipped_scenario_is_run_and_every_algorithm_has_one() {
         let s: Sections = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         kinds.extend(s.algorithms.iter().map(|a| a.kind()));
     }
-    for kind in [
-        "allreduce",
-        "local-sgd",
-        "post-local-sgd",
-        "ps",
-        "dpsgd",
-        "adpsgd",
-        "sgp",
-        "overlap-sgp",
-        "dasgd",
-        "lap-sgd",
-        "lpp-sgd",
-    ] {
+    // Every registered kind, so a new algorithm cannot ship without a scenario.
+    for kind in AlgorithmKind::KINDS {
         assert!(kinds.contains(kind), "no scenario runs {kind}");
     }
 }
@@ -258,7 +247,6 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
                 processes: 1,
                 h: 1,
                 step_time_factor: Some(1.0),
-                ..Default::default()
             })),
             "the averaging loop of worker",
         ),

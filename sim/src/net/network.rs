@@ -467,8 +467,6 @@ fn transfer_ns(bytes: u64, bytes_per_s: u64) -> SimTime {
     SimTime::from_nanos(ns.min(u128::from(u64::MAX)) as u64)
 }
 
-/// An exponential sojourn, at least 1 ns so that time always advances.
-
 #[cfg(test)]
 mod tests {
     use super::*;
