@@ -42,19 +42,18 @@
 //! **Invariant**: averaging leaves the sum of all replicas unchanged — in per-step mode at every
 //! instant; in thread mode counting the replies in flight (`Σ_i x_i + Σ δ` in flight).
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
-use crate::error::ConfigError;
 use std::collections::BTreeMap;
 
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::rng::{Stream, StreamKind, stream};
+use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::error::ConfigError;
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
-use rand::Rng;
 
 /// How an active worker picks its averaging partner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -41,12 +41,12 @@
 //! Large Minibatch SGD: Training ImageNet in 1 Hour", 2017; bucketing as in Li et al., "PyTorch
 //! Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020.
 
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
 use serde::{Deserialize, Serialize};
 
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
 use crate::params::{GradId, ReplicaStore, blocks};
 

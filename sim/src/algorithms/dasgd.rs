@@ -47,14 +47,13 @@
 //! with plain SGD (no momentum, no weight decay, constant rate) every model is `x_0 − η Σ_{g ∈
 //! G_i} g`, so the models agree whenever no gradient is in flight.
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx, StalenessStats};
+use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
 use crate::net::topology::Topology;
 use crate::params::{GradId, ReplicaStore};

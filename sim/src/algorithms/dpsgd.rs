@@ -43,14 +43,13 @@
 //! `mean_j (x^k − η g_j)`), and combine-then-adapt keeps the *average* replica on all-reduce
 //! SGD's trajectory whenever gradients are linear in the parameters (e.g. a quadratic).
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
 use crate::net::topology::Topology;
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};

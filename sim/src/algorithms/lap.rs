@@ -36,14 +36,13 @@
 //! the processes' optimizer steps; and the local updates a node made during the all-reduce are
 //! kept (`x_i − snap_i` survives the averaging).
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
 use super::ring::{Done, Ring};
-use crate::algorithm::{Algorithm, Ctx};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
 use crate::params::{GradId, MsgId, ReplicaStore, Slot, blocks};
 

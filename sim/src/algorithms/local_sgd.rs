@@ -34,14 +34,13 @@
 //! then every `H` steps — so every worker's step `k` reads the same parameters whenever step
 //! `k − 1` ended with an all-reduce.
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
 use serde::{Deserialize, Serialize};
 
 use super::allreduce::bucket_bytes;
 use super::ring::{Done, Ring, mark};
-use crate::algorithm::{Algorithm, Ctx};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
 use crate::params::{GradId, ReplicaStore};
 

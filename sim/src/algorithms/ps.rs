@@ -46,15 +46,14 @@
 //! blocked, and the wait is attributed to the worker whose gradient, applied at that shard,
 //! released the last held pull.
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx, StalenessStats};
+use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
 use crate::params::{GradId, ReplicaStore, blocks};
 use crate::record::Activity;

@@ -47,15 +47,14 @@
 //! in-peer and one out-peer per iteration (the one-peer exponential graph), synchronous SGP keeps
 //! every `w_i = 1` exactly.
 
-use crate::algorithm::World;
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
-use crate::error::ConfigError;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::error::ConfigError;
 use crate::net::schedule::PeerSchedule;
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;

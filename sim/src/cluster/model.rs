@@ -3,13 +3,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::cluster::config::ClusterConfig;
 use crate::cluster::slowdown::ModelState;
 use crate::cluster::stragglers::{StragglerModel, TraceData, TraceEnd, load_trace};
 use crate::engine::time::SimTime;
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
-
-use super::config::*;
 
 /// A worker's trace: its durations and what happens after the last.
 #[derive(Clone, Debug)]
@@ -158,6 +157,7 @@ fn per_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::StragglerConfig;
 
     fn cfg() -> ClusterConfig {
         ClusterConfig::new(4)

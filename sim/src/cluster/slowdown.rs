@@ -4,11 +4,12 @@
 use rand::Rng;
 use rand_distr::{Distribution as _, Exp, Gamma, Geometric, LogNormal, Pareto, Uniform};
 
+use crate::cluster::stragglers::{
+    Clock, Distribution, MarkovStart, StragglerModel, markov_clock, positive, window_bounds,
+};
 use crate::engine::rng::{self, Stream, StreamKind, stream};
 use crate::engine::time::SimTime;
 use crate::error::ConfigError;
-
-use super::stragglers::*;
 
 /// A validated distribution, ready to sample.
 #[derive(Clone, Debug)]

@@ -67,8 +67,7 @@ use crate::engine::rng::{Stream, StreamKind, sojourn, stream};
 use crate::engine::time::{SimTime, window};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
-
-use super::config::*;
+use crate::net::config::{LinkSpec, NetworkConfig};
 
 /// Totals over a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
