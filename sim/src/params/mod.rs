@@ -1,6 +1,7 @@
 //! Parameters: the replica store every algorithm speaks to, the exact reference store, the
 //! staleness-measuring wrapper, the `[optimizer]` section and learning-rate schedules.
 
+pub mod conformance;
 pub mod lr;
 pub mod optimizer;
 pub mod reference;
