@@ -2,9 +2,10 @@
 //!
 //! The command-line simulator: scenario files in, metrics, summaries and plots out. The engine
 //! lives in `dasim-sim`, real gradients in `dasim-models`, writers in `dasim-reports`; this crate
-//! composes their scenario sections into one file format ([`scenario`]) and wires a run
-//! together ([`runner`]).
+//! composes their scenario sections into one file format ([`scenario`]), wires a run
+//! together ([`runner`]) and checks a scenario's claims over seeds ([`check`]).
 
+pub mod check;
 pub mod inspect;
 pub mod outputs;
 pub mod runner;
@@ -35,6 +36,9 @@ pub enum Error {
     /// The run would not fit in memory (refused before it starts).
     #[error("{0}")]
     Memory(String),
+    /// Claims (`[[expect]]`) failed: `dasim check`, or `dasim run --strict`.
+    #[error("{0}")]
+    Claims(String),
     /// Another I/O failure.
     #[error("{context}: {source}")]
     Io {

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use dasim::runner::{load_problem, preflight};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
+use dasim_reports::rundir::CheckResult;
 
 /// A gradient flush allocates and frees buffers of megabytes many times a second; the system
 /// allocator hands each back to the kernel and pays page faults to zero it again on the next
@@ -52,6 +53,37 @@ enum Command {
         /// memory available on this machine).
         #[arg(long)]
         memory_limit: Option<dasim_models::Bytes>,
+        /// Exit with code 1 when a claim of the scenario's `[[expect]]` entries fails (they are
+        /// evaluated and recorded in any case).
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Run scenarios (once per seed with --seeds) and check their `[[expect]]` claims: a table
+    /// of verdicts, optionally JUnit XML; exit 0 if every claim holds, 1 if one fails, 2 on bad
+    /// input.
+    Check {
+        /// The scenario files.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Seeds to run each scenario under, replacing its own: `1..5` (1 to 5), `1,4,9` or `7`.
+        #[arg(long, value_parser = dasim::check::parse_seed_list)]
+        seeds: Option<dasim::check::SeedList>,
+        /// Write the verdicts as JUnit XML to this file.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Compute backend: auto (a hardware GPU if present, else flex), wgpu or flex.
+        #[arg(long, default_value = "auto")]
+        backend: BackendChoice,
+        /// Keep the run directories here (`DIR/<scenario>/seed-<seed>`, with plots); without
+        /// it they go to a temporary directory that is removed.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// No progress lines or bars.
+        #[arg(long, short)]
+        quiet: bool,
+        /// Threads for the gradient passes (default: every core). Results do not depend on it.
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Print what a scenario or flags describe.
     #[command(subcommand)]
@@ -117,6 +149,21 @@ fn quiet_display_probe() {
     }
 }
 
+/// Starts the one thread pool of the process: the store's flush groups and the backend's own
+/// parallel kernels share it, so `--threads 1` is one thread.
+fn thread_pool(threads: Option<usize>) -> dasim::Result<usize> {
+    let threads = match threads {
+        Some(0) => return Err(Error::Usage("--threads must be at least 1".into())),
+        Some(t) => t,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
+    Ok(threads)
+}
+
 fn execute(command: Command) -> dasim::Result<()> {
     match command {
         Command::Inspect(Inspect::Topology(args)) => {
@@ -158,19 +205,10 @@ fn execute(command: Command) -> dasim::Result<()> {
             threads,
             max_batch,
             memory_limit,
+            strict,
         } => {
             let loaded = Loaded::from_file(&scenario)?;
-            let threads = match threads {
-                Some(0) => return Err(Error::Usage("--threads must be at least 1".into())),
-                Some(t) => t,
-                None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            };
-            // One pool for the whole run: the store's flush groups and the backend's own
-            // parallel kernels share it, so `--threads 1` is one thread.
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build_global()
-                .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
+            let threads = thread_pool(threads)?;
             let backend = dasim_models::backend::select(backend)?;
             eprintln!("backend: {backend}, {threads} thread(s)");
             let opts = RunOptions {
@@ -212,7 +250,67 @@ fn execute(command: Command) -> dasim::Result<()> {
                     100.0 * t.gradient_share
                 );
             }
+            if !summary.checks.is_empty() {
+                println!();
+                print!("{}", dasim::check::run_table(&summary.checks));
+            }
             println!("results in {}", out.display());
+            let failed = summary
+                .checks
+                .iter()
+                .filter(|c| c.result == CheckResult::Fail)
+                .count();
+            if failed > 0 {
+                let msg = format!(
+                    "{failed} of {} claim verdicts failed (checks.csv)",
+                    summary.checks.len()
+                );
+                if strict {
+                    return Err(Error::Claims(msg));
+                }
+                eprintln!("warning: {msg}");
+            }
+            Ok(())
+        }
+        Command::Check {
+            scenarios,
+            seeds,
+            junit,
+            backend,
+            out,
+            quiet,
+            threads,
+        } => {
+            let threads = thread_pool(threads)?;
+            let backend = dasim_models::backend::select(backend)?;
+            if !quiet {
+                eprintln!("backend: {backend}, {threads} thread(s)");
+            }
+            let opts = dasim::check::CheckOptions {
+                scenarios,
+                seeds: seeds.map(|s| s.0),
+                backend,
+                out,
+                progress: !quiet,
+                execution: Execution {
+                    threads,
+                    max_batch: None,
+                },
+            };
+            let report = dasim::check::check(&opts)?;
+            print!("{}", report.table());
+            if let Some(path) = &junit {
+                dasim::check::write_junit(&report, path)?;
+            }
+            let (total, failed, skipped) = (report.total(), report.failures(), report.skipped());
+            let summary = format!(
+                "{total} verdicts: {} passed, {failed} failed, {skipped} skipped",
+                total - failed - skipped
+            );
+            println!("{summary}");
+            if failed > 0 {
+                return Err(Error::Claims(summary));
+            }
             Ok(())
         }
     }

@@ -19,14 +19,17 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use dasim_models::memory::{self, Bytes, MemoryEstimate, RunShape};
 use dasim_models::{Backend, Execution, Problem};
+use dasim_reports::claims::{Claim, Quantities, RunView};
 use dasim_reports::rundir::{
-    AlgorithmStaleness, AlgorithmSummary, EventLogs, HostTimings, IntStats, RunWriter, Stamp,
-    Summary, TimeToTarget, Timings, Utilization, write_partition, write_scenario,
+    AlgorithmStaleness, AlgorithmSummary, CheckRow, EventLogs, HostTimings, IntStats, RunData,
+    RunWriter, Stamp, Summary, TimeToTarget, Timings, Utilization, write_csv, write_partition,
+    write_scenario,
 };
 use dasim_sim::ConfigError;
 use dasim_sim::algorithm::World;
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
 use dasim_sim::cluster::Cluster;
+use dasim_sim::cluster::stragglers::StragglerModel;
 use dasim_sim::engine::{EvalPoint, Observer, RunProgress};
 use dasim_sim::net::Network;
 use dasim_sim::net::topology::Topology;
@@ -61,6 +64,9 @@ pub struct Results {
     pub runs: Vec<AlgorithmSummary>,
     /// `timings.json`'s `runs`.
     pub timings: Vec<HostTimings>,
+    /// The verdicts of the scenario's `[[expect]]` entries (`checks.csv`), one per entry and
+    /// algorithm; empty without expectations.
+    pub checks: Vec<CheckRow>,
 }
 
 /// The summary of a histogram of integer measurements; `None` when it is empty.
@@ -174,11 +180,109 @@ pub fn partition(loaded: &Loaded, problem: &Problem) -> Result<Vec<Vec<usize>>> 
 /// column and the entry's index.
 pub fn preflight(loaded: &Loaded, problem: &Problem) -> Result<()> {
     loaded.check_against_model(problem.model.num_params())?;
+    claims(loaded, problem)?;
     partition(loaded, problem)?;
     for alg in &loaded.scenario.algorithms {
         build_system(loaded, problem, alg)?;
     }
     Ok(())
+}
+
+/// The scenario's `[[expect]]` entries, checked against the scenario and against what the
+/// model has (accuracy, a known optimum), located in the file.
+pub fn claims(loaded: &Loaded, problem: &Problem) -> Result<Vec<Claim>> {
+    let accuracy = problem.split.train.classes().is_some();
+    let optimum = !problem.has_data() || problem.objective().is_some();
+    Ok(loaded.claims(Some(accuracy), Some(optimum))?)
+}
+
+/// The values of the quantities the claims' bounds name ([`dasim_reports::claims::QUANTITIES`]),
+/// computed from the scenario and the model; only those named are computed (the spectral gap
+/// costs `O(n³)`).
+pub fn quantities(loaded: &Loaded, problem: &Problem, claims: &[Claim]) -> Result<Quantities> {
+    let s = &loaded.scenario;
+    let named = |q: &str| claims.iter().any(|c| c.quantities().contains(&q));
+    let mut out = Quantities::default();
+    let n = s.cluster.workers;
+    out.set("n", n as f64)
+        .set("P", problem.model.num_params() as f64)
+        .set("batch", s.data.batch_size as f64);
+    let located = |e: ConfigError| Error::Scenario(loaded.config_error(&e));
+    if named("s") {
+        let mut factors = vec![1.0f64; n];
+        for (m, entry) in s.cluster.stragglers.iter().enumerate() {
+            let factor = match &entry.model {
+                StragglerModel::Fixed { factor } => *factor,
+                StragglerModel::Markov(c) => c.factor,
+                StragglerModel::Window(c) => c.factor,
+                StragglerModel::Jitter(c) => c.mean,
+                StragglerModel::Delay(_) | StragglerModel::Trace(_) => continue,
+            };
+            let covered = entry
+                .workers
+                .resolve(n, s.seed, &format!("cluster.stragglers[{m}].workers"))
+                .map_err(located)?;
+            for w in covered {
+                factors[w] *= factor;
+            }
+        }
+        out.set("s", factors.into_iter().fold(1.0, f64::max));
+    }
+    if named("step_s") || named("gap") || named("degree") {
+        let alg = &s.algorithms[0];
+        let (cluster, _, topology) = build_system(loaded, problem, alg)?;
+        let step = (0..n)
+            .map(|w| cluster.base_step_time(w).as_secs_f64())
+            .fold(f64::INFINITY, f64::min);
+        out.set("step_s", step);
+        let degree = if topology.is_time_varying() {
+            (0..n)
+                .map(|i| topology.schedule().out_peers(i, 0).len())
+                .max()
+                .unwrap_or(0)
+        } else {
+            topology.degree_stats().max
+        };
+        out.set("degree", degree as f64);
+        if named("gap") && !topology.is_time_varying() {
+            out.set("gap", topology.spectral_gap());
+        }
+    }
+    let taus = s.overlap_taus();
+    if let Some((_, first)) = taus.first()
+        && taus.iter().all(|(_, t)| t == first)
+    {
+        out.set("tau", *first as f64);
+    }
+    for (label, tau) in &taus {
+        out.set_for(label, "tau", *tau as f64);
+    }
+    Ok(out)
+}
+
+/// Removes a file an earlier run left in the output directory, if there is one.
+fn remove_stale(path: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(io(format!("cannot remove {}", path.display()))(e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Evaluates `claims` against the run directory `dir` (read back through
+/// [`dasim_reports::rundir`]): one row per claim and algorithm.
+pub fn evaluate_claims(
+    dir: &std::path::Path,
+    claims: &[Claim],
+    quantities: &Quantities,
+) -> Result<Vec<CheckRow>> {
+    let data = RunData::load(dir)?;
+    let view = RunView::of(&data)?;
+    Ok(claims
+        .iter()
+        .flat_map(|c| c.evaluate(&view, quantities))
+        .collect())
 }
 
 /// Builds the cluster, network and topology of a scenario for `problem`'s model (whose FLOPs
@@ -280,9 +384,17 @@ pub fn check_memory(estimate: &MemoryEstimate, limit: Option<u64>) -> Result<()>
 
 /// Runs every algorithm of the scenario and writes the run directory.
 pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
+    run_scenario_with(loaded, opts, true)
+}
+
+/// [`run_scenario`], drawing the plots at the end only when `plots` is set (`dasim check`
+/// leaves them out of the temporary run directories it removes).
+pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Result<Results> {
     let s = &loaded.scenario;
     let problem = load_problem(loaded)?;
     preflight(loaded, &problem)?;
+    let claims = claims(loaded, &problem)?;
+    let quantities = quantities(loaded, &problem, &claims)?;
     let backend = &opts.backend;
     let estimate = memory_estimate(loaded, &problem, opts.execution);
     check_memory(&estimate, opts.memory_limit)?;
@@ -323,6 +435,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
         workers: s.cluster.workers,
         params: problem.model.num_params(),
         runs: Vec::new(),
+        checks: Vec::new(),
     };
     let mut timings = Timings {
         threads: opts.execution.threads,
@@ -444,13 +557,24 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
         out.summary(&summary)?;
         out.timings(&timings)?;
     }
+    // The claims read the files every reader reads; their verdicts join the run directory.
+    if claims.is_empty() {
+        remove_stale(&opts.out.join(dasim_reports::rundir::files::CHECKS))?;
+    } else {
+        summary.checks = evaluate_claims(&opts.out, &claims, &quantities)?;
+        write_csv(&opts.out, out.stamp(), &summary.checks)?;
+        out.summary(&summary)?;
+    }
     // Every file of every algorithm is on disk: draw every plot once, from the files, so the
     // plots of a run and of `dasim plot` are the same by construction. (Not after each
     // algorithm: at 1,024 workers redrawing is not free, and `dasim plot` draws an interrupted
     // run's plots from the files it kept.)
-    dasim_reports::plot_run(&opts.out)?;
+    if plots {
+        dasim_reports::plot_run(&opts.out)?;
+    }
     Ok(Results {
         runs: summary.runs,
         timings: timings.runs,
+        checks: summary.checks,
     })
 }

@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use toml::de::{DeTable, DeValue};
 
 use dasim_models::{DataConfig, ModelConfig};
+use dasim_reports::claims::{Claim, ClaimError, Expect, Facts};
 use dasim_sim::ConfigError;
-use dasim_sim::algorithms::AlgorithmConfig;
+use dasim_sim::algorithms::{AlgorithmConfig, AlgorithmKind};
 use dasim_sim::cluster::ClusterConfig;
 use dasim_sim::engine::RunConfig;
 use dasim_sim::env::BuildEnv;
@@ -58,6 +59,10 @@ pub struct Scenario {
     pub metrics: MetricsConfig,
     /// The algorithms to compare, each run on the same cluster realization.
     pub algorithms: Vec<AlgorithmConfig>,
+    /// Claims checked after the run (`dasim run`, `dasim check`): see
+    /// [`dasim_reports::claims`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expect: Vec<Expect>,
 }
 
 impl Scenario {
@@ -97,6 +102,88 @@ impl Scenario {
             alg.validate(&topology, &format!("algorithms[{i}]"), None)?;
         }
         Ok(())
+    }
+
+    /// The delay bound τ of every Overlap-SGP entry, by label.
+    pub fn overlap_taus(&self) -> Vec<(String, u64)> {
+        self.algorithms
+            .iter()
+            .filter_map(|a| match &a.algorithm {
+                AlgorithmKind::OverlapSgp(c) => Some((a.label(), c.tau)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What the expectations may rely on, before any simulation: the algorithms, the workers,
+    /// what `[metrics]` enables, and which quantities cannot be given (`tau` without
+    /// Overlap-SGP, `gap` of a time-varying schedule). `accuracy` and `optimum` say whether
+    /// the model has them; `None` asks the model's configuration, which knows unless the
+    /// model is an MLP (whose data decide).
+    pub fn claim_facts(&self, accuracy: Option<bool>, optimum: Option<bool>) -> Facts {
+        let (model_accuracy, model_optimum) = match &self.model {
+            ModelConfig::Quadratic { .. } | ModelConfig::Linear { .. } => (Some(false), Some(true)),
+            ModelConfig::Softmax { l2 } => (Some(true), Some(*l2 > 0.0)),
+            ModelConfig::Lenet {} | ModelConfig::Resnet { .. } => (Some(true), Some(false)),
+            ModelConfig::Mlp { .. } => (None, Some(false)),
+        };
+        let mut unavailable = Vec::new();
+        let taus = self.overlap_taus();
+        if taus.is_empty() {
+            unavailable.push((
+                "tau".to_owned(),
+                None,
+                "the scenario has no Overlap-SGP algorithm (tau is its delay bound τ)".to_owned(),
+            ));
+        } else if taus.iter().any(|(_, t)| *t != taus[0].1) {
+            let listed = taus
+                .iter()
+                .map(|(l, t)| format!("{l}: {t}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            for alg in &self.algorithms {
+                let label = alg.label();
+                if !taus.iter().any(|(l, _)| *l == label) {
+                    unavailable.push((
+                        "tau".to_owned(),
+                        Some(label.clone()),
+                        format!(
+                            "`{label}` is not Overlap-SGP and the scenario's Overlap-SGP entries have different τ ({listed}): write the number, or name an Overlap-SGP algorithm"
+                        ),
+                    ));
+                }
+            }
+        }
+        if matches!(
+            self.topology,
+            TopologyConfig::OnePeerExponential {}
+                | TopologyConfig::TwoPeerExponential {}
+                | TopologyConfig::RandomPeer {}
+        ) {
+            unavailable.push((
+                "gap".to_owned(),
+                None,
+                format!(
+                    "the {} topology is a time-varying schedule, which has no single mixing matrix",
+                    self.topology.kind()
+                ),
+            ));
+        }
+        Facts {
+            algorithms: self
+                .algorithms
+                .iter()
+                .map(|a| (a.label(), a.kind().to_owned()))
+                .collect(),
+            workers: self.cluster.workers,
+            accuracy: accuracy.or(model_accuracy),
+            optimum: optimum.or(model_optimum),
+            target_accuracy: self.metrics.target_accuracy.is_some(),
+            target_loss: self.metrics.target_loss.is_some(),
+            eval_replicas: self.metrics.eval_replicas,
+            sim_time_s: self.run.sim_time_s,
+            unavailable,
+        }
     }
 
     /// The name used in outputs: `name`, else the file stem.
@@ -210,7 +297,63 @@ impl Loaded {
             .scenario
             .validate(&loaded.env())
             .map_err(|e| loaded.config_error(&e))?;
+        loaded.claims(None, None)?;
         Ok(loaded)
+    }
+
+    /// The same scenario under another seed (`dasim check --seeds`), checked again: random
+    /// graphs and worker subsets depend on the seed.
+    pub fn with_seed(&self, seed: u64) -> Result<Loaded, Box<ScenarioError>> {
+        let mut scenario = self.scenario.clone();
+        scenario.seed = seed;
+        let loaded = Loaded {
+            scenario,
+            path: self.path.clone(),
+            text: self.text.clone(),
+        };
+        loaded
+            .scenario
+            .validate(&loaded.env())
+            .map_err(|e| loaded.config_error(&e))?;
+        loaded.claims(None, None)?;
+        Ok(loaded)
+    }
+
+    /// The scenario's `[[expect]]` entries, checked ([`Claim::new`]) against the scenario and,
+    /// when given, what the model has (`accuracy`, `optimum`). An error is located at the
+    /// entry's key, and inside an expression at the character it is about.
+    pub fn claims(
+        &self,
+        accuracy: Option<bool>,
+        optimum: Option<bool>,
+    ) -> Result<Vec<Claim>, Box<ScenarioError>> {
+        let facts = self.scenario.claim_facts(accuracy, optimum);
+        self.scenario
+            .expect
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Claim::new(i, e, &facts).map_err(|err| self.claim_error(i, &err)))
+            .collect()
+    }
+
+    /// Locates an expectation's error: at `expect[i].<key>`, moved to the column inside the
+    /// expression when it names one (and the string has no escape before it).
+    fn claim_error(&self, index: usize, e: &ClaimError) -> Box<ScenarioError> {
+        let field = format!("expect[{index}].{}", e.key);
+        let mut offset = span_of(&self.text, &FieldPath::parse(&field));
+        let mut message = e.message.clone();
+        if let Some(column) = e.column {
+            offset = offset.map(|o| inside_string(&self.text, o, column));
+            message.push_str(&format!(" (column {column} of the expression)"));
+        }
+        Box::new(locate(
+            &self.path,
+            &self.text,
+            offset,
+            Some(field),
+            message,
+            e.hint.clone(),
+        ))
     }
 
     /// The seed and base directory of this scenario, for building its cluster, network and
@@ -255,6 +398,25 @@ impl Loaded {
             e.hint.clone(),
         ))
     }
+}
+
+/// The byte offset of character `column` (1-based) of the single-line string value that
+/// starts at `offset` (its opening quote); `offset` itself when the value is not such a string
+/// or an escape comes first, so the position would be wrong.
+fn inside_string(text: &str, offset: usize, column: usize) -> usize {
+    let rest = &text[offset.min(text.len())..];
+    let quote = match rest.chars().next() {
+        Some(q @ ('"' | '\'')) if !rest.starts_with("\"\"\"") && !rest.starts_with("\'\'\'") => q,
+        _ => return offset,
+    };
+    let mut at = offset + quote.len_utf8();
+    for c in rest[quote.len_utf8()..].chars().take(column - 1) {
+        if c == quote || c == '\n' || (quote == '"' && c == '\\') {
+            return offset;
+        }
+        at += c.len_utf8();
+    }
+    at
 }
 
 /// The byte offset of the value at `path`, or of its deepest ancestor present in the text.

@@ -58,6 +58,21 @@ pub const GRADIENTS: &[&str] = &[
 ];
 /// The columns of `messages.csv`.
 pub const MESSAGES: &[&str] = &["algorithm", "src", "dst", "bytes", "send_s", "arrive_s"];
+/// The columns of `checks.csv`: one row per expectation and algorithm.
+pub const CHECKS: &[&str] = &[
+    "expect",
+    "algorithm",
+    "metric",
+    "over",
+    "op",
+    "value",
+    "observed",
+    "bound",
+    "tolerance",
+    "result",
+    "reason",
+    "note",
+];
 /// The first columns of `partition.csv`; one [`class_column`] per class follows.
 pub const PARTITION: &[&str] = &["worker", "samples"];
 

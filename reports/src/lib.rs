@@ -13,6 +13,7 @@
 //! | `summary.json`, `timings.json` | [`write_json`] | [`Summary`], [`Timings`]: pretty-printed, replaced atomically (written to `summary.json.tmp`, synced, then renamed) |
 //! | `<stem>.png`, `<stem>.svg` | [`plot_run`], [`line_plot`] | the run's plots (see [`plot_run`] for the list) |
 //! | `report.html` | [`write_report`] | one self-contained page: summary table, plots, scenario |
+//! | `checks.csv` | [`rundir::write_csv`] of [`rundir::CheckRow`]s | the verdicts of the scenario's `[[expect]]` claims ([`claims`]) |
 //!
 //! [`RunData::load`] reads a whole run directory (skipping `#` comment lines, finding columns
 //! by name, an empty cell meaning "not measured"). The functions of the `data` module
@@ -28,6 +29,7 @@
 //! Every failure is an [`Error`] that names the path involved.
 
 mod charts;
+pub mod claims;
 pub mod columns;
 mod data;
 mod error;

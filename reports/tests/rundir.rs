@@ -8,11 +8,11 @@ use std::path::Path;
 use serde_json::json;
 
 use dasim_reports::rundir::{
-    Activity, AlgorithmStaleness, AlgorithmSummary, CsvRow, CsvStream, EventLogs, GradientRow,
-    HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, RunData,
-    RunWriter, SeriesRow, StalenessRow, Stamp, Summary, Tables, TimeToTarget, TimelineRow, Timings,
-    Utilization, UtilizationRow, WaitRow, files, read_csv, read_partition, read_summary,
-    read_timings, write_csv, write_partition, write_scenario,
+    Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, CsvStream,
+    EventLogs, GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition,
+    PartitionRow, RunData, RunWriter, SeriesRow, StalenessRow, Stamp, Summary, Tables,
+    TimeToTarget, TimelineRow, Timings, Utilization, UtilizationRow, WaitRow, files, read_csv,
+    read_partition, read_summary, read_timings, write_csv, write_partition, write_scenario,
 };
 
 const SCENARIO: &str = "name = \"round trip\"\nseed = 7\n";
@@ -250,7 +250,49 @@ fn summary() -> Summary {
                 },
             },
         ],
+        checks: check_rows(),
     }
+}
+
+/// Verdicts of three claims: a pass within a tolerance, a failure with a reason and a note
+/// that needs quoting, and a skip.
+fn check_rows() -> Vec<CheckRow> {
+    let row = |expect: u64, algorithm: &str, result| CheckRow {
+        expect,
+        algorithm: algorithm.into(),
+        metric: "message_age.max".into(),
+        over: String::new(),
+        op: "<=".into(),
+        value: "tau".into(),
+        observed: Some(1.0),
+        bound: Some(1.0),
+        tolerance: None,
+        result,
+        reason: None,
+        note: None,
+    };
+    vec![
+        CheckRow {
+            metric: "consensus".into(),
+            over: "at=0.25".into(),
+            op: "~=".into(),
+            value: "2 * n - 1e-3".into(),
+            observed: Some(0.03125),
+            bound: Some(0.03),
+            tolerance: Some(0.0015),
+            ..row(0, "overlap-sgp", CheckResult::Pass)
+        },
+        CheckRow {
+            observed: None,
+            reason: Some("not measured: no message age was measured".into()),
+            note: Some("Assran et al., \"SGP\", Thm. 1: age <= tau, always".into()),
+            ..row(1, "my dasgd", CheckResult::Fail)
+        },
+        CheckRow {
+            reason: Some("not defined for dasgd".into()),
+            ..row(2, "my dasgd", CheckResult::Skip)
+        },
+    ]
 }
 
 fn timings() -> Timings {
@@ -329,6 +371,7 @@ fn every_file_reads_back_as_written() {
     w.summary(&summary()).unwrap();
     w.timings(&timings()).unwrap();
     drop(w);
+    write_csv(dir, &stamp(), &check_rows()).unwrap();
 
     assert_eq!(
         fs::read_to_string(dir.join(files::SCENARIO)).unwrap(),
@@ -362,6 +405,7 @@ fn every_file_reads_back_as_written() {
         read_back::<TimelineRow>(dir),
         [first.timeline.clone(), second.timeline.clone()].concat()
     );
+    assert_eq!(read_back::<CheckRow>(dir), check_rows());
     assert_eq!(read_summary(dir).unwrap(), Some(summary()));
     assert_eq!(read_timings(dir).unwrap(), Some(timings()));
     // No temporary file is left behind.

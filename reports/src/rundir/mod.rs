@@ -10,6 +10,7 @@
 //! | `staleness.csv`, `utilization.csv`, `waits.csv`, `links.csv`, `timeline.csv` | rewritten after each algorithm ([`Tables`]) | [`StalenessRow`], [`UtilizationRow`], [`WaitRow`], [`LinkRow`], [`TimelineRow`] |
 //! | `summary.json` | rewritten after each algorithm | [`Summary`] |
 //! | `timings.json` | rewritten after each algorithm | [`Timings`] |
+//! | `checks.csv` | at the end, when the scenario has `[[expect]]` entries | [`CheckRow`] |
 //!
 //! Every CSV file starts with the [`Stamp`] line,
 //! `# dasim <version> git=<revision> scenario_sha256=<hex>` (the SHA-256 of the `scenario.toml`
@@ -33,10 +34,10 @@ pub use read::{
     Cells, CsvFile, RunData, read_csv, read_json, read_partition, read_summary, read_timings,
 };
 pub use schema::{
-    Activity, AlgorithmStaleness, AlgorithmSummary, CsvRow, GradientRow, HostTimings, IntStats,
-    LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow, StalenessRow, Stamp,
-    Summary, TimeToTarget, TimelineRow, Timings, Utilization, UtilizationRow, WaitRow, files,
-    measured, num, sha256_hex,
+    Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, GradientRow,
+    HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow,
+    StalenessRow, Stamp, Summary, TimeToTarget, TimelineRow, Timings, Utilization, UtilizationRow,
+    WaitRow, files, measured, num, sha256_hex,
 };
 pub use write::{
     CsvStream, EventLogs, RunWriter, Tables, write_atomic, write_csv, write_json, write_partition,
@@ -60,6 +61,7 @@ pub(crate) mod tests {
             workers: 4,
             params: 10,
             runs: Vec::new(),
+            checks: Vec::new(),
         }
     }
 

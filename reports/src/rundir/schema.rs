@@ -43,6 +43,8 @@ pub mod files {
     pub const MESSAGES: &str = "messages.csv";
     /// The data shards: [`super::Partition`].
     pub const PARTITION: &str = "partition.csv";
+    /// The verdicts of the scenario's `[[expect]]` entries: [`super::CheckRow`].
+    pub const CHECKS: &str = "checks.csv";
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
@@ -615,6 +617,118 @@ impl CsvRow for MessageRow {
     }
 }
 
+/// The verdict on a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckResult {
+    /// It holds.
+    Pass,
+    /// It does not hold, or its value could not be read.
+    Fail,
+    /// It does not apply (the algorithm does not define the metric).
+    Skip,
+}
+
+impl CheckResult {
+    /// `pass`, `fail` or `skip`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckResult::Pass => "pass",
+            CheckResult::Fail => "fail",
+            CheckResult::Skip => "skip",
+        }
+    }
+}
+
+impl FromStr for CheckResult {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [CheckResult::Pass, CheckResult::Fail, CheckResult::Skip]
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| format!("unknown result `{s}` (expected pass, fail or skip)"))
+    }
+}
+
+/// One row of `checks.csv` (and of `summary.json`'s `checks`): the verdict on one `[[expect]]`
+/// entry for one algorithm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRow {
+    /// The entry's index among the scenario's `[[expect]]` entries, from 0.
+    pub expect: u64,
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// The metric, as written.
+    pub metric: String,
+    /// How a time series was reduced: `final`, `max`, `min`, `mean` or `at=T`; empty for a
+    /// scalar metric.
+    pub over: String,
+    /// The comparison: `<`, `<=`, `>`, `>=`, `==` or `~=`.
+    pub op: String,
+    /// The bound as written: a number or an expression.
+    pub value: String,
+    /// The observed value (`+∞`: a target not reached, written `inf` in `checks.csv` and
+    /// `null` in `summary.json`); `None` when it could not be read.
+    pub observed: Option<f64>,
+    /// The bound's value; `None` when it could not be computed.
+    pub bound: Option<f64>,
+    /// For `~=`: the allowance `max(abs_tol, rel_tol · |bound|)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerance: Option<f64>,
+    /// The verdict.
+    pub result: CheckResult,
+    /// Why it failed or was skipped, when it was not a plain comparison (a value not
+    /// measured, a target not reached), or how it was aggregated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The entry's `note`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl CsvRow for CheckRow {
+    const FILE: &'static str = files::CHECKS;
+    const COLUMNS: &'static [&'static str] = columns::CHECKS;
+    const REQUIRED: &'static [&'static str] = &["expect", "algorithm", "metric", "op", "result"];
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.expect.to_string(),
+            self.algorithm.clone(),
+            self.metric.clone(),
+            self.over.clone(),
+            self.op.clone(),
+            self.value.clone(),
+            opt_num(self.observed),
+            opt_num(self.bound),
+            opt_num(self.tolerance),
+            self.result.name().to_owned(),
+            self.reason.clone().unwrap_or_default(),
+            self.note.clone().unwrap_or_default(),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        let text = |c: &str| r.cell(c).unwrap_or_default().to_owned();
+        let opt_text = |c: &str| r.cell(c).filter(|s| !s.is_empty()).map(str::to_owned);
+        Ok(CheckRow {
+            expect: r.req("expect")?,
+            algorithm: r.text("algorithm")?.to_owned(),
+            metric: r.text("metric")?.to_owned(),
+            over: text("over"),
+            op: r.text("op")?.to_owned(),
+            value: text("value"),
+            observed: r.opt("observed")?,
+            bound: r.opt("bound")?,
+            tolerance: r.opt("tolerance")?,
+            result: r.req("result")?,
+            reason: opt_text("reason"),
+            note: opt_text("note"),
+        })
+    }
+}
+
 /// `partition.csv`: the training samples of each worker's shard, per class. Its header is
 /// `worker,samples,class_0,…,class_{C−1}` ([`columns::PARTITION`], then
 /// [`columns::class_column`]); just `worker,samples` for real-valued targets.
@@ -686,6 +800,10 @@ pub struct Summary {
     pub params: usize,
     /// One entry per algorithm, in scenario order.
     pub runs: Vec<AlgorithmSummary>,
+    /// The verdicts of the scenario's `[[expect]]` entries, as in `checks.csv`; absent when
+    /// the scenario has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<CheckRow>,
 }
 
 impl Summary {

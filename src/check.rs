@@ -1,0 +1,556 @@
+//! `dasim check`: run scenarios, once per seed, and judge their `[[expect]]` claims.
+//!
+//! Every scenario, under every seed, is loaded and checked before the first run starts (its
+//! sections, its expectations, its data and model), so bad input stops the command with
+//! exit code 2 and nothing runs. Then each (scenario, seed) runs into its own directory (under
+//! `--out`, or a temporary directory removed at the end), and each claim is evaluated on what
+//! the run wrote ([`dasim_reports::claims`]). A claim with `seeds = "all"` gives one verdict
+//! per seed; with `seeds = "mean"`, one on the means over the seeds. The verdicts are printed
+//! as a table and, with `--junit`, written as JUnit XML. A run that fails (a deadlock, say)
+//! fails its claims, as errors.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use dasim_models::{Backend, Execution};
+use dasim_reports::claims::eval::short;
+use dasim_reports::claims::junit::{self, Case, Outcome, Suite};
+use dasim_reports::claims::{Claim, Seeds};
+use dasim_reports::rundir::{CheckResult, CheckRow, write_atomic};
+
+use crate::runner::{self, RunOptions, load_problem, preflight};
+use crate::scenario::{Loaded, ScenarioError};
+use crate::{Error, Result};
+
+/// The seeds of `--seeds`, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedList(pub Vec<u64>);
+
+/// Parses `--seeds` ([`parse_seeds`]).
+pub fn parse_seed_list(s: &str) -> std::result::Result<SeedList, String> {
+    parse_seeds(s).map(SeedList)
+}
+
+/// Parses `--seeds`: `1..5` (1 to 5, both included), `1..=5` (the same), `1,4,9` or `7`.
+pub fn parse_seeds(s: &str) -> std::result::Result<Vec<u64>, String> {
+    let num = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("`{t}` is not a seed (a whole number at least 0)"))
+    };
+    let seeds: Vec<u64> = if let Some((a, b)) = s.split_once("..") {
+        let (a, b) = (num(a)?, num(b.strip_prefix('=').unwrap_or(b))?);
+        if b < a {
+            return Err(format!("the range {s} is empty"));
+        }
+        if b - a >= 10_000 {
+            return Err(format!("the range {s} holds more than 10,000 seeds"));
+        }
+        (a..=b).collect()
+    } else {
+        s.split(',')
+            .map(num)
+            .collect::<std::result::Result<_, _>>()?
+    };
+    let mut seen = Vec::new();
+    for &x in &seeds {
+        if seen.contains(&x) {
+            return Err(format!("seed {x} is listed twice"));
+        }
+        seen.push(x);
+    }
+    Ok(seeds)
+}
+
+/// How to check.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// The scenario files.
+    pub scenarios: Vec<PathBuf>,
+    /// The seeds, each replacing the scenario's; `None`: the scenario's own seed.
+    pub seeds: Option<Vec<u64>>,
+    /// The compute backend.
+    pub backend: Backend,
+    /// Where the run directories go (`DIR/<scenario>/seed-<seed>`); `None`: a temporary
+    /// directory, removed at the end.
+    pub out: Option<PathBuf>,
+    /// Progress lines and bars on stderr.
+    pub progress: bool,
+    /// How the store executes gradient flushes.
+    pub execution: Execution,
+}
+
+/// One verdict: a claim for one algorithm under one seed (or the mean over the seeds).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    /// The seed: `1`, or `mean of 1, 2, 3`.
+    pub seed: String,
+    /// The claim as written ([`Claim::describe`]).
+    pub claim: String,
+    /// The row: observed value, bound, result, reason, note.
+    pub row: CheckRow,
+    /// The run failed: the claim could not be evaluated (reported as a JUnit error).
+    pub run_error: bool,
+}
+
+/// The verdicts of one scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScenarioReport {
+    /// The scenario file, as given.
+    pub path: PathBuf,
+    /// Its name (`name`, else the file stem).
+    pub name: String,
+    /// Host seconds its runs took.
+    pub wall_s: f64,
+    /// Its verdicts, claim by claim, then seed by seed.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The verdicts of a `dasim check`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// One entry per scenario, in the order given.
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+impl Report {
+    fn verdicts(&self) -> impl Iterator<Item = &Verdict> {
+        self.scenarios.iter().flat_map(|s| &s.verdicts)
+    }
+
+    /// Verdicts that failed (errors included).
+    pub fn failures(&self) -> usize {
+        self.verdicts()
+            .filter(|v| v.row.result == CheckResult::Fail)
+            .count()
+    }
+
+    /// Verdicts that were skipped.
+    pub fn skipped(&self) -> usize {
+        self.verdicts()
+            .filter(|v| v.row.result == CheckResult::Skip)
+            .count()
+    }
+
+    /// Every verdict.
+    pub fn total(&self) -> usize {
+        self.verdicts().count()
+    }
+
+    /// The table `dasim check` prints: one row per claim, algorithm and seed.
+    pub fn table(&self) -> String {
+        let header = [
+            "scenario",
+            "seed",
+            "algorithm",
+            "claim",
+            "observed",
+            "bound",
+            "result",
+            "detail",
+        ];
+        let mut rows: Vec<[String; 8]> = Vec::new();
+        for s in &self.scenarios {
+            let scenario = s.path.display().to_string();
+            for v in &s.verdicts {
+                rows.push([
+                    scenario.clone(),
+                    v.seed.clone(),
+                    v.row.algorithm.clone(),
+                    v.claim.clone(),
+                    v.row.observed.map(short).unwrap_or_else(|| "—".into()),
+                    bound_text(&v.row),
+                    if v.run_error {
+                        "error".into()
+                    } else {
+                        v.row.result.name().into()
+                    },
+                    detail(&v.row),
+                ]);
+            }
+        }
+        table(&header, &rows)
+    }
+
+    /// The JUnit XML document: one `testsuite` per scenario, one `testcase` per verdict.
+    pub fn junit(&self) -> String {
+        let suites: Vec<Suite> = self
+            .scenarios
+            .iter()
+            .map(|s| Suite {
+                name: s.path.display().to_string(),
+                time_s: s.wall_s,
+                cases: s
+                    .verdicts
+                    .iter()
+                    .map(|v| {
+                        let message = format!(
+                            "observed {}, bound {} {}{}",
+                            v.row.observed.map(short).unwrap_or_else(|| "none".into()),
+                            v.row.op,
+                            bound_text(&v.row),
+                            v.row
+                                .reason
+                                .as_ref()
+                                .map(|r| format!(": {r}"))
+                                .unwrap_or_default()
+                        );
+                        let mut detail = format!(
+                            "{}: {} (expect[{}], {})",
+                            v.row.algorithm, v.claim, v.row.expect, v.seed
+                        );
+                        if let Some(n) = &v.row.note {
+                            let _ = write!(detail, "\nnote: {n}");
+                        }
+                        let outcome = match v.row.result {
+                            CheckResult::Pass => Outcome::Pass,
+                            CheckResult::Skip => Outcome::Skipped {
+                                message: v.row.reason.clone().unwrap_or_default(),
+                            },
+                            CheckResult::Fail if v.run_error => Outcome::Error { message, detail },
+                            CheckResult::Fail => Outcome::Failure { message, detail },
+                        };
+                        Case {
+                            classname: format!("{}.{}", s.name, v.row.algorithm),
+                            name: if v.seed.starts_with("mean") {
+                                format!("expect[{}] {} [{}]", v.row.expect, v.claim, v.seed)
+                            } else {
+                                format!("expect[{}] {} [seed {}]", v.row.expect, v.claim, v.seed)
+                            },
+                            outcome,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        junit::junit_xml(&suites)
+    }
+}
+
+/// The bound with its tolerance: `7`, `7 ± 0.35`, or `—` when it could not be computed.
+fn bound_text(row: &CheckRow) -> String {
+    match (row.bound, row.tolerance) {
+        (Some(b), Some(t)) => format!("{} ± {}", short(b), short(t)),
+        (Some(b), None) => short(b),
+        (None, _) => "—".into(),
+    }
+}
+
+/// The reason of a verdict, else its note.
+fn detail(row: &CheckRow) -> String {
+    match (&row.reason, &row.note) {
+        (Some(r), Some(n)) => format!("{r} — {n}"),
+        (Some(r), None) => r.clone(),
+        (None, Some(n)) => n.clone(),
+        (None, None) => String::new(),
+    }
+}
+
+/// A plain-text table with a header, columns padded to their widest cell (in characters).
+pub fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = header.map(|h| h.chars().count());
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c}{}  ", " ".repeat(w - c.chars().count()));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// A claim as `checks.csv` records it: `staleness.max <= 2 * n`, `loss < 0.1 (over max)`.
+fn claim_text(r: &CheckRow) -> String {
+    let mut s = format!("{} {} {}", r.metric, r.op, r.value);
+    if !r.over.is_empty() && r.over != "final" {
+        let _ = write!(s, " ({})", r.over.replace('=', " "));
+    }
+    s
+}
+
+/// The verdicts `dasim run` prints after a run: one line per claim and algorithm.
+pub fn run_table(rows: &[CheckRow]) -> String {
+    let header = [
+        "algorithm",
+        "claim",
+        "observed",
+        "bound",
+        "result",
+        "detail",
+    ];
+    let rows: Vec<[String; 6]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.algorithm.clone(),
+                claim_text(r),
+                r.observed.map(short).unwrap_or_else(|| "—".into()),
+                bound_text(r),
+                r.result.name().into(),
+                detail(r),
+            ]
+        })
+        .collect();
+    table(&header, &rows)
+}
+
+/// A scenario ready to run under each seed.
+struct Planned {
+    path: PathBuf,
+    name: String,
+    dir: String,
+    claims: Vec<Claim>,
+    runs: Vec<(u64, Loaded)>,
+}
+
+fn nothing_to_check(path: &Path) -> Error {
+    Error::Scenario(Box::new(ScenarioError {
+        file: path.to_path_buf(),
+        line: None,
+        column: None,
+        field: None,
+        message: "the scenario has no [[expect]] entry: there is nothing to check".into(),
+        hint: Some(
+            "add [[expect]] tables (the book's chapter \"Testing claims\"), or run it with `dasim run`"
+                .into(),
+        ),
+        source_line: None,
+    }))
+}
+
+/// Loads and checks every scenario under every seed, before anything runs.
+fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
+    let mut planned: Vec<Planned> = Vec::new();
+    for path in &opts.scenarios {
+        let loaded = Loaded::from_file(path)?;
+        if loaded.scenario.expect.is_empty() {
+            return Err(nothing_to_check(path));
+        }
+        let seeds = opts
+            .seeds
+            .clone()
+            .unwrap_or_else(|| vec![loaded.scenario.seed]);
+        let mut runs = Vec::new();
+        let mut claims = Vec::new();
+        for seed in seeds {
+            let l = loaded.with_seed(seed)?;
+            let problem = load_problem(&l)?;
+            preflight(&l, &problem)?;
+            claims = runner::claims(&l, &problem)?;
+            runner::quantities(&l, &problem, &claims)?;
+            runs.push((seed, l));
+        }
+        // One directory per scenario, named after its file, made unique.
+        let stem = path
+            .file_stem()
+            .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
+        let mut dir = stem.clone();
+        let mut k = 2;
+        while planned.iter().any(|p| p.dir == dir) {
+            dir = format!("{stem}-{k}");
+            k += 1;
+        }
+        planned.push(Planned {
+            path: path.clone(),
+            name: loaded.scenario.display_name(path),
+            dir,
+            claims,
+            runs,
+        });
+    }
+    Ok(planned)
+}
+
+/// Runs every scenario under every seed and judges its claims. Bad input (a scenario that does
+/// not load, an expectation that does not check) is an error before anything runs; failed
+/// claims are not errors, they are in the report.
+pub fn check(opts: &CheckOptions) -> Result<Report> {
+    let planned = plan(opts)?;
+    let temp;
+    let root = match &opts.out {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("dasim-check-")
+                .tempdir()
+                .map_err(|source| Error::Io {
+                    context: "cannot create a temporary directory".into(),
+                    source,
+                })?;
+            temp.path().to_path_buf()
+        }
+    };
+    let total: usize = planned.iter().map(|p| p.runs.len()).sum();
+    let mut done = 0;
+    let mut report = Report::default();
+    for p in &planned {
+        let started = Instant::now();
+        let mut per_seed: Vec<(u64, std::result::Result<Vec<CheckRow>, String>)> = Vec::new();
+        for (seed, loaded) in &p.runs {
+            done += 1;
+            if opts.progress {
+                eprintln!("[{done}/{total}] {} seed {seed}", p.path.display());
+            }
+            let run_opts = RunOptions {
+                backend: opts.backend.clone(),
+                out: root.join(&p.dir).join(format!("seed-{seed}")),
+                progress: opts.progress,
+                execution: opts.execution,
+                memory_limit: None,
+            };
+            let result = runner::run_scenario_with(loaded, &run_opts, opts.out.is_some());
+            if opts.progress {
+                match &result {
+                    Ok(r) => {
+                        let failed = r
+                            .checks
+                            .iter()
+                            .filter(|c| c.result == CheckResult::Fail)
+                            .count();
+                        eprintln!(
+                            "      {} verdicts, {failed} failed ({:.1} s)",
+                            r.checks.len(),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    Err(e) => eprintln!("      the run failed: {e}"),
+                }
+            }
+            per_seed.push((*seed, result.map(|r| r.checks).map_err(|e| e.to_string())));
+        }
+        report.scenarios.push(ScenarioReport {
+            path: p.path.clone(),
+            name: p.name.clone(),
+            wall_s: started.elapsed().as_secs_f64(),
+            verdicts: verdicts(&p.claims, &per_seed),
+        });
+    }
+    Ok(report)
+}
+
+/// The verdicts of a scenario's claims from each seed's rows (or the error of its run).
+fn verdicts(
+    claims: &[Claim],
+    per_seed: &[(u64, std::result::Result<Vec<CheckRow>, String>)],
+) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let errors = |claim: &Claim, seed: String, e: &str, out: &mut Vec<Verdict>| {
+        for label in claim
+            .targets
+            .iter()
+            .chain(claim.skipped.iter().map(|(l, _)| l))
+        {
+            let mut row = claim.row(label);
+            row.reason = Some(format!("the run failed: {e}"));
+            out.push(Verdict {
+                seed: seed.clone(),
+                claim: claim.describe(),
+                row,
+                run_error: true,
+            });
+        }
+    };
+    for claim in claims {
+        let own = |rows: &[CheckRow]| -> Vec<CheckRow> {
+            rows.iter()
+                .filter(|r| r.expect == claim.index as u64)
+                .cloned()
+                .collect()
+        };
+        match claim.expect.seeds {
+            Seeds::All => {
+                for (seed, result) in per_seed {
+                    match result {
+                        Ok(rows) => out.extend(own(rows).into_iter().map(|row| Verdict {
+                            seed: seed.to_string(),
+                            claim: claim.describe(),
+                            row,
+                            run_error: false,
+                        })),
+                        Err(e) => errors(claim, seed.to_string(), e, &mut out),
+                    }
+                }
+            }
+            Seeds::Mean => {
+                let seeds = per_seed
+                    .iter()
+                    .map(|(s, _)| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let label = format!("mean of seeds {seeds}");
+                if let Some((_, Err(e))) = per_seed.iter().find(|(_, r)| r.is_err()) {
+                    errors(claim, label, e, &mut out);
+                    continue;
+                }
+                let rows: Vec<(u64, Vec<CheckRow>)> = per_seed
+                    .iter()
+                    .filter_map(|(s, r)| r.as_ref().ok().map(|rows| (*s, own(rows))))
+                    .collect();
+                out.extend(claim.aggregate_mean(&rows).into_iter().map(|row| Verdict {
+                    seed: label.clone(),
+                    claim: claim.describe(),
+                    row,
+                    run_error: false,
+                }));
+            }
+        }
+    }
+    out
+}
+
+/// Writes the report's JUnit XML to `path`, atomically.
+pub fn write_junit(report: &Report, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            context: format!("cannot create {}", dir.display()),
+            source,
+        })?;
+    }
+    write_atomic(path, report.junit().as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_parse() {
+        assert_eq!(parse_seeds("1..3"), Ok(vec![1, 2, 3]));
+        assert_eq!(parse_seeds("1..=3"), Ok(vec![1, 2, 3]));
+        assert_eq!(parse_seeds("4"), Ok(vec![4]));
+        assert_eq!(parse_seeds("1, 4,9"), Ok(vec![1, 4, 9]));
+        assert!(parse_seeds("3..1").unwrap_err().contains("empty"));
+        assert!(parse_seeds("1,1").unwrap_err().contains("twice"));
+        assert!(parse_seeds("a").unwrap_err().contains("not a seed"));
+        assert!(parse_seeds("-1..2").is_err());
+    }
+
+    #[test]
+    fn tables_pad_their_columns() {
+        let t = table(
+            &["a", "bb", "c"],
+            &[
+                ["xxx".into(), "y".into(), "z".into()],
+                ["∞".into(), "".into(), "".into()],
+            ],
+        );
+        assert_eq!(t, "a    bb  c\nxxx  y   z\n∞\n");
+    }
+}
