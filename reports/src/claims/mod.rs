@@ -254,6 +254,16 @@ pub const QUANTITIES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The quantities as a Markdown table (name, meaning): the book's chapter "Testing claims"
+/// holds exactly this text.
+pub fn quantities_table() -> String {
+    let mut out = String::from("| name | meaning |\n|---|---|\n");
+    for (name, meaning) in QUANTITIES {
+        out.push_str(&format!("| `{name}` | {meaning} |\n"));
+    }
+    out
+}
+
 /// What is known of a scenario when its expectations are checked, before any simulation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Facts {
@@ -690,7 +700,11 @@ impl Claim {
                     "value",
                     format!("`{name}`: `{rest}` is not a metric of `{label}`"),
                 );
-                if let Some(s) = metrics::suggest(rest) {
+                if metrics::lookup(name).is_some() {
+                    e = e.hint(format!(
+                        "`{name}` is a metric: an algorithm's metric is LABEL.METRIC, e.g. `{label}.{name}`"
+                    ));
+                } else if let Some(s) = metrics::suggest(rest) {
                     e = e.hint(format!("did you mean `{label}.{s}`?"));
                 }
                 Err(e)
