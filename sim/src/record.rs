@@ -302,6 +302,8 @@ impl MetricsConfig {
                 )
                 .hint("timeline_s = [start, end] with end > start, e.g. [0.0, 0.5]"));
             }
+            SimTime::checked_from_secs_f64(start, "metrics.timeline_s")?;
+            SimTime::checked_from_secs_f64(end, "metrics.timeline_s")?;
         }
         Ok(())
     }

@@ -5,7 +5,10 @@
 //! later one. A run stops at the first stop rule reached: a simulated-time limit (checked before
 //! an event later than the limit is processed), a number of epochs or of worker steps (checked
 //! after each event). If the queue runs dry first while workers wait, the run is a deadlock and
-//! fails with who waits for whom ([`Algorithm::waiting`]).
+//! fails with who waits for whom ([`Algorithm::waiting`]). Time arithmetic saturates at
+//! [`SimTime::MAX`], so an event there lies beyond the end of simulated time: a time limit stops
+//! the run before it (validation keeps the limit at most [`SimTime::MAX_CONFIG`]); without one
+//! the run fails with an error at `run` saying so.
 //!
 //! An evaluation point measures the model the algorithm names ([`Algorithm::eval_model`]): the
 //! average of the worker replicas unless it says otherwise (a parameter server's model, push-sum's
@@ -32,6 +35,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::engine::time::{TimeUnit, num};
 use crate::engine::{EventQueue, SimTime};
 use crate::error::{ConfigError, Error, Result};
 use crate::net::NetworkStats;
@@ -72,13 +76,14 @@ impl RunConfig {
             return Err(ConfigError::new("run", "no stop rule is set")
                 .hint("set at least one of run.sim_time_s, run.epochs or run.worker_steps"));
         }
-        if let Some(t) = self.sim_time_s
-            && !(t.is_finite() && t > 0.0)
-        {
-            return Err(ConfigError::new(
-                "run.sim_time_s",
-                format!("sim_time_s must be a positive number of seconds, got {t}"),
-            ));
+        if let Some(t) = self.sim_time_s {
+            if !(t.is_finite() && t > 0.0) {
+                return Err(ConfigError::new(
+                    "run.sim_time_s",
+                    format!("sim_time_s must be a positive number of seconds, got {t}"),
+                ));
+            }
+            SimTime::checked_from_secs_f64(t, "run.sim_time_s")?;
         }
         if let Some(e) = self.epochs
             && !(e.is_finite() && e > 0.0)
@@ -113,6 +118,13 @@ impl RunConfig {
                 ),
             )
             .hint("eval_every_s = 0 turns the time grid off only together with eval_every_steps"));
+        }
+        if self.eval_every_s > 0.0 {
+            SimTime::checked_nonzero_from_f64(
+                self.eval_every_s,
+                TimeUnit::Seconds,
+                "run.eval_every_s",
+            )?;
         }
         Ok(())
     }
@@ -231,7 +243,10 @@ pub struct Outcome {
     pub sim_time: SimTime,
     /// Events handled.
     pub events: u64,
-    /// Worker steps (gradients applied).
+    /// Worker steps (gradients applied). Zero when no worker completed a step before the stop
+    /// (a step longer than the run, messages slower than the run): then `final_eval` is the
+    /// initial model's, and a report should say that nothing was trained rather than present
+    /// it as a result.
     pub worker_steps: u64,
     /// Epochs.
     pub epochs: f64,
@@ -311,6 +326,12 @@ pub fn run_inspect<A: Algorithm>(
             }
             return Err(Error::Deadlock { time: now, waiting });
         };
+        // Time arithmetic saturates: an event at `SimTime::MAX` would happen after the end of
+        // simulated time. A time limit (at most `SimTime::MAX_CONFIG`) stops the run before it;
+        // without one, the run cannot go on.
+        if t == SimTime::MAX && time_limit.is_none() {
+            return Err(beyond_the_clock(now).into());
+        }
         // Every event before `t` has been handled: points strictly before `t` are complete.
         let horizon = time_limit.map_or(t, |limit| {
             t.min(limit.saturating_add(SimTime::from_nanos(1)))
@@ -351,7 +372,7 @@ pub fn run_inspect<A: Algorithm>(
             && world.worker_steps >= at
         {
             last_eval = evaluate(alg, world, now, observer)?;
-            next_step_eval = Some((world.worker_steps / every + 1) * every);
+            next_step_eval = Some((world.worker_steps / every + 1).saturating_mul(every));
         }
         let steps_done = cfg.worker_steps.is_some_and(|s| world.worker_steps >= s);
         let epochs_done = cfg.epochs.is_some_and(|e| world.epochs() >= e);
@@ -386,6 +407,26 @@ pub fn run_inspect<A: Algorithm>(
         staleness: alg.staleness(),
         record,
     })
+}
+
+/// The error of a run without a time limit whose next event lies beyond the end of simulated
+/// time: a step or a message (a random factor's tail, a very slow link) would end later than the
+/// clock can count.
+fn beyond_the_clock(now: SimTime) -> ConfigError {
+    ConfigError::new(
+        "run",
+        format!(
+            "at simulated time {} s, the next event would happen after the end of simulated time \
+             ({} s, about 584 years), before any stop rule was reached",
+            num(now.as_secs_f64()),
+            num(SimTime::MAX.as_secs_f64())
+        ),
+    )
+    .hint(format!(
+        "set run.sim_time_s (at most {} s) to end the run at a time of your choosing; such \
+         long steps or transfers come from huge straggler factors or delays, or very slow links",
+        num(SimTime::max_config_in(TimeUnit::Seconds))
+    ))
 }
 
 /// Hands the per-event records of the last event to the observer.
