@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::SimTime;
+use crate::engine::time::{CLOCK_HINT, SimTime, TimeUnit, num};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 
@@ -104,7 +104,10 @@ fn speed(
             "give the base step time directly (step_time_ms) or as a device speed (device_tflops), not both",
         )
         .hint("remove one of step_time_ms and device_tflops")),
-        (Some(ms), None) if ms.is_finite() && ms > 0.0 => Ok(Some(Speed::StepMs(ms))),
+        (Some(ms), None) if ms.is_finite() && ms > 0.0 => {
+            SimTime::checked_nonzero_from_f64(ms, TimeUnit::Millis, &at("step_time_ms"))?;
+            Ok(Some(Speed::StepMs(ms)))
+        }
         (Some(ms), None) => Err(ConfigError::new(
             &at("step_time_ms"),
             format!("step_time_ms must be a positive number of milliseconds, got {ms}"),
@@ -200,9 +203,50 @@ impl ClusterConfig {
                         )
                         .hint("give step_time_ms instead")
                     })?;
-                    Ok(SimTime::from_secs_f64(flops * batch as f64 / (t * 1e12)))
+                    derived_step(flops, batch, t, &path)
                 }
             })
             .collect()
     }
+}
+
+/// The base step time of a device of `tflops` TFLOP/s on `batch` samples of `flops` FLOPs each,
+/// checked: at least 1 ns (a step that rounds to 0 ns would loop the run at one instant) and at
+/// most [`SimTime::MAX_CONFIG`]. Errors are at `path` (the `device_tflops` key) and give the
+/// range of speeds that fits.
+fn derived_step(flops: f64, batch: usize, tflops: f64, path: &str) -> Result<SimTime, ConfigError> {
+    let work = flops * batch as f64;
+    let secs = work / (tflops * 1e12);
+    let ns = secs * 1e9;
+    let what = format!(
+        "{path} = {} TFLOP/s on {} FLOPs per sample × a batch of {batch}",
+        num(tflops),
+        num(flops)
+    );
+    if ns < 1.0 {
+        return Err(ConfigError::new(
+            path,
+            format!(
+                "{what} gives a step of {} ns, shorter than 1 ns, the resolution of simulated time: \
+                 at most {} TFLOP/s for this model and batch",
+                num(ns),
+                num(work / 1e3)
+            ),
+        )
+        .hint("a step that rounds to 0 ns would make the run loop at one instant; check the device speed's unit (TFLOP/s)"));
+    }
+    if ns > SimTime::MAX_CONFIG.as_nanos() as f64 {
+        return Err(ConfigError::new(
+            path,
+            format!(
+                "{what} gives a step of {} s, more than simulated time can hold (at most {} s): \
+                 at least {} TFLOP/s for this model and batch",
+                num(secs),
+                num(SimTime::max_config_in(TimeUnit::Seconds)),
+                num(work / 1e3 / SimTime::MAX_CONFIG.as_nanos() as f64)
+            ),
+        )
+        .hint(CLOCK_HINT));
+    }
+    Ok(SimTime::from_secs_f64(secs))
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::slowdown::ModelState;
 use crate::cluster::stragglers::{StragglerModel, TraceData, TraceEnd, load_trace};
-use crate::engine::time::SimTime;
+use crate::engine::time::{CLOCK_HINT, SimTime, num};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 
@@ -62,10 +62,14 @@ impl Cluster {
                 history: None,
             })
             .collect();
+        let mut entries_of: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (m, s) in cfg.stragglers.iter().enumerate() {
             let prefix = format!("cluster.stragglers[{m}]");
             let at = |k: &str| format!("{prefix}.{k}");
             let covered = s.workers.resolve(n, env.seed, &at("workers"))?;
+            for &w in &covered {
+                entries_of[w].push(m);
+            }
             if let StragglerModel::Trace(t) = &s.model {
                 let data = load_trace(&env.resolve(&t.file), &at("file"))?;
                 for &w in &covered {
@@ -85,6 +89,9 @@ impl Cluster {
                     workers[w].models.push(state);
                 }
             }
+        }
+        for (w, entries) in entries_of.iter().enumerate() {
+            check_step_bounds(cfg, w, &workers[w], entries)?;
         }
         Ok(Cluster { workers })
     }
@@ -134,6 +141,95 @@ impl Cluster {
     pub fn recorded(&self, worker: usize) -> &[SimTime] {
         self.workers[worker].history.as_deref().unwrap_or(&[])
     }
+}
+
+/// Checks that worker `w`'s steps fit the clock: its longest base time (its trace's longest
+/// duration) times every factor that may apply to it (fixed, Markov and window factors, and the
+/// mean of a jitter factor) stays within [`SimTime::MAX_CONFIG`], and its shortest mean step
+/// (shortest base × fixed factors × jitter means + mean delays) lasts at least 1 ns. `entries`
+/// are the straggler entries covering `w`, in order; an error is at the key of the entry that
+/// crosses the bound, and states that key's largest (or smallest) value.
+fn check_step_bounds(
+    cfg: &ClusterConfig,
+    w: usize,
+    worker: &Worker,
+    entries: &[usize],
+) -> Result<(), ConfigError> {
+    let ns = |t: SimTime| t.as_nanos() as f64;
+    let (base_hi, base_lo) = match &worker.trace {
+        Some(r) => {
+            let hi = r.steps.iter().copied().max().unwrap_or(worker.base);
+            let lo = r.steps.iter().copied().min().unwrap_or(worker.base);
+            (ns(hi), ns(lo))
+        }
+        None => (ns(worker.base), ns(worker.base)),
+    };
+    let max_ns = ns(SimTime::MAX_CONFIG);
+    let ms = |x: f64| num(x / 1e6);
+    let mut hi = base_hi;
+    let mut lo = base_lo;
+    let mut delay = 0.0;
+    let mut last_jitter = None;
+    for &m in entries {
+        let (key, factor) = match &cfg.stragglers[m].model {
+            StragglerModel::Fixed { factor } => {
+                lo *= factor;
+                ("factor", *factor)
+            }
+            StragglerModel::Jitter(j) => {
+                lo *= j.mean;
+                last_jitter = Some((m, j.mean));
+                ("mean", j.mean)
+            }
+            StragglerModel::Markov(mk) => ("factor", mk.factor),
+            StragglerModel::Window(wn) => ("factor", wn.factor),
+            StragglerModel::Delay(d) => {
+                delay += d.mean_ms * 1e6;
+                continue;
+            }
+            StragglerModel::Trace(_) => continue,
+        };
+        let before = hi;
+        hi *= factor;
+        if hi > max_ns {
+            let path = format!("cluster.stragglers[{m}].{key}");
+            return Err(ConfigError::new(
+                &path,
+                format!(
+                    "{path} = {} makes worker {w}'s step {} ms, more than simulated time can hold \
+                     (at most {} ms): on its step of up to {} ms before this entry, {key} can be \
+                     at most {}",
+                    num(factor),
+                    ms(hi),
+                    ms(max_ns),
+                    ms(before),
+                    num(max_ns / before)
+                ),
+            )
+            .hint(CLOCK_HINT));
+        }
+    }
+    if let Some((m, mean)) = last_jitter
+        && lo + delay < 1.0
+    {
+        // The mean step without this entry's factor.
+        let others = lo / mean;
+        let path = format!("cluster.stragglers[{m}].mean");
+        return Err(ConfigError::new(
+            &path,
+            format!(
+                "with {path} = {}, worker {w}'s mean step is {} ns, shorter than 1 ns, the \
+                 resolution of simulated time: on its step of {} ms, the mean factor must be at \
+                 least {}",
+                num(mean),
+                num(lo + delay),
+                ms(others),
+                num((1.0 - delay) / others)
+            ),
+        )
+        .hint("steps that round to 0 ns would make the run loop at one instant"));
+    }
+    Ok(())
 }
 
 fn per_worker(

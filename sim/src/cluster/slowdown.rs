@@ -261,7 +261,9 @@ impl ModelState {
                         };
                         let sojourn = [geo(f), geo(s)];
                         let slow = initial_slow(m.start, f, s, &mut rng);
-                        let left = 1 + sojourn[usize::from(slow)].sample(&mut rng);
+                        let left = sojourn[usize::from(slow)]
+                            .sample(&mut rng)
+                            .saturating_add(1);
                         ModelState::MarkovSteps {
                             factor: m.factor,
                             sojourn,
@@ -313,7 +315,7 @@ impl ModelState {
             } => {
                 if *left == 0 {
                     *slow = !*slow;
-                    *left = 1 + sojourn[usize::from(*slow)].sample(rng);
+                    *left = sojourn[usize::from(*slow)].sample(rng).saturating_add(1);
                 }
                 *left -= 1;
                 if *slow {

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::SimTime;
+use crate::engine::time::{SimTime, TimeUnit, num};
 use crate::error::ConfigError;
 use crate::raw::{Raw, lift};
 
@@ -383,6 +383,11 @@ fn slowdown(factor: f64, path: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// The largest mean sojourn of a step-clocked Markov entry, in steps: 2⁵³, the largest count
+/// a floating-point mean holds exactly, and far enough below `u64::MAX` that the geometric
+/// sojourns drawn from it never overflow the step counter.
+pub const MAX_MEAN_STEPS: f64 = 9_007_199_254_740_992.0;
+
 /// The two mean sojourns of a Markov entry and which clock they use.
 pub(crate) enum Clock {
     Steps(f64, f64),
@@ -430,9 +435,25 @@ pub(crate) fn markov_clock(
     };
     if any(steps) {
         let (f, s) = pair(steps, ["mean_fast_steps", "mean_slow_steps"], 1.0, "step")?;
+        for (key, v) in [("mean_fast_steps", f), ("mean_slow_steps", s)] {
+            if v > MAX_MEAN_STEPS {
+                let path = at(key);
+                return Err(ConfigError::new(
+                    &path,
+                    format!(
+                        "{path} = {} steps is more than a step counter can draw: at most {} steps (2^53)",
+                        num(v),
+                        MAX_MEAN_STEPS
+                    ),
+                )
+                .hint("a sojourn is counted in whole steps; give a mean the run can reach"));
+            }
+        }
         Ok(Clock::Steps(f, s))
     } else if any(secs) {
         let (f, s) = pair(secs, ["mean_fast_s", "mean_slow_s"], 0.0, "seconds")?;
+        SimTime::checked_nonzero_from_f64(f, TimeUnit::Seconds, &at("mean_fast_s"))?;
+        SimTime::checked_nonzero_from_f64(s, TimeUnit::Seconds, &at("mean_slow_s"))?;
         Ok(Clock::Seconds(f, s))
     } else {
         Err(ConfigError::new(
@@ -462,7 +483,8 @@ impl StragglerModel {
                 Variate::new(j.distribution, j.mean, "mean", j.cv, j.shape, at).map(drop)
             }
             StragglerModel::Delay(j) => {
-                Variate::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at).map(drop)
+                Variate::new(j.distribution, j.mean_ms, "mean_ms", j.cv, j.shape, at)?;
+                SimTime::checked_from_f64(j.mean_ms, TimeUnit::Millis, &at("mean_ms")).map(drop)
             }
             StragglerModel::Markov(m) => {
                 slowdown(m.factor, &at("factor"))?;
@@ -548,7 +570,8 @@ fn parse_trace(text: &str) -> Result<TraceData, String> {
                 "line {no}: a step duration must be positive, got {d}"
             ));
         }
-        let d = SimTime::from_millis_f64(d);
+        let d = SimTime::checked_nonzero_from_f64(d, TimeUnit::Millis, "duration_ms")
+            .map_err(|e| format!("line {no}: {}", e.message))?;
         match worker_col {
             None => shared.push(d),
             Some(wc) => {
