@@ -37,7 +37,7 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::window;
+use crate::engine::time::{SimTime, TimeUnit, num, window};
 use crate::error::ConfigError;
 
 /// Bandwidth when neither `bandwidth_gbps` nor a preset is given (the `10gbe` preset).
@@ -384,6 +384,15 @@ pub struct NetworkConfig {
     pub random_congestion: Vec<RandomCongestion>,
 }
 
+/// The slowest bandwidth the network model counts, Gbit/s: 1 byte/s (rates are whole bytes per
+/// second).
+pub const MIN_BANDWIDTH_GBPS: f64 = 8e-9;
+/// The fastest bandwidth the network model counts, Gbit/s: `u64::MAX` bytes/s.
+pub const MAX_BANDWIDTH_GBPS: f64 = u64::MAX as f64 * 8.0 / 1e9;
+/// The largest `header_bytes`: 2³² bytes (4 GiB), so that message sizes and the byte counters
+/// of a run stay far from overflowing.
+pub const MAX_HEADER_BYTES: u64 = 1 << 32;
+
 fn check_gbps(v: Option<f64>, path: &str) -> Result<(), ConfigError> {
     match v {
         Some(b) if !(b.is_finite() && b > 0.0) => Err(ConfigError::new(
@@ -391,6 +400,26 @@ fn check_gbps(v: Option<f64>, path: &str) -> Result<(), ConfigError> {
             format!("bandwidth must be a positive number of Gbit/s, got {b}"),
         )
         .hint("10 GbE is 10.0; a preset such as preset = \"25gbe\" sets it for you")),
+        Some(b) if b < MIN_BANDWIDTH_GBPS => Err(ConfigError::new(
+            path,
+            format!(
+                "{path} = {} Gbit/s is slower than 1 byte/s, the slowest rate the network model \
+                 counts (rates are whole bytes per second): at least {} Gbit/s",
+                num(b),
+                num(MIN_BANDWIDTH_GBPS)
+            ),
+        )
+        .hint("a slow link is legal down to that rate: messages still in flight at the stop are simply not delivered")),
+        Some(b) if b > MAX_BANDWIDTH_GBPS => Err(ConfigError::new(
+            path,
+            format!(
+                "{path} = {} Gbit/s is faster than the network model counts (rates are 64-bit \
+                 bytes per second): at most {} Gbit/s",
+                num(b),
+                num(MAX_BANDWIDTH_GBPS)
+            ),
+        )
+        .hint("NVLink 4 is 3600 Gbit/s per direction")),
         _ => Ok(()),
     }
 }
@@ -402,7 +431,8 @@ fn check_latency(v: Option<f64>, path: &str) -> Result<(), ConfigError> {
             format!("latency must be zero or a positive number of microseconds, got {l}"),
         )
         .hint("a one-way latency, e.g. 5.0 for TCP over 10 GbE")),
-        _ => Ok(()),
+        Some(l) => SimTime::checked_from_f64(l, TimeUnit::Micros, path).map(drop),
+        None => Ok(()),
     }
 }
 
@@ -507,6 +537,16 @@ impl NetworkConfig {
     fn check(&self, nodes: Option<usize>) -> Result<(), ConfigError> {
         check_gbps(self.bandwidth_gbps, "network.bandwidth_gbps")?;
         check_latency(self.latency_us, "network.latency_us")?;
+        if self.header_bytes > MAX_HEADER_BYTES {
+            return Err(ConfigError::new(
+                "network.header_bytes",
+                format!(
+                    "network.header_bytes = {} is more than a message header can be: at most {MAX_HEADER_BYTES} bytes (4 GiB)",
+                    self.header_bytes
+                ),
+            )
+            .hint("the bytes every message adds on the wire, e.g. 64 for TCP/IP framing"));
+        }
         for (i, nic) in self.nics.iter().enumerate() {
             let at = |k: &str| format!("network.nics[{i}].{k}");
             check_gbps(nic.bandwidth_gbps, &at("bandwidth_gbps"))?;
@@ -576,6 +616,7 @@ impl NetworkConfig {
                     )
                     .hint("mean_on_s = 0.5 and mean_off_s = 5.0: congested about 9% of the time"));
                 }
+                SimTime::checked_nonzero_from_f64(v, TimeUnit::Seconds, &at(key))?;
             }
             check_scope(&r.links, &r.workers, nodes, &prefix)?;
         }

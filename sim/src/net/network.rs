@@ -337,7 +337,8 @@ impl Network {
     /// Posts a message with `payload` bytes (the header is added) from `src` to `dst` at `now`;
     /// returns its delivery time.
     pub fn send(&mut self, now: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
-        let bytes = payload + self.header_bytes;
+        // Saturating, as the counters below: validation keeps every figure far from `u64::MAX`.
+        let bytes = payload.saturating_add(self.header_bytes);
         let dedicated = self.links.get(&(src, dst)).is_some_and(|l| l.dedicated);
         let (start, end) = if dedicated {
             let start = now.max(self.link_free.get(&(src, dst)).copied().unwrap_or_default());
@@ -358,8 +359,8 @@ impl Network {
             self.downlink_free[dst] = down_end;
             (up_start, down_end)
         };
-        self.stats.messages += 1;
-        self.stats.bytes += bytes;
+        self.stats.messages = self.stats.messages.saturating_add(1);
+        self.stats.bytes = self.stats.bytes.saturating_add(bytes);
         let out = &mut self.links_used[src];
         let k = match out.iter().position(|(d, _, _)| *d == dst) {
             Some(k) => k,
@@ -369,8 +370,8 @@ impl Network {
             }
         };
         let (_, link, busy_until) = &mut out[k];
-        link.messages += 1;
-        link.bytes += bytes;
+        link.messages = link.messages.saturating_add(1);
+        link.bytes = link.bytes.saturating_add(bytes);
         link.busy += end - start.max(*busy_until);
         *busy_until = (*busy_until).max(end);
         end + self.link_latency(src, dst)
