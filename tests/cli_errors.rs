@@ -242,3 +242,61 @@ fn zero_threads_and_batches_are_usage_errors() {
         assert!(!dir.path().join("out").exists());
     }
 }
+
+/// A time limit beyond what simulated time can hold (it used to be accepted, and the run never
+/// ended) is refused at its value, with the maximum in seconds.
+#[test]
+fn a_time_limit_beyond_the_clock() {
+    expect_error(
+        &SMALL.replace("sim_time_s = 0.5", "sim_time_s = 1e30"),
+        &[
+            "bad.toml:31:14",
+            "run.sim_time_s = 1e30 s",
+            "at most 9223372036.854776 s",
+        ],
+    );
+}
+
+/// A fixed straggler factor of 1e300 on a 10 ms step is refused at the factor, with the largest
+/// factor that step allows.
+#[test]
+fn a_step_time_times_a_factor_beyond_the_clock() {
+    expect_error(
+        &SMALL.replace("factor = 4.0", "factor = 1e300"),
+        &[
+            "bad.toml:10:10",
+            "cluster.stragglers[0].factor",
+            "factor can be at most 922337203685.4775",
+        ],
+    );
+}
+
+/// A bandwidth below 1 byte/s is refused with the slowest rate the model counts; the slowest
+/// legal one runs: no message arrives within the run, all-reduce completes no step, and the run
+/// ends at its stop with exit code 0.
+#[test]
+fn a_bandwidth_below_one_byte_per_second_and_the_slowest_legal_one() {
+    expect_error(
+        &SMALL.replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 1e-12"),
+        &[
+            "bad.toml:13:18",
+            "network.bandwidth_gbps",
+            "at least 8e-9 Gbit/s",
+        ],
+    );
+    let (dir, path) = scenario(
+        &SMALL.replace("bandwidth_gbps = 10.0", "bandwidth_gbps = 8e-9"),
+        "slow.toml",
+    );
+    let out = dir.path().join("out");
+    let o = dasim_run_flex(&path, &out, &[]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let allreduce = &summary["runs"][0];
+    assert_eq!(allreduce["algorithm"], "allreduce");
+    assert_eq!(allreduce["worker_steps"], 0);
+    assert_eq!(allreduce["sim_time_s"], 0.5);
+}

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use dasim_sim::Error;
 use dasim_sim::algorithm::Ctx;
+use dasim_sim::engine::time::TimeUnit;
 use dasim_sim::prelude::*;
 
 /// The sections of a scenario file the engine owns (the model and data sections belong to
@@ -294,5 +295,135 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
             cfg.kind(),
             seen.first()
         );
+    }
+}
+
+/// An `[[algorithms]]` entry of `kind` with its defaults (and the options a kind requires).
+fn default_entry(kind: &str) -> AlgorithmConfig {
+    let required = match kind {
+        "post-local-sgd" => "\nwarmup_steps = 10",
+        _ => "",
+    };
+    toml::from_str(&format!("kind = \"{kind}\"{required}"))
+        .unwrap_or_else(|e| panic!("{kind}: {e}"))
+}
+
+/// A run with no time limit, steps of `step_ms` and the stop rule `stop`, on four workers of a
+/// ring with all-reduce.
+fn allreduce_run(step_ms: f64, stop: &RunConfig) -> Result<(Outcome, Vec<EvalPoint>), Error> {
+    let n = 4;
+    let alg = default_entry("allreduce");
+    let cluster = ClusterConfig::new(n).with_step_time_ms(step_ms);
+    cluster.validate().unwrap();
+    stop.validate().unwrap();
+    let mut store = common::quadratic_store(n, 5);
+    let opt = common::optimizer(0.05, 0.5);
+    let mut world = common::world(
+        &alg,
+        &cluster,
+        &common::net(10.0, 5.0),
+        TopologyConfig::Ring {},
+        &mut store,
+        &opt,
+        5,
+    );
+    let mut points = Collect::default();
+    let outcome = dasim_sim::algorithms::run_algorithm(&alg, &mut world, stop, &mut points)?;
+    Ok((outcome, points.0))
+}
+
+fn max_s() -> f64 {
+    SimTime::max_config_in(TimeUnit::Seconds)
+}
+
+/// The largest time limit a scenario may set, on a tiny scenario whose step budget ends it
+/// first: nothing overflows, and the run stops at its budget.
+#[test]
+fn the_largest_time_limit_runs_a_small_scenario_to_its_step_budget() {
+    let stop = RunConfig {
+        sim_time_s: Some(max_s()),
+        epochs: None,
+        worker_steps: Some(40),
+        eval_every_s: max_s(),
+        eval_every_steps: None,
+    };
+    let (outcome, points) = allreduce_run(10.0, &stop).unwrap();
+    assert_eq!(outcome.worker_steps, 40);
+    assert!(outcome.sim_time < SimTime::from_secs_f64(1.0));
+    let times: Vec<SimTime> = points.iter().map(|p| p.time).collect();
+    assert_eq!(times, [SimTime::ZERO, outcome.sim_time]);
+}
+
+/// Steps as long as the clock allows, under the largest time limit: every first step ends
+/// exactly at the limit and is handled; what follows would happen after it, and is not. The
+/// all-reduce completes no step, and the outcome says so (`worker_steps == 0`, the model as it
+/// started).
+#[test]
+fn steps_as_long_as_the_clock_allows_end_at_the_limit() {
+    let step_ms = SimTime::max_config_in(TimeUnit::Millis);
+    let stop = RunConfig {
+        sim_time_s: Some(max_s()),
+        epochs: None,
+        worker_steps: None,
+        eval_every_s: max_s(),
+        eval_every_steps: None,
+    };
+    let (outcome, points) = allreduce_run(step_ms, &stop).unwrap();
+    assert_eq!(outcome.sim_time, SimTime::MAX_CONFIG);
+    assert!(outcome.events >= 4, "the four first steps end at the limit");
+    assert_eq!(outcome.worker_steps, 0);
+    assert_eq!(points.first().unwrap().eval.loss, outcome.final_eval.loss);
+    let times: Vec<SimTime> = points.iter().map(|p| p.time).collect();
+    assert_eq!(times, [SimTime::ZERO, SimTime::MAX_CONFIG]);
+}
+
+/// Without a time limit, a run whose next event lies beyond the end of simulated time (the
+/// second steps of maximal length would end past 2^64 ns) stops with an error at `run` saying
+/// so, instead of running on at a saturated clock.
+#[test]
+fn a_run_past_the_end_of_simulated_time_fails_at_run() {
+    let stop = RunConfig {
+        sim_time_s: None,
+        epochs: None,
+        worker_steps: Some(1000),
+        eval_every_s: max_s(),
+        eval_every_steps: None,
+    };
+    let err = allreduce_run(SimTime::max_config_in(TimeUnit::Millis), &stop).unwrap_err();
+    let Error::Config(e) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(e.path.to_string(), "run");
+    assert!(e.message.contains("after the end of simulated time"), "{e}");
+    assert!(e.hint.as_deref().unwrap().contains("run.sim_time_s"), "{e}");
+}
+
+/// The slowest legal link, 1 byte/s: a message of the 16-parameter quadratic (64 bytes) takes
+/// 64 s, so in a 1 s run none is delivered. Every algorithm runs to its stop without a panic or
+/// an overflow, its messages still in flight; all-reduce completes no step and leaves the model
+/// as it started.
+#[test]
+fn the_slowest_link_leaves_messages_in_flight_and_every_run_ends_at_its_stop() {
+    let n = 4;
+    let slow = common::net(8e-9, 5.0);
+    slow.validate().unwrap();
+    for kind in AlgorithmKind::KINDS {
+        let alg = default_entry(kind);
+        let mut store = common::quadratic_store(n, 5);
+        let (outcome, points) = common::run_on(
+            &alg,
+            &common::cluster(n, &[]),
+            &slow,
+            TopologyConfig::Ring {},
+            &mut store,
+            &common::stop_at(1.0),
+            5,
+        );
+        assert_eq!(outcome.sim_time, SimTime::from_secs_f64(1.0), "{kind}");
+        assert!(outcome.network.messages > 0, "{kind} sent nothing");
+        if *kind == "allreduce" {
+            assert_eq!(outcome.worker_steps, 0);
+            assert_eq!(points[0].eval.loss, outcome.final_eval.loss);
+        }
     }
 }
