@@ -309,7 +309,9 @@ fn execute(command: Command) -> dasim::Result<()> {
             );
             println!("{summary}");
             if failed > 0 {
-                return Err(Error::Claims(summary));
+                return Err(Error::Claims(format!(
+                    "{failed} of {total} claim verdicts failed"
+                )));
             }
             Ok(())
         }

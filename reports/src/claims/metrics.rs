@@ -39,9 +39,9 @@ impl Needs {
             Needs::Optimum => {
                 "a model that knows its optimum (quadratic, linear, softmax with l2 > 0)"
             }
-            Needs::TargetAccuracy => "[metrics] target_accuracy",
-            Needs::TargetLoss => "[metrics] target_loss",
-            Needs::ReplicaEval => "[metrics] eval_replicas = true",
+            Needs::TargetAccuracy => "`[metrics] target_accuracy`",
+            Needs::TargetLoss => "`[metrics] target_loss`",
+            Needs::ReplicaEval => "`[metrics] eval_replicas = true`",
         }
     }
 }

@@ -240,7 +240,7 @@ pub const QUANTITIES: &[(&str, &str)] = &[
     ),
     (
         "gap",
-        "spectral gap `1 − max(|λ₂|, |λ_n|)` of the static topology's Metropolis mixing matrix, as `dasim inspect topology` prints it",
+        "spectral gap of the static topology's Metropolis mixing matrix, one minus its second-largest eigenvalue modulus, as `dasim inspect topology` prints it",
     ),
     (
         "degree",
