@@ -353,7 +353,6 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
             let problem = load_problem(&l)?;
             preflight(&l, &problem)?;
             claims = runner::claims(&l, &problem)?;
-            runner::quantities(&l, &problem, &claims)?;
             runs.push((seed, l));
         }
         // One directory per scenario, named after its file, made unique.
@@ -450,19 +449,22 @@ fn verdicts(
     per_seed: &[(u64, std::result::Result<Vec<CheckRow>, String>)],
 ) -> Vec<Verdict> {
     let mut out = Vec::new();
+    // A failed run fails the claims that apply; a skip stays a skip.
     let errors = |claim: &Claim, seed: String, e: &str, out: &mut Vec<Verdict>| {
-        for label in claim
-            .targets
-            .iter()
-            .chain(claim.skipped.iter().map(|(l, _)| l))
-        {
-            let mut row = claim.row(label);
-            row.reason = Some(format!("the run failed: {e}"));
+        for label in &claim.labels {
+            let (row, run_error) = match claim.skip_row(label) {
+                Some(row) => (row, false),
+                None => {
+                    let mut row = claim.row(label);
+                    row.reason = Some(format!("the run failed: {e}"));
+                    (row, true)
+                }
+            };
             out.push(Verdict {
                 seed: seed.clone(),
                 claim: claim.describe(),
                 row,
-                run_error: true,
+                run_error,
             });
         }
     };
@@ -540,6 +542,90 @@ mod tests {
         assert!(parse_seeds("1,1").unwrap_err().contains("twice"));
         assert!(parse_seeds("a").unwrap_err().contains("not a seed"));
         assert!(parse_seeds("-1..2").is_err());
+    }
+
+    /// A run that fails fails its claims as errors (JUnit `<error>`), for `all` and `mean`
+    /// claims alike; the other seeds' verdicts stand.
+    #[test]
+    fn a_failed_run_fails_its_claims_as_errors() {
+        use dasim_reports::claims::{Bound, Expect, Facts, Op};
+        let facts = Facts {
+            algorithms: vec![("ps".into(), "ps".into()), ("sgp".into(), "sgp".into())],
+            workers: 4,
+            ..Facts::default()
+        };
+        let expect = |metric: &str, seeds| Expect {
+            metric: metric.into(),
+            algorithm: None,
+            op: Op::Le,
+            value: Bound::Number(10.0),
+            rel_tol: None,
+            abs_tol: None,
+            over: None,
+            at: None,
+            seeds,
+            note: None,
+        };
+        let claims = [
+            Claim::new(0, &expect("staleness.max", Seeds::All), &facts).unwrap(),
+            Claim::new(1, &expect("message_age.max", Seeds::Mean), &facts).unwrap(),
+        ];
+        let ok: Vec<CheckRow> = claims
+            .iter()
+            .flat_map(|c| {
+                c.targets.iter().map(|l| CheckRow {
+                    observed: Some(1.0),
+                    bound: Some(10.0),
+                    result: CheckResult::Pass,
+                    ..c.row(l)
+                })
+            })
+            .collect();
+        let per_seed = vec![(1, Ok(ok)), (2, Err("deadlock: 0 waits for 1".to_owned()))];
+        let v = verdicts(&claims, &per_seed);
+        let summary: Vec<(&str, &str, bool)> = v
+            .iter()
+            .map(|v| (v.seed.as_str(), v.row.algorithm.as_str(), v.run_error))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("1", "ps", false),
+                ("1", "sgp", false),
+                ("2", "ps", true),
+                ("2", "sgp", true),
+                ("mean of seeds 1, 2", "ps", false),
+                ("mean of seeds 1, 2", "sgp", true),
+            ]
+        );
+        assert_eq!(v[4].row.result, CheckResult::Skip, "a skip stays a skip");
+        let report = Report {
+            scenarios: vec![ScenarioReport {
+                path: "s.toml".into(),
+                name: "s".into(),
+                wall_s: 0.5,
+                verdicts: v,
+            }],
+        };
+        assert_eq!(
+            (report.total(), report.failures(), report.skipped()),
+            (6, 3, 1)
+        );
+        let xml = report.junit();
+        assert_eq!(xml.matches("<error ").count(), 3, "{xml}");
+        assert_eq!(xml.matches("<skipped ").count(), 1, "{xml}");
+        assert!(
+            xml.contains("the run failed: deadlock: 0 waits for 1"),
+            "{xml}"
+        );
+        assert_eq!(
+            report
+                .table()
+                .lines()
+                .filter(|l| l.contains(" error "))
+                .count(),
+            3
+        );
     }
 
     #[test]

@@ -186,8 +186,12 @@ fn execute(command: Command) -> dasim::Result<()> {
             let problem = load_problem(&loaded)?;
             preflight(&loaded, &problem)?;
             let s = &loaded.scenario;
+            let claims = match s.expect.len() {
+                0 => String::new(),
+                k => format!(", {k} claim(s)"),
+            };
             println!(
-                "{}: ok — {} workers, {} algorithm(s), model with {} parameters, {} training / {} test samples",
+                "{}: ok — {} workers, {} algorithm(s), model with {} parameters, {} training / {} test samples{claims}",
                 scenario.display(),
                 s.cluster.workers,
                 s.algorithms.len(),

@@ -11,6 +11,11 @@
 //! CSV file starts with the stamp line `# dasim <version> git=<revision> scenario_sha256=<hex>`
 //! ([`Stamp`]), the hash being that of the `scenario.toml` written beside it; `summary.json`
 //! carries the same facts. [`crate::outputs`] turns the simulator's records into the rows.
+//!
+//! A scenario's `[[expect]]` claims are checked with everything else before the first
+//! algorithm starts ([`preflight`]); once every algorithm has run they are evaluated on the
+//! files just written, read back ([`evaluate_claims`], with the [`quantities`] their bounds
+//! name), and their verdicts go to `checks.csv` and to `summary.json`'s `checks`.
 
 use std::path::PathBuf;
 use std::time::Instant;

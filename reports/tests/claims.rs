@@ -437,6 +437,10 @@ fn a_target_never_reached_is_infinitely_late() {
         expr("0.5 * adpsgd.time_to_target.accuracy_s"),
     ));
     assert_eq!(row.result, CheckResult::Pass);
+    assert_eq!(
+        row.reason.as_deref(),
+        Some("the bound is infinite: a target it names was not reached")
+    );
 }
 
 #[test]

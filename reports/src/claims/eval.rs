@@ -213,34 +213,23 @@ impl Claim {
     /// the reason when a value cannot be read), and a skipped row per algorithm that does not
     /// define the metric, in scenario order.
     pub fn evaluate(&self, run: &RunView<'_>, quantities: &Quantities) -> Vec<CheckRow> {
-        let order = |label: &str| {
-            run.summary
-                .runs
-                .iter()
-                .position(|r| r.algorithm == label)
-                .unwrap_or(usize::MAX)
-        };
-        let mut rows: Vec<(usize, CheckRow)> = Vec::new();
-        for label in &self.targets {
-            let mut row = self.row(label);
-            let observed = run.read(
-                label,
-                self.metric,
-                self.expect.over.unwrap_or_default(),
-                self.expect.at,
-            );
-            let bound = self.bound_value(run, quantities, label);
-            self.judge(&mut row, observed, bound);
-            rows.push((order(label), row));
-        }
-        for (label, why) in &self.skipped {
-            let mut row = self.row(label);
-            row.result = CheckResult::Skip;
-            row.reason = Some(why.clone());
-            rows.push((order(label), row));
-        }
-        rows.sort_by_key(|(i, _)| *i);
-        rows.into_iter().map(|(_, r)| r).collect()
+        self.labels
+            .iter()
+            .map(|label| {
+                self.skip_row(label).unwrap_or_else(|| {
+                    let mut row = self.row(label);
+                    let observed = run.read(
+                        label,
+                        self.metric,
+                        self.expect.over.unwrap_or_default(),
+                        self.expect.at,
+                    );
+                    let bound = self.bound_value(run, quantities, label);
+                    self.judge(&mut row, observed, bound);
+                    row
+                })
+            })
+            .collect()
     }
 
     /// Fills in the observed value, the bound, the tolerance and the verdict.
@@ -273,6 +262,15 @@ impl Claim {
         }
         if b.is_nan() {
             reasons.push("the bound is NaN".to_owned());
+        } else if b.is_infinite() {
+            let target = self.refs.values().any(|r| {
+                matches!(r, Ref::Metric { metric, .. } if metric.def.name.starts_with("time_to_target"))
+            });
+            reasons.push(if target {
+                "the bound is infinite: a target it names was not reached".to_owned()
+            } else {
+                "the bound is infinite".to_owned()
+            });
         }
         if !reasons.is_empty() {
             row.reason = Some(reasons.join("; "));

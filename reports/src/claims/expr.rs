@@ -425,7 +425,12 @@ impl Parser {
 /// ```
 /// use dasim_reports::claims::expr::parse;
 /// let e = parse("2 * (n - 1) ^ 2").unwrap();
-/// assert_eq!(e.eval(&mut |name| Ok(if name == "n" { 4.0 } else { f64::NAN })), Ok(18.0));
+/// let value = e.eval(&mut |name: &str| match name {
+///     "n" => Ok(4.0),
+///     _ => Err(format!("unknown name {name}")),
+/// });
+/// assert_eq!(value, Ok(18.0));
+/// assert_eq!(e.names(), [("n", 6)]);
 /// assert_eq!(parse("2 *").unwrap_err().column, 4);
 /// ```
 pub fn parse(text: &str) -> Result<Expr, ParseError> {

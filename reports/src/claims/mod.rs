@@ -15,6 +15,36 @@
 //! note = "Lian et al. 2018: staleness stays O(n) under a bounded slowdown"
 //! ```
 //!
+//! Checking an entry against what is known of the scenario:
+//!
+//! ```
+//! use dasim_reports::claims::{Bound, Claim, Expect, Facts};
+//!
+//! let expect: Expect = toml::from_str(
+//!     r#"
+//! metric = "staleness.max"
+//! algorithm = "adpsgd"
+//! op = "<="
+//! value = "2 * n"
+//! "#,
+//! )
+//! .unwrap();
+//! let facts = Facts {
+//!     algorithms: vec![("adpsgd".into(), "adpsgd".into())],
+//!     workers: 8,
+//!     ..Facts::default()
+//! };
+//! let claim = Claim::new(0, &expect, &facts).unwrap();
+//! assert_eq!(claim.describe(), "staleness.max <= 2 * n");
+//! assert_eq!(claim.quantities(), ["n"]);
+//!
+//! // A typo in the bound is refused at its key and column.
+//! let typo = Expect { value: Bound::Expr("2 * m".into()), ..expect };
+//! let err = Claim::new(0, &typo, &facts).unwrap_err();
+//! assert_eq!((err.key, err.column), ("value", Some(5)));
+//! assert!(err.message.contains("unknown name `m`"));
+//! ```
+//!
 //! This module needs no simulator. [`Expect`] is the serde type of an entry; [`Claim::new`]
 //! checks it against what is known of the scenario ([`Facts`]) and reports what is wrong with
 //! the field (and, inside an expression, the column) it is about ([`ClaimError`]); a
@@ -395,6 +425,8 @@ pub struct Claim {
     /// The labels it skips (it applies to every algorithm and these do not define the metric),
     /// with the reason.
     pub skipped: Vec<(String, String)>,
+    /// Every label it gives a verdict for, targets and skipped, in scenario order.
+    pub labels: Vec<String>,
     /// The bound.
     pub bound: Expr,
     /// What each name of the bound refers to.
@@ -497,12 +529,19 @@ impl Claim {
         Self::check_op(expect)?;
         Self::check_over(expect, metric, facts)?;
         let (bound, refs) = Self::check_bound(expect, &targets, facts)?;
+        let labels = facts
+            .algorithms
+            .iter()
+            .map(|(l, _)| l.clone())
+            .filter(|l| targets.contains(l) || skipped.iter().any(|(s, _)| s == l))
+            .collect();
         Ok(Claim {
             index,
             expect: expect.clone(),
             metric,
             targets,
             skipped,
+            labels,
             bound,
             refs,
         })
@@ -788,6 +827,15 @@ impl Claim {
                 .unwrap_or(0.0)
                 .max(self.expect.rel_tol.unwrap_or(0.0) * bound.abs())
         })
+    }
+
+    /// The skipped row of `algorithm`, if the claim skips it.
+    pub fn skip_row(&self, algorithm: &str) -> Option<CheckRow> {
+        let (_, why) = self.skipped.iter().find(|(l, _)| l == algorithm)?;
+        let mut row = self.row(algorithm);
+        row.result = CheckResult::Skip;
+        row.reason = Some(why.clone());
+        Some(row)
     }
 
     /// A row with this claim's columns filled in for `algorithm`, and no verdict yet (it
