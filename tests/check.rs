@@ -551,3 +551,93 @@ fn dasim_run_records_the_verdicts_and_fails_only_with_strict() {
     let resolved = std::fs::read_to_string(out.join("scenario.toml")).unwrap();
     assert!(!resolved.contains("expect"), "{resolved}");
 }
+
+/// The quantities a bound may name are computed from the scenario: every name of the table in
+/// `dasim_reports::claims::QUANTITIES` has a value, and each is the documented one.
+#[test]
+fn the_quantities_are_computed_from_the_scenario() {
+    use dasim::Loaded;
+    use dasim::runner::{claims, load_problem, quantities};
+    use dasim_reports::claims::QUANTITIES;
+
+    let names: Vec<&str> = QUANTITIES.iter().map(|&(q, _)| q).collect();
+    let text = format!(
+        r#"seed = 5
+[cluster]
+workers = 8
+step_time_ms = 20.0
+
+[[cluster.groups]]
+workers = [7]
+step_time_ms = 5.0
+
+[[cluster.stragglers]]
+workers = [2, 3]
+factor = 2.0
+
+[[cluster.stragglers]]
+kind = "markov"
+workers = [3]
+factor = 3.0
+mean_fast_steps = 10.0
+mean_slow_steps = 10.0
+
+[[cluster.stragglers]]
+kind = "delay"
+workers = "all"
+distribution = "exponential"
+mean_ms = 100.0
+
+[topology]
+kind = "torus"
+rows = 2
+cols = 4
+
+[model]
+kind = "quadratic"
+dim = 12
+
+[run]
+sim_time_s = 0.1
+
+[[algorithms]]
+kind = "allreduce"
+
+[[algorithms]]
+kind = "overlap-sgp"
+label = "osgp"
+tau = 3
+
+[[expect]]
+metric = "bytes"
+algorithm = "osgp"
+op = ">="
+value = "{}"
+"#,
+        names.join(" + ")
+    );
+    let loaded = Loaded::from_str(Path::new("q.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+    let problem = load_problem(&loaded).unwrap();
+    let claims = claims(&loaded, &problem).unwrap();
+    let q = quantities(&loaded, &problem, &claims).unwrap();
+    for name in &names {
+        assert!(q.get(name, "osgp").is_some(), "`{name}` has no value");
+    }
+    let get = |name| q.get(name, "osgp").unwrap();
+    assert_eq!(get("n"), 8.0);
+    // Worker 3: the fixed factor 2 times the Markov slow state 3; the delay is not a factor.
+    assert_eq!(get("s"), 6.0);
+    assert_eq!(get("tau"), 3.0);
+    // A 2×4 torus: every node has the neighbours left, right and the other row (twice the same).
+    assert_eq!(get("degree"), 3.0);
+    let topology =
+        dasim_sim::net::topology::Topology::build(&loaded.scenario.topology, 8, &loaded.env())
+            .unwrap();
+    assert_eq!(get("gap"), topology.spectral_gap());
+    assert!(get("gap") > 0.0 && get("gap") < 1.0);
+    assert_eq!(get("P"), 12.0);
+    assert_eq!(get("batch"), 32.0);
+    assert_eq!(get("step_s"), 0.005, "worker 7's group is the fastest");
+    // tau is the algorithm's own; with one Overlap-SGP entry it is also everyone's.
+    assert_eq!(q.get("tau", "allreduce"), Some(3.0));
+}

@@ -419,6 +419,7 @@ fn every_file_reads_back_as_written() {
     assert_eq!(data.stamp, Some(stamp()));
     assert_eq!(data.metrics, metric_rows());
     assert_eq!(data.summary, Some(summary()));
+    assert_eq!(data.checks, check_rows());
     assert_eq!(data.scenario_toml.as_deref(), Some(SCENARIO));
     assert_eq!(
         data.algorithms,

@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 
 use crate::columns;
 use crate::rundir::schema::{
-    AlgorithmSummary, CsvRow, MetricRow, Partition, PartitionRow, SeriesRow, StalenessRow, Stamp,
-    Summary, TimelineRow, Timings, UtilizationRow, files,
+    AlgorithmSummary, CheckRow, CsvRow, MetricRow, Partition, PartitionRow, SeriesRow,
+    StalenessRow, Stamp, Summary, TimelineRow, Timings, UtilizationRow, files,
 };
 use crate::{Error, Result};
 
@@ -112,6 +112,8 @@ pub struct RunData {
     pub utilization: Vec<UtilizationRow>,
     /// `timeline.csv`.
     pub timeline: Vec<TimelineRow>,
+    /// `checks.csv`: the verdicts of the scenario's claims (empty without claims).
+    pub checks: Vec<CheckRow>,
     /// `summary.json`; `None` for an interrupted run.
     pub summary: Option<Summary>,
     /// `scenario.toml`, as written.
@@ -162,6 +164,7 @@ impl RunData {
             staleness: rows(dir, &mut stamp)?,
             utilization: rows(dir, &mut stamp)?,
             timeline: rows(dir, &mut stamp)?,
+            checks: rows(dir, &mut stamp)?,
             summary: read_summary(dir)?,
             ..RunData::default()
         };
