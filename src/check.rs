@@ -103,6 +103,8 @@ pub struct ScenarioReport {
     pub name: String,
     /// Host seconds its runs took.
     pub wall_s: f64,
+    /// The seeds it ran under.
+    pub seeds: Vec<u64>,
     /// Its verdicts, claim by claim, then seed by seed.
     pub verdicts: Vec<Verdict>,
 }
@@ -112,6 +114,8 @@ pub struct ScenarioReport {
 pub struct Report {
     /// One entry per scenario, in the order given.
     pub scenarios: Vec<ScenarioReport>,
+    /// The backend the runs used, in words (`flex (CPU)`).
+    pub backend: String,
 }
 
 impl Report {
@@ -181,6 +185,19 @@ impl Report {
             .map(|s| Suite {
                 name: s.path.display().to_string(),
                 time_s: s.wall_s,
+                properties: vec![
+                    ("dasim".into(), env!("CARGO_PKG_VERSION").into()),
+                    ("git_revision".into(), crate::outputs::GIT_REVISION.into()),
+                    ("backend".into(), self.backend.clone()),
+                    (
+                        "seeds".into(),
+                        s.seeds
+                            .iter()
+                            .map(u64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
+                ],
                 cases: s
                     .verdicts
                     .iter()
@@ -397,7 +414,10 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
     };
     let total: usize = planned.iter().map(|p| p.runs.len()).sum();
     let mut done = 0;
-    let mut report = Report::default();
+    let mut report = Report {
+        backend: opts.backend.to_string(),
+        ..Report::default()
+    };
     for p in &planned {
         let started = Instant::now();
         let mut per_seed: Vec<(u64, std::result::Result<Vec<CheckRow>, String>)> = Vec::new();
@@ -437,6 +457,7 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
             path: p.path.clone(),
             name: p.name.clone(),
             wall_s: started.elapsed().as_secs_f64(),
+            seeds: p.runs.iter().map(|(s, _)| *s).collect(),
             verdicts: verdicts(&p.claims, &per_seed),
         });
     }
@@ -604,8 +625,10 @@ mod tests {
                 path: "s.toml".into(),
                 name: "s".into(),
                 wall_s: 0.5,
+                seeds: vec![1, 2],
                 verdicts: v,
             }],
+            backend: "flex (CPU)".into(),
         };
         assert_eq!(
             (report.total(), report.failures(), report.skipped()),

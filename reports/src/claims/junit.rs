@@ -5,6 +5,7 @@
 //! ```text
 //! <testsuites name="dasim check" tests="3" failures="1" errors="0" skipped="0" time="1.250">
 //!   <testsuite name="scenarios/claims/ps.toml" tests="3" failures="1" errors="0" skipped="0" time="1.250">
+//!     <properties><property name="backend" value="flex (CPU)"/>…</properties>
 //!     <testcase classname="ps.ps" name="expect[0] staleness.mean ~= n - 1 (±5%) [seed 1]">
 //!       <failure message="observed 9.1, bound 7 ± 0.35" type="claim">…</failure>
 //!     </testcase>
@@ -22,6 +23,8 @@ pub struct Suite {
     pub name: String,
     /// Host seconds its runs took.
     pub time_s: f64,
+    /// `properties`: what ran it (dasim's version, the backend, the seeds).
+    pub properties: Vec<(String, String)>,
     /// Its test cases.
     pub cases: Vec<Case>,
 }
@@ -131,6 +134,18 @@ pub fn junit_xml(suites: &[Suite]) -> String {
             escape(&s.name),
             Counts::of(&s.cases).attrs(s.time_s)
         );
+        if !s.properties.is_empty() {
+            x.push_str("    <properties>\n");
+            for (name, value) in &s.properties {
+                let _ = writeln!(
+                    x,
+                    r#"      <property name="{}" value="{}"/>"#,
+                    escape(name),
+                    escape(value)
+                );
+            }
+            x.push_str("    </properties>\n");
+        }
         for c in &s.cases {
             let open = format!(
                 r#"    <testcase classname="{}" name="{}""#,
@@ -193,6 +208,7 @@ mod tests {
             Suite {
                 name: "a.toml".into(),
                 time_s: 1.0,
+                properties: vec![("backend".into(), "flex <CPU>".into())],
                 cases: vec![
                     case(Outcome::Pass),
                     case(Outcome::Failure {
@@ -204,6 +220,7 @@ mod tests {
             Suite {
                 name: "b.toml".into(),
                 time_s: 0.5,
+                properties: Vec::new(),
                 cases: vec![case(Outcome::Skipped {
                     message: "n/a".into(),
                 })],
@@ -218,5 +235,6 @@ mod tests {
         ));
         assert!(x.contains("name=\"expect[0] loss &lt; 1 [seed 1]\""));
         assert_eq!(x.matches("<testcase ").count(), 3);
+        assert!(x.contains(r#"<property name="backend" value="flex &lt;CPU&gt;"/>"#));
     }
 }
