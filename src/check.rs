@@ -1,8 +1,8 @@
 //! `dasim check`: run scenarios, once per seed, and judge their `[[expect]]` claims.
 //!
 //! Every scenario, under every seed, is loaded and checked before the first run starts (its
-//! sections, its expectations, its data and model), so bad input stops the command with
-//! exit code 2 and nothing runs. Then each (scenario, seed) runs into its own directory (under
+//! sections, its expectations, its data and model, its memory estimate), so bad input stops the
+//! command with exit code 2 and nothing runs. Then each (scenario, seed) runs into its own directory (under
 //! `--out`, or a temporary directory removed at the end), and each claim is evaluated on what
 //! the run wrote ([`dasim_reports::claims`]). A claim with `seeds = "all"` gives one verdict
 //! per seed; with `seeds = "mean"`, one on the means over the seeds. The verdicts are printed
@@ -369,6 +369,7 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
             let l = loaded.with_seed(seed)?;
             let problem = load_problem(&l)?;
             preflight(&l, &problem)?;
+            runner::check_memory(&runner::memory_estimate(&l, &problem, opts.execution), None)?;
             claims = runner::claims(&l, &problem)?;
             runs.push((seed, l));
         }
@@ -433,6 +434,7 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
                 execution: opts.execution,
                 memory_limit: None,
             };
+            let run_started = Instant::now();
             let result = runner::run_scenario_with(loaded, &run_opts, opts.out.is_some());
             if opts.progress {
                 match &result {
@@ -445,7 +447,7 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
                         eprintln!(
                             "      {} verdicts, {failed} failed ({:.1} s)",
                             r.checks.len(),
-                            started.elapsed().as_secs_f64()
+                            run_started.elapsed().as_secs_f64()
                         );
                     }
                     Err(e) => eprintln!("      the run failed: {e}"),
