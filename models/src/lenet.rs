@@ -405,6 +405,16 @@ impl LeNet {
             + self.fc.iter().map(Linear::flops).sum::<u64>()
     }
 
+    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order.
+    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
+        let mut l = vec![
+            (self.conv1.weight, self.conv1.flops(self.maps[0])),
+            (self.conv2.weight, self.conv2.flops(self.maps[1])),
+        ];
+        l.extend(self.fc.iter().map(|f| (f.weight, f.flops())));
+        l
+    }
+
     /// Floats of activation one sample keeps through a training pass: the image, each
     /// convolution's output, its activation and its pooled map, and the dense layers' outputs
     /// before and after activation (for the memory estimate).

@@ -76,6 +76,14 @@ impl Mlp {
             .sum()
     }
 
+    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order.
+    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
+        self.layers
+            .iter()
+            .map(|l| (l.weight, 2 * (l.fan_in * l.fan_out) as u64))
+            .collect()
+    }
+
     /// Floats of activation one sample keeps through a training pass: the input, and every
     /// layer's output before and after its activation (for the memory estimate).
     pub fn activations_per_sample(&self) -> u64 {

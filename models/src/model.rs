@@ -326,6 +326,42 @@ impl Model {
         }
     }
 
+    /// The layers in forward order, for the cost models of partial steps
+    /// ([`ReplicaStore::layers`](dasim_sim::params::ReplicaStore::layers)): a layer's
+    /// coordinates run from its first parameter to the next layer's (a convolution of the ResNet
+    /// with the batch norm after it), and its FLOPs are those of [`Model::forward_flops`]. The
+    /// state suffix (batch-norm running statistics) is a last layer of no FLOPs; the quadratic is
+    /// one layer.
+    pub fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+        let starts = match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.layer_starts()
+            }
+            Model::LeNet(m) => m.layer_starts(),
+            Model::ResNet(m) => m.layer_starts(),
+            Model::Quadratic(_) => vec![(0, self.forward_flops())],
+        };
+        let trainable = self.trainable().end;
+        let mut layers: Vec<dasim_sim::params::Layer> = starts
+            .iter()
+            .enumerate()
+            .map(|(k, &(start, flops))| dasim_sim::params::Layer {
+                params: start..starts.get(k + 1).map_or(trainable, |s| s.0),
+                forward_flops: flops,
+            })
+            .collect();
+        if let Some(first) = layers.first_mut() {
+            first.params.start = 0;
+        }
+        if trainable < self.num_params() {
+            layers.push(dasim_sim::params::Layer {
+                params: trainable..self.num_params(),
+                forward_flops: 0,
+            });
+        }
+        layers
+    }
+
     /// Floats of activation one training sample keeps through a forward and backward pass (an
     /// estimate, for [`crate::memory`]); the quadratic keeps none.
     pub fn activations_per_sample(&self) -> u64 {

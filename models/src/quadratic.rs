@@ -75,6 +75,10 @@ impl ReplicaStore for QuadraticStore {
         self.inner.train_size()
     }
 
+    fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+        self.inner.layers()
+    }
+
     fn add_rows(&mut self, count: usize) -> usize {
         self.inner.add_rows(count)
     }

@@ -246,6 +246,22 @@ impl ResNet {
         flops + self.fc.flops()
     }
 
+    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order:
+    /// the stem (its convolution and batch norm), each convolution with the batch norm after
+    /// it, the linear layer. The running statistics, after them, are part of no layer.
+    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
+        let mut l = vec![(
+            self.stem.weight,
+            self.stem.flops([self.shape.height, self.shape.width]),
+        )];
+        for b in &self.blocks {
+            l.push((b.conv1.weight, b.conv1.flops(b.map)));
+            l.push((b.conv2.weight, b.conv2.flops(b.map)));
+        }
+        l.push((self.fc.weight, self.fc.flops()));
+        l
+    }
+
     /// Floats of activation one sample keeps through a training pass: the image, and for every
     /// convolution its output, the batch-normalized map and the activation (plus each block's
     /// sum), and the logits (for the memory estimate).

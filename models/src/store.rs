@@ -835,6 +835,10 @@ impl ReplicaStore for BurnStore {
         self.train.len
     }
 
+    fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+        self.model.layers()
+    }
+
     fn add_rows(&mut self, count: usize) -> usize {
         self.rows.push_copies_of_first(count)
     }

@@ -33,6 +33,12 @@ impl ReplicaStore for NullStore {
     fn train_size(&self) -> usize {
         50_000
     }
+    fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+        vec![dasim_sim::params::Layer {
+            params: 0..1_000_000,
+            forward_flops: 2_000_000,
+        }]
+    }
     fn rows(&self) -> usize {
         self.rows
     }

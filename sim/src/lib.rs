@@ -455,7 +455,8 @@ pub mod prelude {
     };
     pub use crate::params::lr::{LrScaling, LrSchedule, ScheduleKind, ScheduleUnit};
     pub use crate::params::{
-        Evaluation, GradId, MsgId, OptimizerConfig, Quadratic, ReferenceStore, ReplicaStore, Slot,
+        Evaluation, GradId, Layer, MsgId, OptimizerConfig, Quadratic, ReferenceStore, ReplicaStore,
+        Slot,
     };
     pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
 }

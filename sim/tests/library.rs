@@ -1093,6 +1093,7 @@ fn lap_sgd_averages_in_place_and_keeps_the_local_updates() {
         let c = LapSgdConfig {
             processes: 3,
             h: 4,
+            pre_partial_epochs: 0,
             ..Default::default()
         };
         let cfg = if partitioned {
@@ -1166,6 +1167,7 @@ fn lap_sgd_keeps_the_local_steps_made_during_an_all_reduce() {
         processes: 1,
         h: 1,
         step_time_factor: Some(1.0),
+        ..Default::default()
     };
     let cfg = AlgorithmConfig::from(AlgorithmKind::LapSgd(c.clone()));
     let opt = sgd(0.05);

@@ -248,6 +248,7 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
                 processes: 1,
                 h: 1,
                 step_time_factor: Some(1.0),
+                ..Default::default()
             })),
             "the averaging loop of worker",
         ),

@@ -1,40 +1,76 @@
 //! LAP-SGD and LPP-SGD: local SGD meets asynchrony.
 //!
 //! Chatterjee, Kungurtsev & Alistarh, "Local SGD Meets Asynchrony", ICLR 2021 submission
-//! (OpenReview `kqDCPX7eWS`). Each node runs `P` processes that update the node's shared model
-//! lock-free with small minibatches, and a separate averaging loop that averages the node models
-//! without ever stopping the processes:
+//! (OpenReview `kqDCPX7eWS`); reference implementation `bapi/LPP-SGD` on GitHub
+//! (`train/LAPSGD.py`, `train/LPPSGD.py`, `utilities/communicator.py`). Each node runs `P`
+//! processes that update the node's shared model lock-free with small minibatches, and an
+//! averaging thread that averages the node models without ever stopping the processes:
 //!
 //! ```text
 //! process p of node i loops:
 //!     read x̂ ← x_i; compute g on x̂ and a minibatch of node i's data     (compute time, below)
 //!     x_i ← optimizer step with g                                          (LAP-SGD)
-//!     LPP-SGD: on the process's odd steps, only on block p of x_i (P near-equal contiguous
-//!              blocks); on its even steps, on all of x_i
-//! averaging loop of node i, once H local minibatches were applied since its last snapshot:
-//!     snap_i ← x_i; ring all-reduce of the snapshots → avg = mean_j snap_j
-//!     x_i ← x_i + (avg − snap_i)                      (in place: local steps made meanwhile stay)
+//!     c_i ← c_i + 1                                          (the node's minibatch counter)
+//!     LPP-SGD, once node i is past pre_partial_epochs epochs: the process alternates full
+//!              steps with partial ones, which differentiate and update only block p of x_i
+//! averaging thread of node i loops (every node runs the same sequence of collectives):
+//!     M ← all-reduce MAX of the counters c_j                       (a ring of small messages)
+//!     H' ← 1 while M is within the first pre_post_epochs epochs, else H
+//!     if M − last ≥ H':  last ← M
+//!         snap_i ← x_i; ring all-reduce of the snapshots → avg = mean_j snap_j
+//!         x_i ← x_i + (avg − snap_i)                  (in place: local steps made meanwhile stay)
 //! ```
 //!
-//! The processes model `P` compute streams sharing one device: each process step draws the
+//! **Paced by the fastest node.** The trigger is the maximum counter: an averaging happens when
+//! the fastest node has made `H` minibatches since the last one, and every node contributes the
+//! model it has at that moment, however few minibatches its own processes made. A straggler
+//! slows only its own minibatches; the averaging rate is that of the fast nodes.
+//!
+//! **The counters' all-reduce.** The reference's averaging thread polls in a loop: an all-reduce
+//! of the counters, then the model all-reduce when the trigger holds. dasim does not simulate the
+//! idle polls (their messages would outnumber everything else, and they change nothing): the
+//! poll that finds the trigger starts the instant the maximum counter reaches it, as a ring
+//! all-reduce of an 8-byte payload over the network ([`super::ring`]); a node whose averaging
+//! thread is still in the previous model all-reduce joins when it is done. The decision uses the
+//! maximum of the counters the nodes contributed, and `last` becomes that maximum. (The
+//! reference's code all-reduces `−last_averaged_at` with MAX too and sets `last_averaged_at` to
+//! the node's own counter, so its test is `M − min_j last_j ≥ H'`: with nodes of equal speed the
+//! same rule, under a straggler one that averages at every poll once the counters are `H` apart;
+//! dasim follows the rule the paper states, every `H` minibatches of the fastest node.)
+//!
+//! **Warm-up.** During the first `pre_post_epochs` epochs, counted on the maximum counter in
+//! epochs of one node's share of the training set (`c · batch · n / train_size`), the averaging
+//! thread averages after every minibatch (`H' = 1`), as the reference does; its default is 0.
+//!
+//! **Processes** model `P` compute streams sharing one device: each process step draws the
 //! node's next step duration from the cluster model and takes it times `step_time_factor`
 //! (default `P`: the device is shared evenly, so a node applies one minibatch per step time, as
 //! a single-process worker does). The `P` processes of a node share its row and its optimizer
-//! state. A process reads the row when its step starts and writes it when it ends, so concurrent
-//! processes see each other's updates only between steps (lock-free, Hogwild-style). The
-//! all-reduce is a ring of messages over the network ([`super::ring`]); each node's averaging
-//! loop waits for it, but its processes never wait, so a straggler delays only the averaging.
-//! A node counts local minibatches made while an all-reduce is in flight towards its next one.
-//! The averaging loops run the same sequence of all-reduces, so the rounds line up and cannot
-//! deadlock.
+//! state (the store keeps one momentum buffer per row; the reference gives each process its own
+//! optimizer, see the book chapter). A process reads the row when its step starts and writes it
+//! when it ends, so concurrent processes see each other's updates only between steps
+//! (lock-free, Hogwild-style).
+//!
+//! **LPP-SGD's partial steps.** The blocks are the `P` near-equal contiguous blocks of the
+//! parameters ([`blocks`]); process `p` owns block `p`. Once the node's counter is past
+//! `pre_partial_epochs` epochs (the reference's `--prepassmepochs`, default 10), each process
+//! alternates: after each of its steps it switches between full and partial. A partial step
+//! requests the gradient as a full step does (the store computes whole gradients) and applies
+//! only its block; its compute time is the full step's times the cost fraction of the block, from
+//! the model's layers ([`ReplicaStore::layers`]): the forward pass plus the backward pass down to
+//! the first layer holding a coordinate of the block, with a layer's backward pass costing twice
+//! its forward pass (the usual 3× rule of a training step),
+//! `(F + 2·Σ_{l ≥ first} f_l) / 3F` with `f_l` a layer's forward FLOPs and `F = Σ f_l`.
 //!
 //! **Activities** ([`crate::record`]): a node always computes — its processes never wait; the
-//! averaging loop's all-reduce runs beside them. Its steps are its processes' steps.
+//! averaging thread's all-reduces run beside them. Its steps are its processes' steps.
 //!
 //! **Invariant**: the in-place averaging keeps the sum of the node models: over a round,
 //! `Σ_i (avg − snap_i) = 0`, so `Σ_i x_i` plus the corrections not yet applied changes only by
 //! the processes' optimizer steps; and the local updates a node made during the all-reduce are
 //! kept (`x_i − snap_i` survives the averaging).
+
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +80,10 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
-use crate::params::{GradId, MsgId, ReplicaStore, Slot, blocks};
+use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
+
+/// Payload of the counters' all-reduce: the reference all-reduces two 32-bit floats.
+const POLL_BYTES: u64 = 8;
 
 fn two() -> usize {
     2
@@ -54,6 +93,10 @@ fn default_h() -> u32 {
     4
 }
 
+fn default_pre_partial() -> u32 {
+    10
+}
+
 /// Options of LAP-SGD and LPP-SGD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -61,10 +104,19 @@ pub struct LapSgdConfig {
     /// Processes per node, `P ≥ 1` (default 2).
     #[serde(default = "two")]
     pub processes: usize,
-    /// Local minibatches (summed over the node's processes) between averagings, `H ≥ 1`
-    /// (default 4).
+    /// Minibatches of the fastest node (its counter, summed over its processes) between
+    /// averagings, `H ≥ 1` (default 4, the reference's `--averaging_freq`).
     #[serde(default = "default_h")]
     pub h: u32,
+    /// Epochs of warm-up during which the averaging thread averages after every minibatch of
+    /// the fastest node before switching to every `H` (default 0, the reference's
+    /// `--pre_post_epochs`).
+    #[serde(default)]
+    pub pre_post_epochs: u32,
+    /// LPP-SGD: epochs of a node before its processes start alternating full and partial steps
+    /// (default 10, the reference's `--prepassmepochs`). Ignored by LAP-SGD.
+    #[serde(default = "default_pre_partial")]
+    pub pre_partial_epochs: u32,
     /// A process step takes the node's step time times this factor (default `P`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_time_factor: Option<f64>,
@@ -75,6 +127,8 @@ impl Default for LapSgdConfig {
         LapSgdConfig {
             processes: two(),
             h: default_h(),
+            pre_post_epochs: 0,
+            pre_partial_epochs: default_pre_partial(),
             step_time_factor: None,
         }
     }
@@ -93,7 +147,7 @@ impl LapSgdConfig {
         if self.h == 0 {
             return Err(
                 ConfigError::new(&format!("{path}.h"), "h must be at least 1").hint(
-                    "h is the number of local minibatches of a node between averagings, e.g. 8",
+                    "h is the number of minibatches of the fastest node between averagings, e.g. 8",
                 ),
             );
         }
@@ -120,20 +174,34 @@ pub enum Event {
         /// The process.
         process: usize,
     },
-    /// A worker's ring all-reduce completed.
+    /// A node's all-reduce of the counters completed.
+    PollDone(Done),
+    /// A node's all-reduce of the models completed.
     RingDone(Done),
 }
 
 #[derive(Debug, Clone, Default)]
 struct Process {
     grad: Option<GradId>,
+    /// The step in flight is partial (LPP-SGD).
+    partial: bool,
     steps: u64,
 }
 
-#[derive(Debug, Clone, Default)]
+/// What a node's averaging thread is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Thread {
+    Idle,
+    Polling,
+    Averaging,
+}
+
+#[derive(Debug, Clone)]
 struct Node {
     processes: Vec<Process>,
-    since: u64,
+    /// The node's minibatch counter (all its processes).
+    counter: u64,
+    thread: Thread,
     snapshot: Option<MsgId>,
 }
 
@@ -141,13 +209,27 @@ struct Node {
 pub struct LapSgd {
     partitioned: bool,
     h: u64,
+    pre_post_epochs: u64,
+    pre_partial_epochs: u64,
     factor: f64,
     nodes: Vec<Node>,
-    blocks: Vec<std::ops::Range<usize>>,
+    blocks: Vec<Range<usize>>,
+    /// The compute of a partial step of process `p`, as a fraction of a full step.
+    partial_cost: Vec<f64>,
+    /// `(batch · n, train_size)`: a counter `c` is `c · batch · n / train_size` epochs.
+    epoch_unit: (u128, u128),
+    polls: Option<Ring>,
     ring: Option<Ring>,
+    /// The maximum counter at the last averaging decision.
+    last: u64,
+    /// The poll opened and not yet decided: the maximum counter contributed to it so far.
+    poll: Option<u64>,
     /// The mean of the snapshots of a round, with how many nodes have yet to apply it.
     avg: Option<(u64, MsgId, usize)>,
     averagings: u64,
+    rounds: u64,
+    /// Per averaging round: the maximum counter it was decided on.
+    decided_at: Vec<u64>,
 }
 
 impl LapSgd {
@@ -157,19 +239,29 @@ impl LapSgd {
         LapSgd {
             partitioned,
             h: u64::from(cfg.h.max(1)),
+            pre_post_epochs: u64::from(cfg.pre_post_epochs),
+            pre_partial_epochs: u64::from(cfg.pre_partial_epochs),
             factor: cfg.step_time_factor.unwrap_or(p as f64),
             nodes: vec![
                 Node {
                     processes: vec![Process::default(); p],
-                    since: 0,
+                    counter: 0,
+                    thread: Thread::Idle,
                     snapshot: None,
                 };
                 n
             ],
             blocks: Vec::new(),
+            partial_cost: vec![1.0; p],
+            epoch_unit: (1, 1),
+            polls: None,
             ring: None,
+            last: 0,
+            poll: None,
             avg: None,
             averagings: 0,
+            rounds: 0,
+            decided_at: Vec::new(),
         }
     }
 
@@ -194,29 +286,109 @@ impl LapSgd {
         self.averagings
     }
 
-    fn ring(&mut self) -> &mut Ring {
-        self.ring.as_mut().expect("started")
+    /// Averaging rounds decided so far (one all-reduce of the models each).
+    pub fn rounds(&self) -> u64 {
+        self.rounds
+    }
+
+    /// For each averaging round decided so far, the maximum counter it was decided on.
+    pub fn decided_at(&self) -> &[u64] {
+        &self.decided_at
+    }
+
+    /// Steps made so far by process `process` of `node`.
+    pub fn process_steps(&self, node: usize, process: usize) -> u64 {
+        self.nodes[node].processes[process].steps
+    }
+
+    /// The minibatch counter of `node` (all its processes).
+    pub fn counter(&self, node: usize) -> u64 {
+        self.nodes[node].counter
+    }
+
+    /// The compute of a partial step of process `process`, as a fraction of a full step (1 for
+    /// LAP-SGD).
+    pub fn partial_cost(&self, process: usize) -> f64 {
+        self.partial_cost[process]
+    }
+
+    /// Whether a counter of `c` minibatches is past `epochs` epochs of one node's share.
+    fn past(&self, c: u64, epochs: u64) -> bool {
+        u128::from(c) * self.epoch_unit.0 >= u128::from(epochs) * self.epoch_unit.1
+    }
+
+    fn max_counter(&self) -> u64 {
+        self.nodes.iter().map(|s| s.counter).max().unwrap_or(0)
     }
 
     fn begin(&mut self, node: usize, process: usize, cx: &mut Ctx<'_, '_, Event>) {
         let (grad, d) = cx.begin_step(node, 1.0);
-        self.nodes[node].processes[process].grad = Some(grad);
-        cx.after(d.scale(self.factor), Event::ProcessDone { node, process });
+        let proc_ = &mut self.nodes[node].processes[process];
+        proc_.grad = Some(grad);
+        let cost = if proc_.partial {
+            self.partial_cost[process]
+        } else {
+            1.0
+        };
+        cx.after(
+            d.scale(self.factor * cost),
+            Event::ProcessDone { node, process },
+        );
     }
 
-    fn maybe_average(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
-        if self.nodes[node].snapshot.is_some() || self.nodes[node].since < self.h {
+    /// Opens a poll when the maximum counter reached the trigger and none is undecided.
+    fn maybe_poll(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        if self.poll.is_some() {
             return;
+        }
+        let max = self.max_counter();
+        let every = if self.past(max, self.pre_post_epochs) {
+            self.h
+        } else {
+            1
+        };
+        if max < self.last + every {
+            return;
+        }
+        self.poll = Some(0);
+        for node in 0..self.nodes.len() {
+            if self.nodes[node].thread == Thread::Idle {
+                self.join_poll(node, cx);
+            }
+        }
+    }
+
+    fn join_poll(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let counter = self.nodes[node].counter;
+        if let Some(max) = &mut self.poll {
+            *max = (*max).max(counter);
+        }
+        self.nodes[node].thread = Thread::Polling;
+        let polls = self.polls.as_mut().expect("started");
+        // The processes keep computing: the averaging thread's wait is not the node's activity.
+        let _ = polls.ready_all(node, cx, Event::PollDone);
+    }
+
+    fn polled(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if let Some(max) = self.poll.take() {
+            // The first node to learn the maximum: the decision every node reaches with it.
+            self.last = max;
+            self.rounds += 1;
+            self.decided_at.push(max);
         }
         let snap = cx.world.store.new_msg(&[(Slot::Row(node), 1.0)]);
         self.nodes[node].snapshot = Some(snap);
-        self.nodes[node].since = 0;
-        // The processes keep computing: the averaging loop's wait is not the node's activity.
-        let _ = self.ring().ready_all(node, cx, Event::RingDone);
+        self.nodes[node].thread = Thread::Averaging;
+        let _ = self
+            .ring
+            .as_mut()
+            .expect("started")
+            .ready_all(node, cx, Event::RingDone);
+        self.maybe_poll(cx);
     }
 
     fn averaged(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let round = self.ring().round(node) - 1;
+        let round = self.ring.as_ref().expect("started").round(node) - 1;
         let avg = match self.avg {
             Some((r, m, _)) if r == round => m,
             _ => {
@@ -253,8 +425,27 @@ impl LapSgd {
                 self.avg = None;
             }
         }
-        self.maybe_average(node, cx);
+        self.nodes[node].thread = Thread::Idle;
+        if self.poll.is_some() {
+            self.join_poll(node, cx);
+        }
     }
+}
+
+/// The compute of a step that differentiates only `block`, as a fraction of a full step: the
+/// forward pass plus the backward pass down to the first layer holding a coordinate of `block`,
+/// a layer's backward pass costing twice its forward pass. 1 without FLOPs to go by.
+pub fn partial_step_cost(layers: &[Layer], block: &Range<usize>) -> f64 {
+    let total: u64 = layers.iter().map(|l| l.forward_flops).sum();
+    if total == 0 || block.is_empty() {
+        return 1.0;
+    }
+    let first = layers
+        .iter()
+        .position(|l| l.params.start < block.end && block.start < l.params.end)
+        .unwrap_or(0);
+    let back: u64 = layers[first..].iter().map(|l| l.forward_flops).sum();
+    (total as f64 + 2.0 * back as f64) / (3.0 * total as f64)
 }
 
 impl Algorithm for LapSgd {
@@ -271,7 +462,21 @@ impl Algorithm for LapSgd {
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.nodes.len();
         let p = self.nodes[0].processes.len();
-        self.blocks = blocks(cx.world.store.num_params(), p);
+        let store = &mut cx.world.store;
+        self.blocks = blocks(store.num_params(), p);
+        if self.partitioned {
+            let layers = store.layers();
+            self.partial_cost = self
+                .blocks
+                .iter()
+                .map(|b| partial_step_cost(&layers, b))
+                .collect();
+        }
+        self.epoch_unit = (
+            (store.batch_size() as u128 * n as u128).max(1),
+            (store.train_size() as u128).max(1),
+        );
+        self.polls = Some(Ring::new(n, &[POLL_BYTES]));
         self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
         for node in 0..n {
             for process in 0..p {
@@ -285,35 +490,52 @@ impl Algorithm for LapSgd {
             Event::ProcessDone { node, process } => {
                 let proc_ = &mut self.nodes[node].processes[process];
                 let g = proc_.grad.take().expect("a gradient in flight");
-                let partial = self.partitioned && proc_.steps % 2 == 1;
+                let partial = proc_.partial;
                 proc_.steps += 1;
-                let lr = cx.lr();
-                if partial {
-                    let block = self.blocks[process].clone();
-                    cx.world.store.apply_gradient_block(node, g, lr, block);
+                let block = if partial {
+                    self.blocks[process].clone()
                 } else {
-                    cx.world.store.apply_gradient(node, g, lr);
-                }
+                    0..cx.world.store.num_params()
+                };
+                let lr = cx.lr();
+                cx.world.store.apply_gradient_block(node, g, lr, block);
                 cx.world.store.release_gradient(g);
                 cx.step_done(node);
-                self.nodes[node].since += 1;
+                // The counter before this minibatch says the epoch, as in the reference.
+                let before = self.nodes[node].counter;
+                self.nodes[node].counter += 1;
+                if self.partitioned && self.past(before, self.pre_partial_epochs) {
+                    let proc_ = &mut self.nodes[node].processes[process];
+                    proc_.partial = !proc_.partial;
+                }
                 self.begin(node, process, cx);
-                self.maybe_average(node, cx);
+                self.maybe_poll(cx);
+            }
+            Event::PollDone(done) => {
+                self.polls.as_mut().expect("started").complete(done);
+                self.polled(done.worker, cx);
             }
             Event::RingDone(done) => {
-                self.ring().complete(done);
+                self.ring.as_mut().expect("started").complete(done);
                 self.averaged(done.worker, cx);
             }
         }
     }
 
     fn waiting(&self) -> Vec<String> {
-        let Some(ring) = &self.ring else {
+        let (Some(polls), Some(ring)) = (&self.polls, &self.ring) else {
             return Vec::new();
         };
         (0..self.nodes.len())
-            .filter_map(|w| ring.waiting(w))
-            .map(|s| format!("the averaging loop of {s}"))
+            .filter_map(|w| match self.nodes[w].thread {
+                Thread::Idle => None,
+                Thread::Polling => polls
+                    .waiting(w)
+                    .map(|s| format!("the averaging loop of {s} (the counters)")),
+                Thread::Averaging => ring
+                    .waiting(w)
+                    .map(|s| format!("the averaging loop of {s}")),
+            })
             .collect()
     }
 }

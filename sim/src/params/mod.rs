@@ -10,5 +10,5 @@ pub mod tracked;
 
 pub use optimizer::OptimizerConfig;
 pub use reference::{Quadratic, ReferenceStore};
-pub use store::{Evaluation, GradId, MsgId, ReplicaStore, Slot, blocks};
+pub use store::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 pub use tracked::Tracked;

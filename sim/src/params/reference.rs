@@ -11,7 +11,7 @@ use std::ops::Range;
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::engine::rng::{Stream, StreamKind, stream};
-use crate::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
+use crate::params::{Evaluation, GradId, Layer, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
 /// The analytic problem of a [`ReferenceStore`].
 #[derive(Clone, Debug)]
@@ -69,6 +69,7 @@ pub struct ReferenceStore {
     next_msg: u64,
     train_size: usize,
     train_loss: (f64, usize),
+    layers: Vec<Layer>,
 }
 
 impl ReferenceStore {
@@ -90,7 +91,24 @@ impl ReferenceStore {
             next_msg: 0,
             train_size: 1000,
             train_loss: (0.0, 0),
+            layers: vec![Layer {
+                params: 0..dim,
+                forward_flops: 2 * dim as u64,
+            }],
         }
+    }
+
+    /// The same store, whose [`ReplicaStore::layers`] answers `layers` (by default one layer
+    /// holding every coordinate, of `2·dim` FLOPs): for tests of cost models of partial steps.
+    /// The layers must cover `0..dim` in order; the objective is unchanged.
+    pub fn with_layers(mut self, layers: Vec<Layer>) -> Self {
+        assert_eq!(
+            layers.last().map(|l| l.params.end),
+            Some(self.num_params()),
+            "the layers cover every coordinate"
+        );
+        self.layers = layers;
+        self
     }
 
     /// The analytic problem.
@@ -186,6 +204,10 @@ impl ReplicaStore for ReferenceStore {
 
     fn train_size(&self) -> usize {
         self.train_size
+    }
+
+    fn layers(&self) -> Vec<Layer> {
+        self.layers.clone()
     }
 
     fn add_rows(&mut self, count: usize) -> usize {

@@ -63,6 +63,16 @@ pub struct Evaluation {
     pub accuracy: f64,
 }
 
+/// A layer of the model, for cost models: where its parameters sit in a row, and the FLOPs of
+/// its forward pass for one sample.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layer {
+    /// The coordinates of its parameters in a row.
+    pub params: Range<usize>,
+    /// FLOPs (two per multiply-add) of its forward pass, for one sample.
+    pub forward_flops: u64,
+}
+
 /// Everything an algorithm may do with parameters.
 ///
 /// Every operation names rows by index and is a row operation on a stacked `[rows, params]`
@@ -81,6 +91,12 @@ pub trait ReplicaStore {
     fn batch_size(&self) -> usize;
     /// Samples in the training split (defines an epoch).
     fn train_size(&self) -> usize;
+    /// The model's layers in forward order (input first): where each one's parameters sit in a
+    /// row and its forward FLOPs per sample. Their ranges are disjoint, in increasing order, and
+    /// cover `0..num_params()`. For the cost models of steps that differentiate part of the model
+    /// (LPP-SGD's partial steps); a model without layers answers one layer holding every
+    /// parameter. Never used for control flow other than timing.
+    fn layers(&self) -> Vec<Layer>;
 
     /// Appends `count` rows after the existing ones and returns the index of the first. Each new
     /// row is a copy of row 0's current parameters, with a zero optimizer state. Added rows have

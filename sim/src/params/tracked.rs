@@ -487,6 +487,10 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.train_size()
     }
 
+    fn layers(&self) -> Vec<crate::params::Layer> {
+        self.inner.layers()
+    }
+
     fn add_rows(&mut self, count: usize) -> usize {
         let first = self.inner.add_rows(count);
         let p = self.params;

@@ -185,6 +185,9 @@ impl ReplicaStore for Checked {
     fn train_size(&self) -> usize {
         self.inner.borrow().train_size()
     }
+    fn layers(&self) -> Vec<Layer> {
+        self.inner.borrow().layers()
+    }
     fn add_rows(&mut self, count: usize) -> usize {
         self.inner.borrow_mut().add_rows(count)
     }

@@ -1,0 +1,225 @@
+//! LAP-SGD and LPP-SGD against the reference implementation's rules (Chatterjee et al., "Local
+//! SGD Meets Asynchrony"; `bapi/LPP-SGD`): averaging paced by the fastest node, the warm-up of
+//! `pre_post_epochs` and LPP-SGD's partial-step cost. On the exact reference store, with
+//! `run_inspect`.
+
+mod common;
+
+use common::*;
+use dasim_sim::algorithms::lap::{LapSgd, partial_step_cost};
+use dasim_sim::engine::{Collect, run_inspect};
+use dasim_sim::params::Layer;
+use dasim_sim::prelude::*;
+
+const SEED: u64 = 5;
+
+fn lap(c: &LapSgdConfig) -> AlgorithmConfig {
+    AlgorithmConfig::from(AlgorithmKind::LapSgd(c.clone()))
+}
+
+/// Runs LAP-SGD (or LPP-SGD) on `store`, calling `inspect` after every event.
+fn run_lap(
+    c: &LapSgdConfig,
+    partitioned: bool,
+    cluster_cfg: &ClusterConfig,
+    store: &mut dyn ReplicaStore,
+    stop: &RunConfig,
+    inspect: &mut dyn FnMut(&LapSgd, &World<'_>, SimTime),
+) -> (Outcome, LapSgd) {
+    let n = cluster_cfg.workers;
+    let opt = optimizer(0.05, 0.5);
+    let cfg = lap(c);
+    let mut world = world(
+        &cfg,
+        cluster_cfg,
+        &net(10.0, 5.0),
+        TopologyConfig::Ring {},
+        store,
+        &opt,
+        SEED,
+    );
+    let mut alg = LapSgd::new(c, n, partitioned);
+    let outcome =
+        run_inspect(&mut alg, &mut world, stop, &mut Collect::default(), inspect).unwrap();
+    (outcome, alg)
+}
+
+/// Averagings per simulated second (rounds: every node averages once per round) of 8 nodes,
+/// `H = 8`, with node 3 `slowdown` times slower.
+fn averaging_rate(slowdown: f64) -> f64 {
+    let n = 8;
+    let c = LapSgdConfig {
+        h: 8,
+        ..Default::default()
+    };
+    let stragglers = if slowdown > 1.0 {
+        vec![(3, slowdown)]
+    } else {
+        vec![]
+    };
+    let mut store = quadratic_store(n, SEED);
+    let (outcome, alg) = run_lap(
+        &c,
+        false,
+        &cluster(n, &stragglers),
+        &mut store,
+        &stop_at(2.0),
+        &mut |_, _, _| {},
+    );
+    alg.averagings() as f64 / n as f64 / outcome.sim_time.as_secs_f64()
+}
+
+#[test]
+fn a_straggler_does_not_set_the_averaging_rate() {
+    // The reference all-reduces the step counters with MAX: an averaging happens when the fastest
+    // node made H minibatches, whatever the straggler did. Waiting for every node's own H
+    // minibatches instead made the rate fall 8.7× with this straggler.
+    let (even, straggler) = (averaging_rate(1.0), averaging_rate(8.0));
+    // 8 nodes of 2 processes, 10 ms steps at P = 2: each node makes a minibatch every 10 ms, so
+    // about one averaging every 80 ms plus the all-reduces.
+    assert!((10.0..13.0).contains(&even), "{even} averagings/s");
+    let ratio = even / straggler;
+    assert!(
+        (0.9..1.2).contains(&ratio),
+        "{even} vs {straggler} averagings/s"
+    );
+}
+
+#[test]
+fn the_fastest_node_triggers_and_every_node_contributes_what_it_has() {
+    let n = 4;
+    let c = LapSgdConfig {
+        processes: 1,
+        h: 4,
+        step_time_factor: Some(1.0),
+        ..Default::default()
+    };
+    let mut store = quadratic_store(n, SEED);
+    let mut lag = 0u64;
+    let (_, alg) = run_lap(
+        &c,
+        false,
+        &cluster(n, &[(2, 8.0)]),
+        &mut store,
+        &stop_at(1.0),
+        &mut |alg: &LapSgd, _, _| lag = lag.max(alg.counter(0) - alg.counter(2)),
+    );
+    // Every round is decided on the fast nodes' counter, H apart (the all-reduces take
+    // microseconds, the steps 10 ms).
+    let at = alg.decided_at();
+    assert!(at.len() >= 20, "{at:?}");
+    assert_eq!(at[0], 4);
+    assert!(at.windows(2).all(|w| w[1] - w[0] == 4), "{at:?}");
+    // The straggler contributed with far fewer minibatches than H per round.
+    assert!(lag > 50, "{lag}");
+}
+
+#[test]
+fn the_warm_up_averages_after_every_minibatch() {
+    // 4 nodes of one process, equal speeds: the reference store's training set is 1000
+    // samples of batch 1, so one epoch of a node's share is 250 of its minibatches.
+    let n = 4;
+    for pre_post_epochs in [0, 1] {
+        let c = LapSgdConfig {
+            processes: 1,
+            h: 8,
+            pre_post_epochs,
+            step_time_factor: Some(1.0),
+            ..Default::default()
+        };
+        let mut store = quadratic_store(n, SEED);
+        let (_, alg) = run_lap(
+            &c,
+            false,
+            &cluster(n, &[]),
+            &mut store,
+            &stop_at(4.0),
+            &mut |_, _, _| {},
+        );
+        let at = alg.decided_at();
+        let warm: Vec<u64> = at.iter().copied().take_while(|&m| m < 250).collect();
+        if pre_post_epochs == 0 {
+            assert!(
+                warm.iter()
+                    .enumerate()
+                    .all(|(k, &m)| m == 8 * (k as u64 + 1))
+            );
+        } else {
+            // An averaging after each minibatch until the fastest counter reaches one epoch...
+            assert_eq!(warm, (1..250).collect::<Vec<u64>>());
+        }
+        // ... then every H.
+        let post = &at[warm.len()..];
+        assert!(post.len() > 10, "{post:?}");
+        assert!(post.windows(2).all(|w| w[1] - w[0] == 8), "{post:?}");
+    }
+}
+
+/// Three layers over 16 coordinates: 600, 300 and 100 forward FLOPs.
+fn three_layers() -> Vec<Layer> {
+    vec![
+        Layer {
+            params: 0..8,
+            forward_flops: 600,
+        },
+        Layer {
+            params: 8..12,
+            forward_flops: 300,
+        },
+        Layer {
+            params: 12..16,
+            forward_flops: 100,
+        },
+    ]
+}
+
+#[test]
+fn the_partial_step_cost_is_the_forward_pass_and_the_backward_pass_down_to_the_block() {
+    let layers = three_layers();
+    // F = 1000; a block starting in the first layer needs the whole backward pass.
+    assert_eq!(partial_step_cost(&layers, &(0..8)), 1.0);
+    assert_eq!(partial_step_cost(&layers, &(2..5)), 1.0);
+    // From the second layer down: (F + 2·400) / 3F.
+    assert!((partial_step_cost(&layers, &(8..16)) - 0.6).abs() < 1e-12);
+    // The last layer only: (F + 2·100) / 3F.
+    assert!((partial_step_cost(&layers, &(13..16)) - 0.4).abs() < 1e-12);
+}
+
+#[test]
+fn lpp_sgd_partial_steps_take_the_time_of_the_cost_model() {
+    let n = 2;
+    let c = LapSgdConfig {
+        processes: 2,
+        h: 4,
+        pre_partial_epochs: 0,
+        step_time_factor: Some(1.0),
+        ..Default::default()
+    };
+    let mut store = quadratic_store(n, SEED).with_layers(three_layers());
+    // When each process of node 0 finished each of its steps.
+    let mut ends: [Vec<SimTime>; 2] = [Vec::new(), Vec::new()];
+    let (_, alg) = run_lap(
+        &c,
+        true,
+        &cluster(n, &[]),
+        &mut store,
+        &stop_at(0.2),
+        &mut |alg: &LapSgd, _, t| {
+            for (p, e) in ends.iter_mut().enumerate() {
+                if alg.process_steps(0, p) > e.len() as u64 {
+                    e.push(t);
+                }
+            }
+        },
+    );
+    // Process 0 owns 0..8 (in the first layer): its partial steps cost a full one. Process 1
+    // owns 8..16: 60% of a step. From the start (pre_partial_epochs = 0) each alternates
+    // full, partial, full, …
+    assert_eq!(alg.partial_cost(0), 1.0);
+    assert!((alg.partial_cost(1) - 0.6).abs() < 1e-12);
+    let ms = |t: &SimTime| t.as_nanos() / 1_000_000;
+    let p0: Vec<u64> = ends[0].iter().take(4).map(ms).collect();
+    let p1: Vec<u64> = ends[1].iter().take(4).map(ms).collect();
+    assert_eq!(p0, [10, 20, 30, 40]);
+    assert_eq!(p1, [10, 16, 26, 32]);
+}
