@@ -25,6 +25,7 @@ fn quickstart_flex(bencher: divan::Bencher) {
         progress: false,
         execution: Default::default(),
         memory_limit: None,
+        force: true,
     };
     bencher.bench(|| run_scenario(&loaded, &opts).expect("the quickstart runs"));
     let summary = run_scenario(&loaded, &opts).unwrap();

@@ -433,6 +433,8 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
                 progress: opts.progress,
                 execution: opts.execution,
                 memory_limit: None,
+                // `dasim check --out` reruns replace its own run directories.
+                force: true,
             };
             let run_started = Instant::now();
             let result = runner::run_scenario_with(loaded, &run_opts, opts.out.is_some());

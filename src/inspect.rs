@@ -206,8 +206,10 @@ pub fn inspect_topology(args: &TopologyArgs) -> Result<String> {
                 let d = topology.degree_stats();
                 let _ = writeln!(
                     out,
-                    "# degree: min {} / mean {:.2} / max {}",
-                    d.min, d.mean, d.max
+                    "# degree: min {} / mean {} / max {}",
+                    d.min,
+                    crate::outputs::fixed(d.mean, 2),
+                    d.max
                 );
                 let _ = writeln!(
                     out,
@@ -216,8 +218,8 @@ pub fn inspect_topology(args: &TopologyArgs) -> Result<String> {
                 );
                 let _ = writeln!(
                     out,
-                    "# spectral gap of the Metropolis mixing matrix: {:.6}",
-                    topology.spectral_gap()
+                    "# spectral gap of the Metropolis mixing matrix: {}",
+                    crate::outputs::fixed(topology.spectral_gap(), 6)
                 );
                 let _ = writeln!(
                     out,

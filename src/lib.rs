@@ -39,6 +39,9 @@ pub enum Error {
     /// Claims (`[[expect]]`) failed: `dasim check`, or `dasim run --strict`.
     #[error("{0}")]
     Claims(String),
+    /// A run diverged (`dasim run` without `--keep-going`; exit code 3).
+    #[error("{0}")]
+    Diverged(String),
     /// Another I/O failure.
     #[error("{context}: {source}")]
     Io {

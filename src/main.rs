@@ -8,10 +8,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use dasim::outputs::{fixed, sci};
 use dasim::runner::{load_problem, preflight};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
-use dasim_reports::rundir::CheckResult;
+use dasim_reports::rundir::{CheckResult, Stopped};
 
 /// A gradient flush allocates and frees buffers of megabytes many times a second; the system
 /// allocator hands each back to the kernel and pays page faults to zero it again on the next
@@ -57,6 +58,14 @@ enum Command {
         /// evaluated and recorded in any case).
         #[arg(long)]
         strict: bool,
+        /// Replace the results of an earlier run in the output directory (without it, a
+        /// directory holding summary.json or metrics.csv is refused).
+        #[arg(long)]
+        force: bool,
+        /// Exit with code 0 when an algorithm diverged (without it: code 3). The run stops that
+        /// algorithm at the point of divergence and runs the others in either case.
+        #[arg(long)]
+        keep_going: bool,
     },
     /// Run scenarios (once per seed with --seeds) and check their `[[expect]]` claims: a table
     /// of verdicts, optionally JUnit XML; exit 0 if every claim holds, 1 if one fails, 2 on bad
@@ -129,6 +138,7 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             match e {
                 Error::Scenario(_) | Error::Usage(_) | Error::Memory(_) => ExitCode::from(2),
+                Error::Diverged(_) => ExitCode::from(3),
                 // A run directory that is missing, not one, or malformed is bad input.
                 Error::Reports(r) if reads_runs && r.is_input() => ExitCode::from(2),
                 _ => ExitCode::FAILURE,
@@ -210,6 +220,8 @@ fn execute(command: Command) -> dasim::Result<()> {
             max_batch,
             memory_limit,
             strict,
+            force,
+            keep_going,
         } => {
             let loaded = Loaded::from_file(&scenario)?;
             let threads = thread_pool(threads)?;
@@ -224,35 +236,65 @@ fn execute(command: Command) -> dasim::Result<()> {
                     max_batch: max_batch.map(|m| m as usize),
                 },
                 memory_limit: memory_limit.map(|b| b.0),
+                force,
             };
             let summary = run_scenario(&loaded, &opts)?;
             for (r, t) in summary.runs.iter().zip(&summary.timings) {
                 // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
                 let mut accuracy = if r.final_accuracy.is_finite() {
-                    format!("  accuracy {:.2}%", r.final_accuracy * 100.0)
+                    format!("  accuracy {}%", fixed(r.final_accuracy * 100.0, 2))
                 } else {
                     String::new()
                 };
                 if let Some(gap) = r.final_suboptimality {
-                    accuracy.push_str(&format!("  f-f* {gap:.3e}"));
+                    accuracy.push_str(&format!("  f-f* {}", sci(gap, 3)));
                 }
+                // A diverged loss can have hundreds of digits.
+                let loss = if r.final_loss.abs() >= 1e6 {
+                    sci(r.final_loss, 3)
+                } else {
+                    fixed(r.final_loss, 4)
+                };
+                let result = match r.stopped {
+                    Some(Stopped::Diverged) => {
+                        format!("DIVERGED: test loss {}{accuracy}", fixed(r.final_loss, 4))
+                    }
+                    Some(Stopped::NoSteps) => {
+                        format!("NO STEP COMPLETED: nothing trained (initial test loss {loss})")
+                    }
+                    None => format!("test loss {loss}{accuracy}"),
+                };
                 println!(
-                    "{:<12} sim {:>8.3} s  {:>7} steps  {:>8.1} steps/s(sim)  epochs {:>6.2}  test loss {:.4}{accuracy}",
+                    "{:<12} sim {:>8} s  {:>7} steps  {:>8} steps/s(sim)  epochs {:>6}  {result}",
                     r.algorithm,
-                    r.sim_time_s,
+                    fixed(r.sim_time_s, 3),
                     r.worker_steps,
-                    r.steps_per_sim_s,
-                    r.epochs,
-                    r.final_loss,
+                    fixed(r.steps_per_sim_s, 1),
+                    fixed(r.epochs, 2),
                 );
                 println!(
-                    "{:<12} wall {:.2} s  {:.0} steps/s(wall)  {:.3} sim s/wall s  gradient math {:.0}% of wall",
+                    "{:<12} wall {} s  {} steps/s(wall)  {} sim s/wall s  gradient math {}% of wall",
                     "",
-                    t.wall_time_s,
-                    t.worker_steps_per_wall_s,
-                    t.sim_s_per_wall_s,
-                    100.0 * t.gradient_share
+                    fixed(t.wall_time_s, 2),
+                    fixed(t.worker_steps_per_wall_s, 0),
+                    fixed(t.sim_s_per_wall_s, 3),
+                    fixed(100.0 * t.gradient_share, 0)
                 );
+            }
+            let diverged: Vec<&str> = summary
+                .runs
+                .iter()
+                .filter(|r| r.stopped == Some(Stopped::Diverged))
+                .filter_map(|r| r.stop_reason.as_deref())
+                .collect();
+            for r in &summary.runs {
+                if let (Some(stopped), Some(reason)) = (r.stopped, &r.stop_reason) {
+                    let kept = match stopped {
+                        Stopped::Diverged => "; its outputs up to that point are kept",
+                        Stopped::NoSteps => "",
+                    };
+                    eprintln!("warning: {reason}{kept}");
+                }
             }
             if !summary.checks.is_empty() {
                 println!();
@@ -269,10 +311,18 @@ fn execute(command: Command) -> dasim::Result<()> {
                     "{failed} of {} claim verdicts failed (checks.csv)",
                     summary.checks.len()
                 );
-                if strict {
+                if strict && diverged.is_empty() {
                     return Err(Error::Claims(msg));
                 }
                 eprintln!("warning: {msg}");
+            }
+            if !diverged.is_empty() && !keep_going {
+                return Err(Error::Diverged(format!(
+                    "{} of {} algorithm(s) diverged (summary.json: \"stopped\": \"diverged\"); \
+                     --keep-going exits with code 0 nonetheless",
+                    diverged.len(),
+                    summary.runs.len()
+                )));
             }
             Ok(())
         }

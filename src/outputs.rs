@@ -21,6 +21,24 @@ pub fn git_revision() -> Option<&'static str> {
     (GIT_REVISION != "unknown").then_some(GIT_REVISION)
 }
 
+/// `x` with `decimals` digits after the point, as people read it: a value that rounds to zero
+/// is `0.0000`, never the negative zero `-0.0000` that `format!` gives a tiny negative number.
+pub fn fixed(x: f64, decimals: usize) -> String {
+    let s = format!("{x:.decimals$}");
+    match s.strip_prefix('-') {
+        Some(rest) if rest.bytes().all(|b| b == b'0' || b == b'.') => rest.to_owned(),
+        _ => s,
+    }
+}
+
+/// `x` in scientific notation with `decimals` digits after the point, never as a negative
+/// zero.
+pub fn sci(x: f64, decimals: usize) -> String {
+    // -0.0 + 0.0 is +0.0; every other value is unchanged.
+    let x = x + 0.0;
+    format!("{x:.decimals$e}")
+}
+
 fn secs(t: SimTime) -> f64 {
     t.as_secs_f64()
 }
@@ -192,6 +210,23 @@ pub fn partition_table(shards: &[Vec<usize>], train: &Dataset) -> Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounded_numbers_are_never_negative_zero() {
+        assert_eq!(fixed(-1e-9, 4), "0.0000");
+        assert_eq!(fixed(-0.0, 4), "0.0000");
+        assert_eq!(fixed(-0.00004, 4), "0.0000");
+        assert_eq!(fixed(-0.00005001, 4), "-0.0001");
+        assert_eq!(fixed(-2.5, 1), "-2.5");
+        assert_eq!(fixed(1.23456, 2), "1.23");
+        assert_eq!(fixed(-3.0, 0), "-3");
+        assert_eq!(fixed(-0.2, 0), "0");
+        assert_eq!(fixed(f64::NAN, 4), "NaN");
+        assert_eq!(fixed(f64::NEG_INFINITY, 4), "-inf");
+        assert_eq!(sci(-0.0, 3), "0.000e0");
+        assert_eq!(sci(-1e-300, 3), "-1.000e-300");
+        assert_eq!(sci(2.5e-7, 3), "2.500e-7");
+    }
 
     #[test]
     fn activities_keep_their_names() {

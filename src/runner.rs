@@ -27,8 +27,8 @@ use dasim_models::{Backend, Execution, Problem};
 use dasim_reports::claims::{Claim, Quantities, RunView};
 use dasim_reports::rundir::{
     AlgorithmStaleness, AlgorithmSummary, CheckRow, EventLogs, HostTimings, IntStats, RunData,
-    RunWriter, Stamp, Summary, TimeToTarget, Timings, Utilization, write_csv, write_partition,
-    write_scenario,
+    RunWriter, Stamp, Stopped, Summary, TimeToTarget, Timings, Utilization, files, write_csv,
+    write_partition, write_scenario,
 };
 use dasim_sim::ConfigError;
 use dasim_sim::algorithm::World;
@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// Refuse to start when the memory estimate exceeds this many bytes (default: the memory
     /// the machine has available).
     pub memory_limit: Option<u64>,
+    /// Replace the results of an earlier run in `out` ([`prepare_out`]); without it, a
+    /// directory that holds `summary.json` or `metrics.csv` is refused.
+    pub force: bool,
 }
 
 /// What [`run_scenario`] wrote: one entry per algorithm, in scenario order, of `summary.json`
@@ -275,6 +278,58 @@ fn remove_stale(path: &std::path::Path) -> Result<()> {
     }
 }
 
+/// The files of a run directory that `dasim run` writes (plots aside), and `dasim report`'s page.
+const RUN_FILES: [&str; 15] = [
+    files::SCENARIO,
+    files::SUMMARY,
+    files::TIMINGS,
+    files::METRICS,
+    files::SERIES,
+    files::STALENESS,
+    files::UTILIZATION,
+    files::WAITS,
+    files::LINKS,
+    files::TIMELINE,
+    files::GRADIENTS,
+    files::MESSAGES,
+    files::PARTITION,
+    files::CHECKS,
+    "report.html",
+];
+
+/// Gets the output directory ready: refuses one that already holds a run's results
+/// (`summary.json` or `metrics.csv`) unless `force`, and with `force` removes the earlier run's
+/// files ([`RUN_FILES`] and the plots, every `*.png` and `*.svg`), so that no file of the old
+/// run survives beside the new one. Other files are left alone.
+pub fn prepare_out(out: &std::path::Path, force: bool) -> Result<()> {
+    let holds = [files::SUMMARY, files::METRICS]
+        .iter()
+        .any(|f| out.join(f).exists());
+    if !holds {
+        return Ok(());
+    }
+    if !force {
+        return Err(Error::Usage(format!(
+            "{} already holds the results of a run (summary.json, metrics.csv); pass --force to \
+             replace them, or choose another --out",
+            out.display()
+        )));
+    }
+    let entries = std::fs::read_dir(out).map_err(io(format!("cannot read {}", out.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(io(format!("cannot read {}", out.display())))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let plot = name.ends_with(".png") || name.ends_with(".svg");
+        if (plot || RUN_FILES.contains(&name.as_ref()))
+            && entry.file_type().is_ok_and(|t| t.is_file())
+        {
+            remove_stale(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Evaluates `claims` against the run directory `dir` (read back through
 /// [`dasim_reports::rundir`]): one row per claim and algorithm.
 pub fn evaluate_claims(
@@ -396,6 +451,7 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
 /// leaves them out of the temporary run directories it removes).
 pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Result<Results> {
     let s = &loaded.scenario;
+    prepare_out(&opts.out, opts.force)?;
     let problem = load_problem(loaded)?;
     preflight(loaded, &problem)?;
     let claims = claims(loaded, &problem)?;
@@ -488,7 +544,13 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
             bar: &bar,
             started,
         };
-        let outcome = run_algorithm(alg, &mut world, &s.run, &mut recorder)?;
+        // A configuration error found while running (an event beyond the end of simulated
+        // time) is located in the scenario like every other.
+        let outcome =
+            run_algorithm(alg, &mut world, &s.run, &mut recorder).map_err(|e| match e {
+                dasim_sim::Error::Config(c) => Error::Scenario(loaded.config_error(&c)),
+                other => Error::Sim(other),
+            })?;
         let points = std::mem::take(&mut recorder.points);
         let wall = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
@@ -499,9 +561,23 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         let first = |hit: &dyn Fn(&EvalPoint) -> bool| {
             points.iter().find(|p| hit(p)).map(|p| p.time.as_secs_f64())
         };
+        let (stopped, stop_reason) = if let Some(d) = &outcome.diverged {
+            (Some(Stopped::Diverged), Some(format!("{label} {d}")))
+        } else if outcome.worker_steps == 0 {
+            let reason = format!(
+                "{label}: no worker completed a step before the stop at simulated time {} s, so \
+                 nothing was trained; the final loss is the initial model's",
+                dasim_reports::rundir::num(outcome.sim_time.as_secs_f64())
+            );
+            (Some(Stopped::NoSteps), Some(reason))
+        } else {
+            (None, None)
+        };
         summary.runs.push(AlgorithmSummary {
             algorithm: label.clone(),
             kind: alg.kind().into(),
+            stopped,
+            stop_reason,
             options: match serde_json::to_value(alg) {
                 Ok(serde_json::Value::Object(options)) => options,
                 _ => unreachable!("an algorithm's config serializes to a JSON object"),

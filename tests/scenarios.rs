@@ -42,6 +42,7 @@ fn every_scenario_trains_every_algorithm() {
             progress: false,
             execution: Default::default(),
             memory_limit: None,
+            force: false,
         };
         let summary =
             run_scenario(&loaded, &opts).unwrap_or_else(|e| panic!("{}: {e}", file.display()));

@@ -59,6 +59,8 @@ fn run(label: &str, kind: &str) -> AlgorithmSummary {
         kind: kind.into(),
         options: Default::default(),
         backend: "flex".into(),
+        stopped: None,
+        stop_reason: None,
         sim_time_s: 0.3,
         events: 100,
         worker_steps: 120,

@@ -176,6 +176,8 @@ fn summary() -> Summary {
                 kind: "overlap-sgp".into(),
                 options,
                 backend: "flex".into(),
+                stopped: None,
+                stop_reason: None,
                 sim_time_s: 0.5,
                 events: 1234,
                 worker_steps: 128,
@@ -221,6 +223,8 @@ fn summary() -> Summary {
                 )
                 .unwrap(),
                 backend: "flex".into(),
+                stopped: None,
+                stop_reason: None,
                 sim_time_s: 0.5,
                 events: 99,
                 worker_steps: 256,

@@ -105,6 +105,7 @@ fn simulate(alg: &AlgorithmConfig, workers: usize) -> u64 {
         worker_steps: Some(100_000),
         eval_every_s: 1e9,
         eval_every_steps: None,
+        divergence_loss: None,
     };
     let out = dasim_sim::algorithms::run_algorithm(alg, &mut world, &stop, &mut Collect::default())
         .unwrap();

@@ -49,7 +49,7 @@
 //! );
 //! let stop = RunConfig {
 //!     sim_time_s: Some(1.0), epochs: None, worker_steps: None,
-//!     eval_every_s: 0.1, eval_every_steps: None,
+//!     eval_every_s: 0.1, eval_every_steps: None, divergence_loss: None,
 //! };
 //! let mut alg = AdPsgd::new(&AdPsgdConfig::default(), &sides, 7);
 //! let mut points = Collect::default();
@@ -342,7 +342,7 @@
 //! );
 //! let stop = RunConfig {
 //!     sim_time_s: Some(1.0), epochs: None, worker_steps: None,
-//!     eval_every_s: 0.1, eval_every_steps: None,
+//!     eval_every_s: 0.1, eval_every_steps: None, divergence_loss: None,
 //! };
 //!
 //! let mut alg = Gossip::new(n, seed);

@@ -321,6 +321,7 @@ fn gossip_decay(topology: TopologyConfig, n: usize) {
         worker_steps: Some(n as u64 * iterations),
         eval_every_s: 0.0,
         eval_every_steps: Some(n as u64),
+        divergence_loss: None,
     };
     let opt = optimizer(0.0, 0.0);
     let mut world = world(
@@ -737,6 +738,7 @@ fn points_fall_on_the_time_grid_and_every_n_worker_steps() {
         worker_steps: None,
         eval_every_s: 0.05,
         eval_every_steps: Some(10),
+        divergence_loss: None,
     };
     let (o, obs) = run_cfg(
         &cfg,

@@ -347,6 +347,7 @@ fn the_largest_time_limit_runs_a_small_scenario_to_its_step_budget() {
         worker_steps: Some(40),
         eval_every_s: max_s(),
         eval_every_steps: None,
+        divergence_loss: None,
     };
     let (outcome, points) = allreduce_run(10.0, &stop).unwrap();
     assert_eq!(outcome.worker_steps, 40);
@@ -368,6 +369,7 @@ fn steps_as_long_as_the_clock_allows_end_at_the_limit() {
         worker_steps: None,
         eval_every_s: max_s(),
         eval_every_steps: None,
+        divergence_loss: None,
     };
     let (outcome, points) = allreduce_run(step_ms, &stop).unwrap();
     assert_eq!(outcome.sim_time, SimTime::MAX_CONFIG);
@@ -389,6 +391,7 @@ fn a_run_past_the_end_of_simulated_time_fails_at_run() {
         worker_steps: Some(1000),
         eval_every_s: max_s(),
         eval_every_steps: None,
+        divergence_loss: None,
     };
     let err = allreduce_run(SimTime::max_config_in(TimeUnit::Millis), &stop).unwrap_err();
     let Error::Config(e) = &err else {

@@ -36,8 +36,8 @@ pub use read::{
 pub use schema::{
     Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, GradientRow,
     HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow,
-    StalenessRow, Stamp, Summary, TimeToTarget, TimelineRow, Timings, Utilization, UtilizationRow,
-    WaitRow, files, measured, num, sha256_hex,
+    StalenessRow, Stamp, Stopped, Summary, TimeToTarget, TimelineRow, Timings, Utilization,
+    UtilizationRow, WaitRow, files, measured, num, sha256_hex,
 };
 pub use write::{
     CsvStream, EventLogs, RunWriter, Tables, write_atomic, write_csv, write_json, write_partition,
@@ -72,6 +72,8 @@ pub(crate) mod tests {
             kind: "sgp".into(),
             options: Default::default(),
             backend: "flex".into(),
+            stopped: None,
+            stop_reason: None,
             sim_time_s: 0.5,
             events: 100,
             worker_steps: 40,

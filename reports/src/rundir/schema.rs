@@ -831,6 +831,16 @@ pub struct AlgorithmSummary {
     pub options: serde_json::Map<String, serde_json::Value>,
     /// Backend used (`flex`, `wgpu`).
     pub backend: String,
+    /// Why the run ended without a result to compare: `diverged` (the held-out loss went NaN,
+    /// infinite or above `[run] divergence_loss`; the run stopped at that evaluation point) or
+    /// `no-steps` (no worker completed a step: the final loss is the initial model's). Absent
+    /// for a run that ended normally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Stopped>,
+    /// What `stopped` means for this run, in words (the algorithm, the simulated time, the
+    /// loss); absent when `stopped` is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
     /// Simulated time at the stop, in seconds.
     #[serde(deserialize_with = "nan_if_null")]
     pub sim_time_s: f64,
@@ -884,6 +894,26 @@ pub struct AlgorithmSummary {
     /// Fractions of worker-time in each activity, averaged over the workers.
     #[serde(default = "Utilization::not_measured")]
     pub utilization: Utilization,
+}
+
+/// Why a run ended without a result to compare ([`AlgorithmSummary::stopped`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stopped {
+    /// The held-out loss diverged; the run stopped at the evaluation point that saw it.
+    Diverged,
+    /// No worker completed a step before the stop: nothing was trained.
+    NoSteps,
+}
+
+impl Stopped {
+    /// The name written in `summary.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stopped::Diverged => "diverged",
+            Stopped::NoSteps => "no-steps",
+        }
+    }
 }
 
 /// Count, mean, 99th percentile and maximum of integer measurements (staleness in updates,

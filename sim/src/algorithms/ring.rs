@@ -376,6 +376,7 @@ mod tests {
             worker_steps: None,
             eval_every_s: 100.0,
             eval_every_steps: None,
+            divergence_loss: None,
         };
         run(&mut alg, &mut world, &stop, &mut Collect::default()).unwrap();
         (alg.result, format!("{:?}", world.net.link_stats()))

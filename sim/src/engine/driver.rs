@@ -67,7 +67,16 @@ pub struct RunConfig {
     /// past a multiple of this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_every_steps: Option<u64>,
+    /// Stop the run as diverged at the first evaluation point whose held-out loss exceeds this
+    /// (a NaN or infinite loss always does). Default: [`DIVERGENCE_FACTOR`] times the absolute
+    /// held-out loss at time 0 (no bound when that loss is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence_loss: Option<f64>,
 }
+
+/// Without `[run] divergence_loss`, a run diverges when its held-out loss exceeds this many
+/// times the absolute loss at time 0.
+pub const DIVERGENCE_FACTOR: f64 = 1e3;
 
 impl RunConfig {
     /// Checks every value; at least one stop rule is required.
@@ -118,6 +127,18 @@ impl RunConfig {
                 ),
             )
             .hint("eval_every_s = 0 turns the time grid off only together with eval_every_steps"));
+        }
+        if let Some(d) = self.divergence_loss
+            && !(d.is_finite() && d > 0.0)
+        {
+            return Err(ConfigError::new(
+                "run.divergence_loss",
+                format!("divergence_loss must be a positive loss, got {d}"),
+            )
+            .hint(format!(
+                "leave it out for the default, {} times the held-out loss at time 0",
+                num(DIVERGENCE_FACTOR)
+            )));
         }
         if self.eval_every_s > 0.0 {
             SimTime::checked_nonzero_from_f64(
@@ -258,6 +279,91 @@ pub struct Outcome {
     pub staleness: Option<StalenessStats>,
     /// What was recorded: utilization, waits, gradient staleness, message ages, links, timeline.
     pub record: RunRecord,
+    /// Why the run stopped before a stop rule of `[run]` was reached: `None` when it was (or
+    /// the algorithm had nothing left to do).
+    pub diverged: Option<Divergence>,
+}
+
+/// A run stopped because its held-out loss diverged: not finite, or above the bound
+/// (`[run] divergence_loss`, else [`DIVERGENCE_FACTOR`] times the loss at time 0).
+///
+/// This is the one place where a floating-point value decides control flow besides an
+/// explicit target, and it can only end a run: two backends stop at different points only if
+/// they disagree on whether a loss is finite or above the bound.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Divergence {
+    /// The evaluation point that detected it (the run's last).
+    pub time: SimTime,
+    /// The held-out loss there (NaN, infinite or above `bound`).
+    pub loss: f64,
+    /// The bound in force; `None` when there was none (only a non-finite loss stops the run).
+    pub bound: Option<f64>,
+    /// The last finite held-out loss before it and its time; `None` when there was none.
+    pub last_finite: Option<(SimTime, f64)>,
+}
+
+/// A loss as people read it: plain unless very large or very small.
+fn loss_text(x: f64) -> String {
+    if x.is_finite() && x != 0.0 && !(1e-4..1e6).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+impl std::fmt::Display for Divergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "diverged at simulated time {} s: held-out loss {}",
+            num(self.time.as_secs_f64()),
+            loss_text(self.loss)
+        )?;
+        if self.loss.is_finite()
+            && let Some(b) = self.bound
+        {
+            write!(f, " above the bound {} (run.divergence_loss)", loss_text(b))?;
+        }
+        match self.last_finite {
+            Some((t, l)) => write!(f, "; last finite loss {l} at {} s", num(t.as_secs_f64())),
+            None => write!(f, "; no finite loss before"),
+        }
+    }
+}
+
+/// Watches the held-out loss at every evaluation point.
+struct DivergenceGuard {
+    bound: Option<f64>,
+    configured: bool,
+    last_finite: Option<(SimTime, f64)>,
+}
+
+impl DivergenceGuard {
+    fn new(cfg: &RunConfig) -> Self {
+        DivergenceGuard {
+            bound: cfg.divergence_loss,
+            configured: cfg.divergence_loss.is_some(),
+            last_finite: None,
+        }
+    }
+
+    /// `Some` when `point` shows divergence. The first point sets the default bound.
+    fn check(&mut self, point: &EvalPoint) -> Option<Divergence> {
+        let loss = point.eval.loss;
+        if !self.configured && self.last_finite.is_none() && loss.is_finite() && loss != 0.0 {
+            self.bound = Some(DIVERGENCE_FACTOR * loss.abs());
+        }
+        if !loss.is_finite() || self.bound.is_some_and(|b| loss > b) {
+            return Some(Divergence {
+                time: point.time,
+                loss,
+                bound: self.bound,
+                last_finite: self.last_finite,
+            });
+        }
+        self.last_finite = Some((point.time, loss));
+        None
+    }
 }
 
 const PROGRESS_EVERY: u64 = 512;
@@ -300,7 +406,9 @@ pub fn run_inspect<A: Algorithm>(
     });
     inspect(alg, world, now);
     drain_logs(world, observer)?;
+    let mut guard = DivergenceGuard::new(cfg);
     let mut last_eval = evaluate(alg, world, now, observer)?;
+    let mut diverged = guard.check(&last_eval);
     let mut next_eval = eval_every;
     let mut next_step_eval = cfg.eval_every_steps;
 
@@ -318,7 +426,7 @@ pub fn run_inspect<A: Algorithm>(
         f.min(1.0)
     };
 
-    loop {
+    'run: while diverged.is_none() {
         let Some(t) = queue.peek_time() else {
             let waiting = alg.waiting();
             if waiting.is_empty() {
@@ -339,6 +447,11 @@ pub fn run_inspect<A: Algorithm>(
         while next_eval < horizon {
             last_eval = evaluate(alg, world, next_eval, observer)?;
             next_eval = next_eval.saturating_add(eval_every);
+            diverged = guard.check(&last_eval);
+            if diverged.is_some() {
+                now = last_eval.time;
+                break 'run;
+            }
         }
         if let Some(limit) = time_limit
             && t > limit
@@ -373,6 +486,10 @@ pub fn run_inspect<A: Algorithm>(
         {
             last_eval = evaluate(alg, world, now, observer)?;
             next_step_eval = Some((world.worker_steps / every + 1).saturating_mul(every));
+            diverged = guard.check(&last_eval);
+            if diverged.is_some() {
+                break;
+            }
         }
         let steps_done = cfg.worker_steps.is_some_and(|s| world.worker_steps >= s);
         let epochs_done = cfg.epochs.is_some_and(|e| world.epochs() >= e);
@@ -380,13 +497,19 @@ pub fn run_inspect<A: Algorithm>(
             break;
         }
     }
-    // Every event at or before `now` has been handled.
-    while next_eval <= now {
+    // Every event at or before `now` has been handled (a diverged run ends at the point that
+    // detected it).
+    while diverged.is_none() && next_eval <= now {
         last_eval = evaluate(alg, world, next_eval, observer)?;
         next_eval = next_eval.saturating_add(eval_every);
+        diverged = guard.check(&last_eval);
     }
-    if last_eval.time != now {
+    if diverged.is_none() && last_eval.time != now {
         last_eval = evaluate(alg, world, now, observer)?;
+        diverged = guard.check(&last_eval);
+    }
+    if diverged.is_some() {
+        now = last_eval.time;
     }
     observer.on_progress(&RunProgress {
         time: now,
@@ -406,6 +529,7 @@ pub fn run_inspect<A: Algorithm>(
         network: world.net.stats(),
         staleness: alg.staleness(),
         record,
+        diverged,
     })
 }
 

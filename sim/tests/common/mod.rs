@@ -26,6 +26,7 @@ pub fn stop_after_steps(steps: u64) -> RunConfig {
         worker_steps: Some(steps),
         eval_every_s: 1.0,
         eval_every_steps: None,
+        divergence_loss: None,
     }
 }
 
@@ -36,6 +37,7 @@ pub fn stop_at(seconds: f64) -> RunConfig {
         worker_steps: None,
         eval_every_s: 0.05,
         eval_every_steps: None,
+        divergence_loss: None,
     }
 }
 
