@@ -257,7 +257,7 @@ fn execute(command: Command) -> dasim::Result<()> {
                 };
                 let result = match r.stopped {
                     Some(Stopped::Diverged) => {
-                        format!("DIVERGED: test loss {}{accuracy}", fixed(r.final_loss, 4))
+                        format!("DIVERGED: test loss {loss}{accuracy}")
                     }
                     Some(Stopped::NoSteps) => {
                         format!("NO STEP COMPLETED: nothing trained (initial test loss {loss})")
