@@ -464,10 +464,140 @@ fn malformed_idx_files_say_what_is_wrong() {
         &load_err(&cfg(DatasetKind::Mnist, dir.path())),
         &["1 unexpected bytes after the last record"],
     );
-    std::fs::write(dir.path().join("t10k-labels-idx1-ubyte.gz"), [0, 0, 8]).unwrap();
+    std::fs::write(dir.path().join("t10k-labels-idx1-ubyte.gz"), gz(&[0, 0, 8])).unwrap();
     contains_all(
         &load_err(&cfg(DatasetKind::Mnist, dir.path())),
         &["truncated header"],
+    );
+}
+
+#[test]
+fn empty_and_false_gzip_files_are_named() {
+    // An empty file, plain and named .gz.
+    let dir = mnist_dir();
+    std::fs::write(dir.path().join("train-labels-idx1-ubyte"), []).unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &["train-labels-idx1-ubyte", "empty file (0 bytes)"],
+    );
+    let dir = mnist_dir();
+    std::fs::write(dir.path().join("train-images-idx3-ubyte.gz"), []).unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &["train-images-idx3-ubyte.gz", "empty file (0 bytes)"],
+    );
+    // A gzip stream of nothing, and a header that declares no images.
+    let dir = mnist_dir();
+    std::fs::write(dir.path().join("train-images-idx3-ubyte.gz"), gz(&[])).unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &["train-images-idx3-ubyte.gz", "decompresses to 0 bytes"],
+    );
+    let dir = mnist_dir();
+    std::fs::write(
+        dir.path().join("train-images-idx3-ubyte.gz"),
+        gz(&idx(&[0, 4, 3], &[])),
+    )
+    .unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &[
+            "train-images-idx3-ubyte.gz",
+            "empty: the header declares dimensions [0, 4, 3]",
+        ],
+    );
+
+    // Named .gz but not gzip-compressed (an IDX file that someone renamed).
+    let dir = mnist_dir();
+    std::fs::write(
+        dir.path().join("t10k-labels-idx1-ubyte.gz"),
+        idx(&[3], &[9, 2, 6]),
+    )
+    .unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &[
+            "t10k-labels-idx1-ubyte.gz",
+            "named .gz but not gzip-compressed",
+            "00 00 08 01",
+            "1f 8b",
+        ],
+    );
+
+    // A gzip stream cut short, and one whose compressed bytes are garbage.
+    let dir = mnist_dir();
+    let whole = gz(&idx(&[5, 4, 3], &images(5, 4, 3)));
+    std::fs::write(
+        dir.path().join("train-images-idx3-ubyte.gz"),
+        &whole[..whole.len() / 2],
+    )
+    .unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &[
+            "train-images-idx3-ubyte.gz",
+            "cannot decompress (gzip)",
+            "truncated or corrupt",
+        ],
+    );
+    let mut garbage = whole[..10].to_vec();
+    garbage.extend_from_slice(&[0xff; 40]);
+    std::fs::write(dir.path().join("train-images-idx3-ubyte.gz"), garbage).unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &["train-images-idx3-ubyte.gz", "cannot decompress (gzip)"],
+    );
+
+    // CIFAR and CSV: empty files too.
+    let dir = tempfile::tempdir().unwrap();
+    cifar10_dir(dir.path());
+    std::fs::write(dir.path().join("data_batch_4.bin"), []).unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Cifar10, dir.path())),
+        &["data_batch_4.bin", "empty file (0 bytes)"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("d.csv");
+    std::fs::write(&p, "").unwrap();
+    let c = DataConfig {
+        path: Some(p.clone()),
+        ..Default::default()
+    };
+    contains_all(&load_err(&c), &["d.csv", "empty file (0 bytes)"]);
+    std::fs::write(&p, "# only a comment\n\n").unwrap();
+    contains_all(&load_err(&c), &["d.csv", "no samples in the file"]);
+}
+
+#[test]
+fn mnist_images_of_two_sizes_are_refused() {
+    // Wrong dimensions: test images of 3×4 beside training images of 4×3.
+    let dir = mnist_dir();
+    std::fs::write(
+        dir.path().join("t10k-images-idx3-ubyte"),
+        idx(&[3, 3, 4], &images(3, 3, 4)),
+    )
+    .unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &[
+            "t10k-images-idx3-ubyte",
+            "images of 3×4",
+            "training images are 4×3",
+        ],
+    );
+    // A label file with two dimensions: the magic number says so.
+    let dir = mnist_dir();
+    std::fs::write(
+        dir.path().join("train-labels-idx1-ubyte"),
+        idx(&[5, 1], &[3, 1, 4, 1, 5]),
+    )
+    .unwrap();
+    contains_all(
+        &load_err(&cfg(DatasetKind::Mnist, dir.path())),
+        &[
+            "train-labels-idx1-ubyte",
+            "bad magic number 0x00000802, expected 0x00000801",
+        ],
     );
 }
 

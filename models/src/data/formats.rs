@@ -17,7 +17,10 @@
 //! - **CSV** ([`read_csv`]): numeric feature columns and a label column.
 //!
 //! Any file may be gzip-compressed: it is recognised by the gzip magic bytes `1f 8b`, whatever
-//! its name. Every error names the file and what was wrong with it.
+//! its name; a file named `….gz` must be. Every error names the file and what was wrong with
+//! it: empty, truncated (header, record or gzip stream), a wrong magic number, dimensions that
+//! disagree (labels and images, training and test images, CSV columns), a label out of range,
+//! trailing bytes, a `.gz` that is not gzip.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -55,16 +58,45 @@ fn gunzip(bytes: &[u8], path: &Path) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     flate2::read::GzDecoder::new(bytes)
         .read_to_end(&mut out)
-        .map_err(|e| data_err(path, format!("cannot decompress (gzip): {e}")))?;
+        .map_err(|e| {
+            data_err(
+                path,
+                format!(
+                    "cannot decompress (gzip): not a valid gzip stream, truncated or corrupt: {e}"
+                ),
+            )
+        })?;
     Ok(out)
 }
 
-/// Reads a file, decompressing it if it starts with the gzip magic bytes.
+/// Reads a file, decompressing it if it starts with the gzip magic bytes. An empty file, a file
+/// named `….gz` that is not gzip-compressed, and a gzip stream that is cut short, corrupt or
+/// empty are errors naming the file.
 fn read_file(path: &Path) -> Result<Vec<u8>> {
     let bytes = std::fs::read(path)
         .map_err(|e| data_err(path, format!("cannot read the data file: {e}")))?;
+    if bytes.is_empty() {
+        return Err(data_err(path, "empty file (0 bytes)"));
+    }
     if bytes.starts_with(&[0x1f, 0x8b]) {
-        gunzip(&bytes, path)
+        let out = gunzip(&bytes, path)?;
+        if out.is_empty() {
+            return Err(data_err(
+                path,
+                "empty: the gzip stream decompresses to 0 bytes",
+            ));
+        }
+        Ok(out)
+    } else if path.extension().is_some_and(|e| e == "gz") {
+        let start: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        Err(data_err(
+            path,
+            format!(
+                "named .gz but not gzip-compressed: it starts with bytes {}, not the gzip magic \
+                 bytes 1f 8b (decompress it with gzip, or drop the .gz from its name)",
+                start.join(" ")
+            ),
+        ))
     } else {
         Ok(bytes)
     }
