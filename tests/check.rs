@@ -538,12 +538,12 @@ fn dasim_run_records_the_verdicts_and_fails_only_with_strict() {
     assert_eq!(checks.len(), 3);
     assert_eq!(checks[2]["result"], "fail");
     assert_eq!(checks[0]["note"], "Lian et al. 2015: staleness about n - 1");
-    let o = dasim_run_flex(&path, &out, &["--strict"]);
+    let o = dasim_run_flex(&path, &out, &["--strict", "--force"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 
     // Without claims: no checks.csv (a stale one is removed), no `checks` key.
     let (_d, plain) = scenario(&QUAD[..QUAD.find("# A-PSGD").unwrap()], "plain.toml");
-    let o = dasim_run_flex(&plain, &out, &["--strict"]);
+    let o = dasim_run_flex(&plain, &out, &["--strict", "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!out.join("checks.csv").exists());
     let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();

@@ -297,13 +297,14 @@ fn a_run_directory_follows_the_contract() {
         ["staleness_avg", "staleness_max", "weight_max", "weight_min"]
     );
 
-    // Without the logs, a rerun into the same directory leaves no stale log behind.
+    // Without the logs, a rerun into the same directory (--force) leaves no stale log behind.
     let quiet = TINY
         .replace("log_gradients = true", "log_gradients = false")
         .replace("log_messages = true", "")
         .replace("eval_replicas = true", "");
     std::fs::write(&path, quiet).unwrap();
-    run_flex(&path, &dir);
+    let o = dasim_run_flex(&path, &dir, &["--force"]);
+    assert!(o.status.success(), "{}", stderr(&o));
     assert!(!dir.join("gradients.csv").exists());
     assert!(!dir.join("messages.csv").exists());
     let points = rows(&dir, "metrics.csv");
