@@ -72,6 +72,10 @@ fn run_scenario(path: &PathBuf) -> Vec<(String, Outcome)> {
         );
         let mut run_cfg = s.run.clone();
         run_cfg.eval_every_s = run_cfg.eval_every_s.max(0.5);
+        // The scenarios' learning rates are set for their models, not for this quadratic, on
+        // which some diverge: only the protocol is checked here, so no bound stops a run (a NaN
+        // or infinite loss still would).
+        run_cfg.divergence_loss = Some(f64::MAX);
         let outcome = dasim_sim::algorithms::run_algorithm(
             alg,
             &mut world,

@@ -26,7 +26,9 @@ pub fn stop_after_steps(steps: u64) -> RunConfig {
         worker_steps: Some(steps),
         eval_every_s: 1.0,
         eval_every_steps: None,
-        divergence_loss: None,
+        // These runs measure timelines and protocols, whatever the loss does: no bound
+        // stops them (a NaN or infinite loss still would).
+        divergence_loss: Some(f64::MAX),
     }
 }
 
@@ -37,7 +39,9 @@ pub fn stop_at(seconds: f64) -> RunConfig {
         worker_steps: None,
         eval_every_s: 0.05,
         eval_every_steps: None,
-        divergence_loss: None,
+        // These runs measure timelines and protocols, whatever the loss does: no bound
+        // stops them (a NaN or infinite loss still would).
+        divergence_loss: Some(f64::MAX),
     }
 }
 
