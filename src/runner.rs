@@ -299,8 +299,9 @@ const RUN_FILES: [&str; 15] = [
 
 /// Gets the output directory ready: refuses one that already holds a run's results
 /// (`summary.json` or `metrics.csv`) unless `force`, and with `force` removes the earlier run's
-/// files ([`RUN_FILES`] and the plots, every `*.png` and `*.svg`), so that no file of the old
-/// run survives beside the new one. Other files are left alone.
+/// files (every file `dasim run` writes, `report.html`, and the plots: every `*.png` and
+/// `*.svg`), so that no file of the old run survives beside the new one. Other files are left
+/// alone.
 pub fn prepare_out(out: &std::path::Path, force: bool) -> Result<()> {
     let holds = [files::SUMMARY, files::METRICS]
         .iter()
