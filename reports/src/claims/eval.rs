@@ -355,6 +355,8 @@ pub fn short(x: f64) -> String {
     if x.is_infinite() {
         return if x > 0.0 { "∞".into() } else { "-∞".into() };
     }
+    // Never a negative zero: -0.0 + 0.0 is +0.0, every other value is unchanged.
+    let x = x + 0.0;
     if x == x.trunc() && x.abs() < 1e15 {
         return format!("{x}");
     }
@@ -371,6 +373,13 @@ pub fn short(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_numbers_are_never_negative_zero() {
+        assert_eq!(short(-0.0), "0");
+        assert_eq!(short(-0.0000001), "-1.00000e-7");
+        assert_eq!(short(-2.5), "-2.5");
+    }
 
     #[test]
     fn reductions_of_a_series() {
