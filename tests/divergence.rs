@@ -88,6 +88,14 @@ fn a_huge_learning_rate_diverges_keeps_its_outputs_and_exits_3() {
     }
     let json = std::fs::read_to_string(out.join("summary.json")).unwrap();
     assert!(json.contains("\"stopped\": \"diverged\""), "{json}");
+    // The HTML report says so too.
+    let o = dasim(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("<td>stopped</td>") && html.contains("<b>DIVERGED</b>"),
+        "no stopped row"
+    );
 
     // --keep-going: the same run, exit code 0 (and --force to replace the results).
     let o = dasim_run_flex(&path, &out, &["--keep-going", "--force"]);

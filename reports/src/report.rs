@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::Result;
 use crate::figure::{Figure, render};
 use crate::rundir::{
-    AlgorithmStaleness, AlgorithmSummary, IntStats, RunData, TimeToTarget, Utilization,
+    AlgorithmStaleness, AlgorithmSummary, IntStats, RunData, Stopped, TimeToTarget, Utilization,
     write_atomic,
 };
 use crate::runplots::run_figures;
@@ -174,6 +174,7 @@ fn provenance(w: &mut String, data: &RunData) {
 #[derive(Debug, Default)]
 struct Column {
     kind: Option<String>,
+    stopped: Option<(Stopped, Option<String>)>,
     sim_time_s: Option<f64>,
     events: Option<u64>,
     worker_steps: Option<u64>,
@@ -200,6 +201,7 @@ impl Column {
     fn of_summary(r: &AlgorithmSummary) -> Column {
         Column {
             kind: Some(r.kind.clone()),
+            stopped: r.stopped.map(|s| (s, r.stop_reason.clone())),
             sim_time_s: finite(r.sim_time_s),
             events: Some(r.events),
             worker_steps: Some(r.worker_steps),
@@ -260,6 +262,17 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
     }
     vec![
         ("kind", |c| c.kind.as_deref().map(escape)),
+        ("stopped", |c| {
+            let (stopped, reason) = c.stopped.as_ref()?;
+            let what = match stopped {
+                Stopped::Diverged => "DIVERGED",
+                Stopped::NoSteps => "NO STEP COMPLETED",
+            };
+            Some(match reason {
+                Some(r) => format!("<b>{what}</b> <span class=\"file\">({})</span>", escape(r)),
+                None => format!("<b>{what}</b>"),
+            })
+        }),
         ("simulated time (s)", |c| c.sim_time_s.map(fmt_num)),
         ("events", |c| c.events.map(fmt_int)),
         ("worker steps", |c| c.worker_steps.map(fmt_int)),
