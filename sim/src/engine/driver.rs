@@ -325,7 +325,12 @@ impl std::fmt::Display for Divergence {
             write!(f, " above the bound {} (run.divergence_loss)", loss_text(b))?;
         }
         match self.last_finite {
-            Some((t, l)) => write!(f, "; last finite loss {l} at {} s", num(t.as_secs_f64())),
+            Some((t, l)) => write!(
+                f,
+                "; last finite loss {} at {} s",
+                loss_text(l),
+                num(t.as_secs_f64())
+            ),
             None => write!(f, "; no finite loss before"),
         }
     }
@@ -601,4 +606,94 @@ fn evaluate<A: Algorithm>(
     };
     observer.on_eval(&point).map_err(Error::Observer)?;
     Ok(point)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(secs: f64, loss: f64) -> EvalPoint {
+        EvalPoint {
+            time: SimTime::from_secs_f64(secs),
+            worker_steps: 0,
+            epoch: 0.0,
+            eval: Evaluation {
+                loss,
+                accuracy: f64::NAN,
+            },
+            train_loss: f64::NAN,
+            consensus: 0.0,
+            replicas: None,
+            suboptimality: None,
+            series: Vec::new(),
+        }
+    }
+
+    fn cfg(divergence_loss: Option<f64>) -> RunConfig {
+        RunConfig {
+            sim_time_s: Some(1.0),
+            epochs: None,
+            worker_steps: None,
+            eval_every_s: 0.1,
+            eval_every_steps: None,
+            divergence_loss,
+        }
+    }
+
+    #[test]
+    fn the_default_bound_is_a_thousand_times_the_first_loss() {
+        let mut g = DivergenceGuard::new(&cfg(None));
+        assert_eq!(g.check(&point(0.0, 2.0)), None);
+        assert_eq!(g.check(&point(0.1, 1999.0)), None);
+        assert_eq!(
+            g.check(&point(0.2, 2000.0)),
+            None,
+            "at the bound is not above it"
+        );
+        let d = g.check(&point(0.3, 2000.5)).unwrap();
+        assert_eq!(d.bound, Some(2000.0));
+        assert_eq!(d.last_finite, Some((SimTime::from_secs_f64(0.2), 2000.0)));
+        assert_eq!(
+            d.to_string(),
+            "diverged at simulated time 0.3 s: held-out loss 2000.5 above the bound 2000 \
+             (run.divergence_loss); last finite loss 2000 at 0.2 s"
+        );
+    }
+
+    #[test]
+    fn a_non_finite_loss_diverges_whatever_the_bound() {
+        let mut g = DivergenceGuard::new(&cfg(Some(f64::MAX)));
+        assert_eq!(g.check(&point(0.0, 1.0)), None);
+        assert_eq!(g.check(&point(0.1, 1e300)), None);
+        let d = g.check(&point(0.2, f64::INFINITY)).unwrap();
+        assert_eq!(
+            d.to_string(),
+            "diverged at simulated time 0.2 s: held-out loss inf; last finite loss 1e300 at 0.1 s"
+        );
+        // NaN at the very first point: no finite loss before it.
+        let mut g = DivergenceGuard::new(&cfg(None));
+        let d = g.check(&point(0.0, f64::NAN)).unwrap();
+        assert_eq!(d.last_finite, None);
+        assert!(
+            d.to_string()
+                .ends_with("held-out loss NaN; no finite loss before")
+        );
+    }
+
+    #[test]
+    fn a_zero_initial_loss_sets_no_default_bound() {
+        let mut g = DivergenceGuard::new(&cfg(None));
+        assert_eq!(g.check(&point(0.0, 0.0)), None);
+        assert_eq!(g.check(&point(0.1, 1e200)), None);
+        assert!(g.check(&point(0.2, f64::NAN)).is_some());
+    }
+
+    #[test]
+    fn the_bound_must_be_a_positive_loss() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = cfg(Some(bad)).validate().unwrap_err();
+            assert_eq!(e.path.to_string(), "run.divergence_loss", "{bad}");
+        }
+        cfg(Some(1e-9)).validate().unwrap();
+    }
 }
