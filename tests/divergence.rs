@@ -253,3 +253,21 @@ fn a_directory_with_results_is_refused_unless_forced() {
     assert!(out.join("summary.json").exists() && out.join("loss.png").exists());
     assert_eq!(std::fs::read_to_string(&mine).unwrap(), "mine");
 }
+
+/// A claim about a run that diverged fails, whatever its numbers say: `worker_steps > 0` holds
+/// numerically, but the run has no result to hold it against.
+#[test]
+fn a_claim_on_a_diverged_run_fails_with_the_reason() {
+    let claim = "\n[[expect]]\nmetric = \"worker_steps\"\nop = \">\"\nvalue = 0\n";
+    let text = quadratic(
+        "1e6",
+        "sim_time_s = 1.0\neval_every_s = 0.1",
+        &format!("[[algorithms]]\nkind = \"allreduce\"\n{claim}"),
+    );
+    let (_dir, path) = scenario(&text, "q.toml");
+    let o = dasim(&["check", path.to_str().unwrap(), "--backend", "flex"]);
+    let said = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{said}\n{}", stderr(&o));
+    assert!(said.contains("the run stopped early"), "{said}");
+    assert!(said.contains("diverged"), "{said}");
+}

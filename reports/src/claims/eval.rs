@@ -226,6 +226,21 @@ impl Claim {
                     );
                     let bound = self.bound_value(run, quantities, label);
                     self.judge(&mut row, observed, bound);
+                    // A run that stopped early (it diverged, or no step completed) has no result
+                    // to hold a claim against, whatever its numbers say.
+                    let stopped = run
+                        .summary
+                        .runs
+                        .iter()
+                        .find(|r| r.algorithm == *label)
+                        .filter(|r| r.stopped.is_some());
+                    if let Some(r) = stopped {
+                        row.result = CheckResult::Fail;
+                        row.reason = Some(format!(
+                            "the run stopped early: {}",
+                            r.stop_reason.as_deref().unwrap_or("see summary.json")
+                        ));
+                    }
                     row
                 })
             })
