@@ -326,12 +326,11 @@ impl AlgorithmSpec for AdPsgdConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         let sides = world.topology.bipartition().ok_or_else(|| {
             ConfigError::new("topology.kind", "AD-PSGD needs a bipartite topology")
         })?;

@@ -242,12 +242,11 @@ impl AlgorithmSpec for AllReduceConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         run(
             &mut AllReduceSgd::new(self, world.workers()),
             world,

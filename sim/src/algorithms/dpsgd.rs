@@ -363,12 +363,11 @@ impl AlgorithmSpec for DpsgdConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         let mut alg = Dpsgd::new(self, &world.topology);
         run(&mut alg, world, run_cfg, observer)
     }

@@ -274,12 +274,11 @@ impl AlgorithmSpec for LocalSgdConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         run(
             &mut LocalSgd::new(self, world.workers()),
             world,

@@ -414,12 +414,11 @@ impl AlgorithmSpec for PsConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         let n = world.workers();
         let need = n + self.servers;
         if world.net.nodes() < need {

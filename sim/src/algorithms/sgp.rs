@@ -440,12 +440,11 @@ impl AlgorithmSpec for SgpConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         let mut alg = Sgp::synchronous(self, world.topology.schedule());
         run(&mut alg, world, run_cfg, observer)
     }
@@ -458,12 +457,11 @@ impl AlgorithmSpec for OverlapSgpConfig {
 
     fn run(
         &self,
-        kind: &'static str,
+        _kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let _ = kind;
         let mut alg = Sgp::overlap(self, world.topology.schedule());
         run(&mut alg, world, run_cfg, observer)
     }
