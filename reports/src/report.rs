@@ -388,7 +388,13 @@ fn fmt_num(x: f64) -> String {
     if !(1e-3..1e7).contains(&magnitude) {
         return format!("{x:.3e}");
     }
-    let decimals = (3 - magnitude.log10().floor() as i32).max(0) as usize;
+    significant(x, 4)
+}
+
+/// `x` (finite, not zero) with `digits` significant digits in fixed notation, trailing zeros
+/// after the point dropped (`0.01230` → `0.0123`; `123457` keeps its zeros).
+pub(crate) fn significant(x: f64, digits: i32) -> String {
+    let decimals = (digits - 1 - x.abs().log10().floor() as i32).max(0) as usize;
     let text = format!("{x:.decimals$}");
     if text.contains('.') {
         text.trim_end_matches('0').trim_end_matches('.').to_owned()

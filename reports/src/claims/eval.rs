@@ -379,10 +379,7 @@ pub fn short(x: f64) -> String {
     if !(1e-4..1e6).contains(&a) {
         return format!("{x:.5e}");
     }
-    let digits = 5 - a.log10().floor() as i32;
-    let s = format!("{x:.*}", digits.max(0) as usize);
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_owned()
+    crate::report::significant(x, 6)
 }
 
 #[cfg(test)]
@@ -424,6 +421,12 @@ mod tests {
                 .contains("before")
         );
         assert!(reduce(std::iter::empty(), Over::Max, None).is_err());
+    }
+
+    #[test]
+    fn short_numbers_keep_the_zeros_of_their_integer_part() {
+        assert_eq!(short(100000.4), "100000");
+        assert_eq!(short(120.5), "120.5");
     }
 
     #[test]
