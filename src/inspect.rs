@@ -37,6 +37,10 @@ pub enum Format {
 pub struct TopologyArgs {
     /// A scenario whose `[topology]`, worker count and seed to start from.
     pub scenario: Option<PathBuf>,
+    /// With a scenario: the graph of the algorithm with this label (its own `topology`, else
+    /// the scenario's).
+    #[arg(long, requires = "scenario")]
+    pub algorithm: Option<String>,
     /// Topology kind (ring, torus, complete, star, hypercube, exponential, random-regular,
     /// erdos-renyi, bipartite, edge-list, one-peer-exponential, two-peer-exponential,
     /// random-peer).
@@ -85,8 +89,30 @@ fn resolve(args: &TopologyArgs) -> Result<(TopologyConfig, usize, BuildEnv)> {
         Some(path) => {
             let loaded = Loaded::from_file(path)?;
             let s = &loaded.scenario;
+            let topology = match &args.algorithm {
+                None => &s.topology,
+                Some(label) => {
+                    let i = s
+                        .algorithms
+                        .iter()
+                        .position(|a| a.label() == *label)
+                        .ok_or_else(|| {
+                            let labels: Vec<String> =
+                                s.algorithms.iter().map(|a| a.label()).collect();
+                            flag_error(
+                                "algorithm",
+                                format!(
+                                    "{} has no algorithm labelled `{label}`; it has {}",
+                                    path.display(),
+                                    labels.join(", ")
+                                ),
+                            )
+                        })?;
+                    s.topology_of(i)
+                }
+            };
             (
-                Some(s.topology.clone()),
+                Some(topology.clone()),
                 Some(s.cluster.workers),
                 loaded.env(),
             )

@@ -32,7 +32,7 @@ use dasim_reports::rundir::{
 };
 use dasim_sim::ConfigError;
 use dasim_sim::algorithm::World;
-use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
+use dasim_sim::algorithms::run_algorithm;
 use dasim_sim::cluster::Cluster;
 use dasim_sim::cluster::stragglers::StragglerModel;
 use dasim_sim::engine::{EvalPoint, Observer, RunProgress};
@@ -190,8 +190,8 @@ pub fn preflight(loaded: &Loaded, problem: &Problem) -> Result<()> {
     loaded.check_against_model(problem.model.num_params())?;
     claims(loaded, problem)?;
     partition(loaded, problem)?;
-    for alg in &loaded.scenario.algorithms {
-        build_system(loaded, problem, alg)?;
+    for i in 0..loaded.scenario.algorithms.len() {
+        build_system(loaded, problem, i)?;
     }
     Ok(())
 }
@@ -237,23 +237,37 @@ pub fn quantities(loaded: &Loaded, problem: &Problem, claims: &[Claim]) -> Resul
         out.set("s", factors.into_iter().fold(1.0, f64::max));
     }
     if named("step_s") || named("gap") || named("degree") {
-        let alg = &s.algorithms[0];
-        let (cluster, _, topology) = build_system(loaded, problem, alg)?;
-        let step = (0..n)
-            .map(|w| cluster.base_step_time(w).as_secs_f64())
-            .fold(f64::INFINITY, f64::min);
-        out.set("step_s", step);
-        let degree = if topology.is_time_varying() {
-            (0..n)
-                .map(|i| topology.schedule().out_peers(i, 0).len())
-                .max()
-                .unwrap_or(0)
-        } else {
-            topology.degree_stats().max
-        };
-        out.set("degree", degree as f64);
-        if named("gap") && !topology.is_time_varying() {
-            out.set("gap", topology.spectral_gap());
+        // The cluster is the same for every algorithm; the graph may be an entry's own, and then
+        // `degree` and `gap` are that algorithm's.
+        let shared = s.algorithms.iter().all(|a| a.topology.is_none());
+        for (i, alg) in s.algorithms.iter().enumerate() {
+            let (cluster, _, topology) = build_system(loaded, problem, i)?;
+            let step = (0..n)
+                .map(|w| cluster.base_step_time(w).as_secs_f64())
+                .fold(f64::INFINITY, f64::min);
+            out.set("step_s", step);
+            let degree = if topology.is_time_varying() {
+                (0..n)
+                    .map(|i| topology.schedule().out_peers(i, 0).len())
+                    .max()
+                    .unwrap_or(0)
+            } else {
+                topology.degree_stats().max
+            };
+            let gap =
+                (named("gap") && !topology.is_time_varying()).then(|| topology.spectral_gap());
+            if shared {
+                out.set("degree", degree as f64);
+                if let Some(gap) = gap {
+                    out.set("gap", gap);
+                }
+                break;
+            }
+            let label = alg.label();
+            out.set_for(&label, "degree", degree as f64);
+            if let Some(gap) = gap {
+                out.set_for(&label, "gap", gap);
+            }
         }
     }
     let taus = s.overlap_taus();
@@ -266,6 +280,14 @@ pub fn quantities(loaded: &Loaded, problem: &Problem, claims: &[Claim]) -> Resul
         out.set_for(label, "tau", *tau as f64);
     }
     Ok(out)
+}
+
+/// A configuration section as a JSON object, for `summary.json`.
+fn json_object(section: &impl serde::Serialize) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(section) {
+        Ok(serde_json::Value::Object(object)) => object,
+        _ => unreachable!("a configuration section serializes to a JSON object"),
+    }
 }
 
 /// Removes a file an earlier run left in the output directory, if there is one.
@@ -347,15 +369,17 @@ pub fn evaluate_claims(
 }
 
 /// Builds the cluster, network and topology of a scenario for `problem`'s model (whose FLOPs
-/// give step times derived from a device speed) and algorithm `alg` (whose extra nodes, such as
-/// parameter-server shards, get NICs after the workers'). Fresh for every algorithm, from the
-/// same seed, so every algorithm sees the same realization.
+/// give step times derived from a device speed) and its `i`-th algorithm (whose extra nodes,
+/// such as parameter-server shards, get NICs after the workers', and whose own `topology`, when
+/// it has one, replaces the scenario's). Fresh for every algorithm, from the same seed, so every
+/// algorithm sees the same realization.
 pub fn build_system(
     loaded: &Loaded,
     problem: &Problem,
-    alg: &AlgorithmConfig,
+    i: usize,
 ) -> Result<(Cluster, Network, Topology)> {
     let s = &loaded.scenario;
+    let alg = &s.algorithms[i];
     let env = loaded
         .env()
         .with_flops_per_sample(problem.model.train_flops_per_sample());
@@ -364,7 +388,7 @@ pub fn build_system(
     Ok((
         Cluster::new(&s.cluster, &env).map_err(located)?,
         Network::new(&s.network, n + alg.extra_nodes(), &env).map_err(located)?,
-        Topology::build(&s.topology, n, &env).map_err(located)?,
+        s.build_topology(i, &env).map_err(located)?,
     ))
 }
 
@@ -416,7 +440,7 @@ pub fn memory_estimate(loaded: &Loaded, problem: &Problem, execution: Execution)
         workers: n,
         rows: n + extra,
         batch: s.data.batch_size,
-        momentum: s.optimizer.momentum > 0.0,
+        momentum: (0..s.algorithms.len()).any(|i| s.optimizer_of(i).momentum > 0.0),
         data_floats: problem.data_floats(),
         max_batch: execution.max_batch,
     })
@@ -506,8 +530,9 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         runs: Vec::new(),
     };
 
-    for alg in &s.algorithms {
+    for (i, alg) in s.algorithms.iter().enumerate() {
         let label = alg.label();
+        let optimizer = s.optimizer_of(i);
         let bar = if opts.progress {
             ProgressBar::new(1000)
         } else {
@@ -523,19 +548,12 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
             backend.device.clone(),
             shards.clone(),
             s.data.batch_size,
-            s.optimizer.clone(),
+            optimizer.clone(),
             s.seed,
             opts.execution,
         );
-        let (cluster, network, topology) = build_system(loaded, &problem, alg)?;
-        let mut world = World::new(
-            cluster,
-            network,
-            topology,
-            &mut *store,
-            &s.optimizer,
-            s.seed,
-        );
+        let (cluster, network, topology) = build_system(loaded, &problem, i)?;
+        let mut world = World::new(cluster, network, topology, &mut *store, optimizer, s.seed);
         world.set_metrics(&s.metrics);
         let started = Instant::now();
         let mut recorder = OutputObserver {
@@ -579,10 +597,9 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
             kind: alg.kind().into(),
             stopped,
             stop_reason,
-            options: match serde_json::to_value(alg) {
-                Ok(serde_json::Value::Object(options)) => options,
-                _ => unreachable!("an algorithm's config serializes to a JSON object"),
-            },
+            options: json_object(alg),
+            topology: json_object(s.topology_of(i)),
+            optimizer: json_object(optimizer),
             backend: backend.name.into(),
             sim_time_s: outcome.sim_time.as_secs_f64(),
             events: outcome.events,

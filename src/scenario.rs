@@ -99,9 +99,32 @@ impl Scenario {
                 .hint("give one of them a distinct `label`"));
             }
             labels.push(label);
-            alg.validate(&topology, &format!("algorithms[{i}]"), None)?;
+            let path = format!("algorithms[{i}]");
+            if alg.topology.is_some() {
+                alg.validate(&self.build_topology(i, env)?, &path, None)?;
+            } else {
+                alg.validate(&topology, &path, None)?;
+            }
         }
         Ok(())
+    }
+
+    /// Builds the communication graph of the `i`-th algorithm (its own, else the scenario's);
+    /// an error in the entry's own `topology` names it (`algorithms[1].topology.kind`).
+    pub fn build_topology(&self, i: usize, env: &BuildEnv) -> Result<Topology, ConfigError> {
+        let alg = &self.algorithms[i];
+        Topology::build(alg.topology_or(&self.topology), self.cluster.workers, env)
+            .map_err(|e| alg.own_field(e, &format!("algorithms[{i}]")))
+    }
+
+    /// The communication graph of the `i`-th algorithm: its own `topology`, else the scenario's.
+    pub fn topology_of(&self, i: usize) -> &TopologyConfig {
+        self.algorithms[i].topology_or(&self.topology)
+    }
+
+    /// The optimizer of the `i`-th algorithm: its own `optimizer`, else the scenario's.
+    pub fn optimizer_of(&self, i: usize) -> &OptimizerConfig {
+        self.algorithms[i].optimizer_or(&self.optimizer)
     }
 
     /// The delay bound τ of every Overlap-SGP entry, by label.
@@ -154,20 +177,31 @@ impl Scenario {
                 }
             }
         }
-        if matches!(
-            self.topology,
-            TopologyConfig::OnePeerExponential {}
-                | TopologyConfig::TwoPeerExponential {}
-                | TopologyConfig::RandomPeer {}
-        ) {
-            unavailable.push((
-                "gap".to_owned(),
-                None,
-                format!(
-                    "the {} topology is a time-varying schedule, which has no single mixing matrix",
-                    self.topology.kind()
-                ),
-            ));
+        let time_varying = |t: &TopologyConfig| {
+            matches!(
+                t,
+                TopologyConfig::OnePeerExponential {}
+                    | TopologyConfig::TwoPeerExponential {}
+                    | TopologyConfig::RandomPeer {}
+            )
+        };
+        let why = |t: &TopologyConfig| {
+            format!(
+                "the {} topology is a time-varying schedule, which has no single mixing matrix",
+                t.kind()
+            )
+        };
+        if self.algorithms.iter().all(|a| a.topology.is_none()) {
+            if time_varying(&self.topology) {
+                unavailable.push(("gap".to_owned(), None, why(&self.topology)));
+            }
+        } else {
+            for (i, alg) in self.algorithms.iter().enumerate() {
+                let t = self.topology_of(i);
+                if time_varying(t) {
+                    unavailable.push(("gap".to_owned(), Some(alg.label()), why(t)));
+                }
+            }
         }
         Facts {
             algorithms: self
@@ -377,9 +411,10 @@ impl Loaded {
     /// entry's key.
     pub fn check_against_model(&self, params: usize) -> Result<(), Box<ScenarioError>> {
         let s = &self.scenario;
-        let topology = Topology::build(&s.topology, s.cluster.workers, &self.env())
-            .map_err(|e| self.config_error(&e))?;
         for (i, alg) in s.algorithms.iter().enumerate() {
+            let topology = s
+                .build_topology(i, &self.env())
+                .map_err(|e| self.config_error(&e))?;
             alg.validate(&topology, &format!("algorithms[{i}]"), Some(params))
                 .map_err(|e| self.config_error(&e))?;
         }

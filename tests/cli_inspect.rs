@@ -75,3 +75,38 @@ fn bad_flags_are_clear_errors() {
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn an_algorithms_own_topology_is_inspected_by_its_label() {
+    let text = SMALL.replacen(
+        "[[algorithms]]",
+        "[[algorithms]]\nkind = \"sgp\"\nlabel = \"sgp-exp\"\ntopology = { kind = \"one-peer-exponential\" }\n\n[[algorithms]]",
+        1,
+    );
+    let (_dir, path) = scenario(&text, "s.toml");
+    let path = path.to_str().unwrap();
+    let o = dasim(&[
+        "inspect",
+        "topology",
+        path,
+        "--algorithm",
+        "sgp-exp",
+        "--format",
+        "schedule",
+        "--iters",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("iteration,src,dst\n0,0,1\n"),
+        "{}",
+        stdout(&o)
+    );
+    let o = dasim(&["inspect", "topology", path, "--algorithm", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no algorithm labelled `nope`"),
+        "{}",
+        stderr(&o)
+    );
+}

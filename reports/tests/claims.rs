@@ -58,6 +58,8 @@ fn run(label: &str, kind: &str) -> AlgorithmSummary {
         algorithm: label.into(),
         kind: kind.into(),
         options: Default::default(),
+        topology: Default::default(),
+        optimizer: Default::default(),
         backend: "flex".into(),
         stopped: None,
         stop_reason: None,

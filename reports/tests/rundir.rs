@@ -175,6 +175,8 @@ fn summary() -> Summary {
                 algorithm: "overlap-sgp".into(),
                 kind: "overlap-sgp".into(),
                 options,
+                topology: serde_json::from_value(json!({"kind": "one-peer-exponential"})).unwrap(),
+                optimizer: serde_json::from_value(json!({"lr": 0.1, "momentum": 0.9})).unwrap(),
                 backend: "flex".into(),
                 stopped: None,
                 stop_reason: None,
@@ -222,6 +224,8 @@ fn summary() -> Summary {
                     json!({"kind": "dasgd", "label": "my dasgd", "broadcast": "all"}),
                 )
                 .unwrap(),
+                topology: Default::default(),
+                optimizer: Default::default(),
                 backend: "flex".into(),
                 stopped: None,
                 stop_reason: None,

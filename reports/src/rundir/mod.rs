@@ -71,6 +71,8 @@ pub(crate) mod tests {
             algorithm: "sgp".into(),
             kind: "sgp".into(),
             options: Default::default(),
+            topology: Default::default(),
+            optimizer: Default::default(),
             backend: "flex".into(),
             stopped: None,
             stop_reason: None,

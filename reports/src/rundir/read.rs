@@ -201,17 +201,48 @@ impl RunData {
     /// algorithm ran with (`summary.json`'s `options`), e.g. `overlap-sgp (tau = 1)`, so that a
     /// legend names the algorithm's key parameter. Options longer than 40 characters are left
     /// out, and so are they when two algorithms share the label.
+    ///
+    /// When the algorithms of the run did not all share one topology, or one learning rate
+    /// (entries with their own `topology` or `optimizer`), the legend also says which each used:
+    /// `adpsgd (ring, lr 0.1)`.
     pub fn legend(&self, algorithm: &str) -> String {
         let Some(summary) = &self.summary else {
             return algorithm.to_owned();
         };
         let mut same = summary.runs.iter().filter(|r| r.algorithm == algorithm);
-        match (same.next(), same.next()) {
-            (Some(run), None) => match options_text(run) {
-                Some(text) if text.chars().count() <= 40 => format!("{algorithm} ({text})"),
-                _ => algorithm.to_owned(),
-            },
-            _ => algorithm.to_owned(),
+        let (Some(run), None) = (same.next(), same.next()) else {
+            return algorithm.to_owned();
+        };
+        let mut parts = Vec::new();
+        if let Some(text) = options_text(run).filter(|t| t.chars().count() <= 40) {
+            parts.push(text);
+        }
+        // Runs recorded before the sections were (no value) differ from none.
+        let differ = |key: fn(&AlgorithmSummary) -> Option<&serde_json::Value>| {
+            let mut values = summary.runs.iter().filter_map(key);
+            let first = values.next();
+            values.any(|v| Some(v) != first)
+        };
+        fn topology(r: &AlgorithmSummary) -> Option<&serde_json::Value> {
+            r.topology.get("kind")
+        }
+        fn lr(r: &AlgorithmSummary) -> Option<&serde_json::Value> {
+            r.optimizer.get("lr")
+        }
+        if differ(topology)
+            && let Some(serde_json::Value::String(kind)) = topology(run)
+        {
+            parts.push(kind.clone());
+        }
+        if differ(lr)
+            && let Some(rate) = lr(run).and_then(serde_json::Value::as_f64)
+        {
+            parts.push(format!("lr {rate}"));
+        }
+        if parts.is_empty() {
+            algorithm.to_owned()
+        } else {
+            format!("{algorithm} ({})", parts.join(", "))
         }
     }
 
@@ -252,7 +283,8 @@ fn options_text(run: &AlgorithmSummary) -> Option<String> {
     let pairs: Vec<String> = run
         .options
         .iter()
-        .filter(|(k, _)| *k != "kind")
+        // The entry's own topology and optimizer are named apart ([`RunData::legend`]).
+        .filter(|(k, _)| !matches!(k.as_str(), "kind" | "topology" | "optimizer"))
         .filter_map(|(k, v)| Some(format!("{k} = {}", toml_value(v)?)))
         .collect();
     (!pairs.is_empty()).then(|| pairs.join(", "))
@@ -561,6 +593,54 @@ mod tests {
         assert_eq!(data.legend("long"), "long", "over 40 characters");
         assert_eq!(data.legend("other"), "other");
         assert_eq!(RunData::default().legend("sgp"), "sgp", "no summary");
+    }
+
+    #[test]
+    fn legends_name_the_topology_and_rate_where_the_algorithms_differ() {
+        use serde_json::json;
+        let object = |v: serde_json::Value| match v {
+            serde_json::Value::Object(o) => o,
+            _ => panic!("not an object"),
+        };
+        let on =
+            |label: &str, options: serde_json::Value, topology: &str, lr: f64| AlgorithmSummary {
+                topology: object(json!({ "kind": topology })),
+                optimizer: object(json!({ "lr": lr, "momentum": 0.0 })),
+                ..run(label, options)
+            };
+        let data = |runs| RunData {
+            summary: Some(Summary {
+                runs,
+                ..crate::rundir::tests::summary()
+            }),
+            ..RunData::default()
+        };
+        let mixed = data(vec![
+            on(
+                "adpsgd",
+                json!({"kind": "adpsgd", "topology": {"kind": "ring"}}),
+                "ring",
+                0.1,
+            ),
+            on("sgp", json!({"kind": "sgp"}), "one-peer-exponential", 0.1),
+            on(
+                "dasgd",
+                json!({"kind": "dasgd", "broadcast": "all", "optimizer": {"lr": 0.01}}),
+                "one-peer-exponential",
+                0.01,
+            ),
+        ]);
+        assert_eq!(mixed.legend("adpsgd"), "adpsgd (ring, lr 0.1)");
+        assert_eq!(mixed.legend("sgp"), "sgp (one-peer-exponential, lr 0.1)");
+        assert_eq!(
+            mixed.legend("dasgd"),
+            "dasgd (broadcast = \"all\", one-peer-exponential, lr 0.01)"
+        );
+        let shared = data(vec![
+            on("adpsgd", json!({"kind": "adpsgd"}), "ring", 0.1),
+            on("allreduce", json!({"kind": "allreduce"}), "ring", 0.1),
+        ]);
+        assert_eq!(shared.legend("adpsgd"), "adpsgd", "one topology, one rate");
     }
 
     #[test]

@@ -829,6 +829,16 @@ pub struct AlgorithmSummary {
     /// it was recorded.
     #[serde(default)]
     pub options: serde_json::Map<String, serde_json::Value>,
+    /// The communication graph the algorithm ran on (the entry's own `topology`, else the
+    /// scenario's `[topology]`), every default filled in. Empty in run directories written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub topology: serde_json::Map<String, serde_json::Value>,
+    /// The optimizer the algorithm ran with (the entry's own `optimizer`, else the scenario's
+    /// `[optimizer]`): rate, momentum, schedule. Empty in run directories written before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub optimizer: serde_json::Map<String, serde_json::Value>,
     /// Backend used (`flex`, `wgpu`).
     pub backend: String,
     /// Why the run ended without a result to compare: `diverged` (the held-out loss went NaN,

@@ -43,8 +43,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use crate::algorithm::World;
 use crate::engine::{Observer, Outcome, RunConfig};
 use crate::error::ConfigError;
-use crate::net::topology::Topology;
-use crate::params::ReplicaStore;
+use crate::net::topology::{Topology, TopologyConfig};
+use crate::params::{OptimizerConfig, ReplicaStore};
 
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
@@ -150,14 +150,16 @@ macro_rules! registry {
                 }
             }
 
-            /// Serializes as one table: `kind`, then `label` (when set), then the options.
-            fn serialize_labeled<S: Serializer>(
+            /// Serializes as one table: `kind`, then `label` (when set), then the options, then
+            /// the entry's own `topology` and `optimizer` (when set).
+            fn serialize_entry<S: Serializer>(
                 &self,
-                label: &Option<String>,
+                entry: &AlgorithmConfig,
                 s: S,
             ) -> Result<S::Ok, S::Error> {
+                let (label, topology, optimizer) = (&entry.label, &entry.topology, &entry.optimizer);
                 match self {
-                    $( AlgorithmKind::$variant(options) => Labeled { kind: $kind, label, options }.serialize(s), )*
+                    $( AlgorithmKind::$variant(options) => Entry { kind: $kind, label, options, topology, optimizer }.serialize(s), )*
                 }
             }
         }
@@ -189,30 +191,48 @@ registry! {
     "lpp-sgd" => LppSgd(LapSgdConfig),
 }
 
-/// The serialized form of an entry.
+/// The serialized form of an entry. The tables come last, as TOML needs them after the values.
 #[derive(Serialize)]
-struct Labeled<'a, T> {
+struct Entry<'a, T> {
     kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     label: &'a Option<String>,
     #[serde(flatten)]
     options: &'a T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology: &'a Option<TopologyConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    optimizer: &'a Option<OptimizerConfig>,
 }
 
 /// One entry of a scenario's `[[algorithms]]` list: what every entry has, and its kind and
 /// options.
+///
+/// An entry may bring its own communication graph and optimizer, replacing the scenario's
+/// `[topology]` and `[optimizer]` for this algorithm only (AD-PSGD on a bipartite ring beside SGP
+/// on the exponential graph, DASGD at its own rate). Each replaces the whole section: keys the
+/// entry leaves out take their defaults, not the scenario's values. Every algorithm still runs
+/// on the same cluster realization.
 ///
 /// ```toml
 /// [[algorithms]]
 /// kind = "overlap-sgp"
 /// label = "osgp-tau-2"     # name in outputs (default: the kind)
 /// tau = 2
+/// topology = { kind = "one-peer-exponential" }   # default: the scenario's [topology]
+/// optimizer = { lr = 0.05, momentum = 0.9 }      # default: the scenario's [optimizer]
 /// ```
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct AlgorithmConfig {
     /// Name in outputs (default: the kind). Two entries of a scenario need different labels.
     #[serde(default)]
     pub label: Option<String>,
+    /// This algorithm's communication graph, in place of the scenario's `[topology]`.
+    #[serde(default)]
+    pub topology: Option<TopologyConfig>,
+    /// This algorithm's optimizer, in place of the scenario's `[optimizer]`.
+    #[serde(default)]
+    pub optimizer: Option<OptimizerConfig>,
     /// The kind and its options.
     #[serde(flatten)]
     pub algorithm: AlgorithmKind,
@@ -220,7 +240,7 @@ pub struct AlgorithmConfig {
 
 impl Serialize for AlgorithmConfig {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.algorithm.serialize_labeled(&self.label, s)
+        self.algorithm.serialize_entry(self, s)
     }
 }
 
@@ -228,6 +248,8 @@ impl<T: Into<AlgorithmKind>> From<T> for AlgorithmConfig {
     fn from(algorithm: T) -> Self {
         AlgorithmConfig {
             label: None,
+            topology: None,
+            optimizer: None,
             algorithm: algorithm.into(),
         }
     }
@@ -238,6 +260,28 @@ impl AlgorithmConfig {
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
         self.label = Some(label.into());
         self
+    }
+
+    /// The same entry on its own communication graph.
+    pub fn with_topology(mut self, topology: TopologyConfig) -> Self {
+        self.topology = Some(topology);
+        self
+    }
+
+    /// The same entry with its own optimizer.
+    pub fn with_optimizer(mut self, optimizer: OptimizerConfig) -> Self {
+        self.optimizer = Some(optimizer);
+        self
+    }
+
+    /// The communication graph this entry runs on: its own, else the scenario's.
+    pub fn topology_or<'a>(&'a self, scenario: &'a TopologyConfig) -> &'a TopologyConfig {
+        self.topology.as_ref().unwrap_or(scenario)
+    }
+
+    /// The optimizer this entry runs with: its own, else the scenario's.
+    pub fn optimizer_or<'a>(&'a self, scenario: &'a OptimizerConfig) -> &'a OptimizerConfig {
+        self.optimizer.as_ref().unwrap_or(scenario)
     }
 
     /// The short name of the kind (`allreduce`, `adpsgd`, …).
@@ -258,8 +302,10 @@ impl AlgorithmConfig {
         self.algorithm.spec().extra_nodes()
     }
 
-    /// Checks the entry against the topology and, when `params` is known, the model; `path` is
-    /// where it sits, e.g. `algorithms[1]`.
+    /// Checks the entry against `topology` (the graph it runs on: its own, built from
+    /// [`AlgorithmConfig::topology`], else the scenario's) and, when `params` is known, the model;
+    /// `path` is where it sits, e.g. `algorithms[1]`. An error about the entry's own topology or
+    /// optimizer names the entry's field (`algorithms[1].topology.kind`), not the scenario's.
     pub fn validate(
         &self,
         topology: &Topology,
@@ -273,12 +319,33 @@ impl AlgorithmConfig {
                 ),
             );
         }
-        self.algorithm.spec().validate(&Setup {
-            kind: self.kind(),
-            path,
-            topology,
-            params,
-        })
+        if let Some(optimizer) = &self.optimizer {
+            optimizer.validate().map_err(|e| e.within(path))?;
+        }
+        self.algorithm
+            .spec()
+            .validate(&Setup {
+                kind: self.kind(),
+                path,
+                topology,
+                params,
+            })
+            .map_err(|e| self.own_field(e, path))
+    }
+
+    /// Moves an error about a `topology.*` or `optimizer.*` field under this entry (`path`)
+    /// when the entry brings its own section: the value to fix is the entry's.
+    pub fn own_field(&self, e: ConfigError, path: &str) -> ConfigError {
+        let section = match e.path.0.first() {
+            Some(crate::error::PathSeg::Key(k)) => k.as_str(),
+            _ => return e,
+        };
+        let own = match section {
+            "topology" => self.topology.is_some(),
+            "optimizer" => self.optimizer.is_some(),
+            _ => false,
+        };
+        if own { e.within(path) } else { e }
     }
 }
 
