@@ -3,13 +3,15 @@
 //! The command-line simulator: scenario files in, metrics, summaries and plots out. The engine
 //! lives in `dasim-sim`, real gradients in `dasim-models`, writers in `dasim-reports`; this crate
 //! composes their scenario sections into one file format ([`scenario`]), wires a run
-//! together ([`runner`]) and checks a scenario's claims over seeds ([`check`]).
+//! together ([`runner`]), checks a scenario's claims over seeds ([`check`]) and runs parameter
+//! sweeps, locally or as Slurm and Kubernetes jobs ([`sweep`]).
 
 pub mod check;
 pub mod inspect;
 pub mod outputs;
 pub mod runner;
 pub mod scenario;
+pub mod sweep;
 
 pub use dasim_reports::rundir::Summary;
 pub use runner::{Results, RunOptions, run_scenario};
@@ -39,6 +41,9 @@ pub enum Error {
     /// Claims (`[[expect]]`) failed: `dasim check`, or `dasim run --strict`.
     #[error("{0}")]
     Claims(String),
+    /// Points of a sweep failed, or a merged sweep has points without results (exit code 1).
+    #[error("{0}")]
+    Sweep(String),
     /// A run diverged (`dasim run` without `--keep-going`; exit code 3).
     #[error("{0}")]
     Diverged(String),

@@ -94,6 +94,10 @@ enum Command {
         #[arg(long)]
         threads: Option<usize>,
     },
+    /// Run every point of a scenario's [sweep] table (or one shard of them) in parallel worker
+    /// processes, skipping points already complete; `dasim sweep merge DIR` gathers them.
+    /// Exit 0 if every point completed, 1 if one failed, 2 on bad input.
+    Sweep(Box<SweepCmd>),
     /// Print what a scenario or flags describe.
     #[command(subcommand)]
     Inspect(Inspect),
@@ -120,6 +124,238 @@ enum Command {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct SweepCmd {
+    #[command(subcommand)]
+    action: Option<SweepAction>,
+    /// The scenario file, with a [sweep] table.
+    #[arg(required = true)]
+    scenario: Option<PathBuf>,
+    /// The sweep directory: sweep.json and one run directory per point under points/.
+    #[arg(long, short, required = true)]
+    out: Option<PathBuf>,
+    /// Points run at once (default: the cores divided by --threads).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: Option<u64>,
+    /// Threads of each point's run. Results do not depend on it.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    threads: u64,
+    /// Run only slice I of N (I from 1 to N): point i, from 0, belongs to slice i mod N + 1.
+    #[arg(long)]
+    shard: Option<dasim::sweep::Shard>,
+    /// Compute backend of each run: auto (a hardware GPU if present, else flex), wgpu or flex.
+    #[arg(long, default_value = "auto")]
+    backend: BackendChoice,
+    /// No progress bar and no line per point.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Write OUT/sweep.sbatch, a Slurm array script whose task $SLURM_ARRAY_TASK_ID runs its
+    /// shard, instead of running.
+    #[arg(long, conflicts_with_all = ["emit_k8s", "shard"], help_heading = "Cluster jobs")]
+    emit_slurm: bool,
+    /// Write OUT/sweep-job.yaml, a Kubernetes indexed Job whose completion index
+    /// $JOB_COMPLETION_INDEX runs its shard, instead of running.
+    #[arg(long, conflicts_with = "shard", help_heading = "Cluster jobs")]
+    emit_k8s: bool,
+    /// Array tasks (default: one per point).
+    #[arg(long, help_heading = "Cluster jobs")]
+    shards: Option<usize>,
+    /// Slurm partition.
+    #[arg(long, help_heading = "Cluster jobs")]
+    partition: Option<String>,
+    /// Slurm time limit of a task (e.g. 02:00:00).
+    #[arg(long, help_heading = "Cluster jobs")]
+    time: Option<String>,
+    /// CPUs per task (default: --jobs × --threads).
+    #[arg(long, help_heading = "Cluster jobs")]
+    cpus_per_task: Option<usize>,
+    /// GPUs per task (default: none).
+    #[arg(long, help_heading = "Cluster jobs")]
+    gpus_per_task: Option<usize>,
+    /// Tasks running at once (default: no limit).
+    #[arg(long, help_heading = "Cluster jobs")]
+    array_parallelism: Option<usize>,
+    /// Kubernetes: the container image with dasim on its PATH (default dasim:latest).
+    #[arg(long, help_heading = "Cluster jobs")]
+    image: Option<String>,
+    /// Kubernetes: the persistent volume claim holding the scenario and OUT (default
+    /// dasim-sweep), mounted as the working directory.
+    #[arg(long, help_heading = "Cluster jobs")]
+    pvc: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum SweepAction {
+    /// Gather every point of a sweep directory into DIR/sweep.csv (a row per point and
+    /// algorithm: swept values, metrics, claim verdicts; points without results listed with
+    /// their status) and draw the sweep plots in DIR/plots. Exit 1 if a point has no results.
+    Merge {
+        /// The sweep directory.
+        dir: PathBuf,
+        /// A metric (a column of sweep.csv) to plot against the swept values; repeatable
+        /// (default: time_per_epoch_s, final_loss, steps_per_sim_s).
+        #[arg(long)]
+        metric: Vec<String>,
+        /// A swept key to put on the x axis; repeatable (default: every numeric swept key but
+        /// seed).
+        #[arg(long)]
+        x: Vec<String>,
+    },
+    /// Run one point (what `dasim sweep` starts for each point).
+    #[command(hide = true)]
+    Point {
+        /// The scenario file with the [sweep] table.
+        scenario: PathBuf,
+        /// The point's name.
+        #[arg(long)]
+        name: String,
+        /// The point's run directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Compute backend.
+        #[arg(long, default_value = "auto")]
+        backend: BackendChoice,
+        /// Threads of the run.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Exit when standard input closes (the sweep that started it is gone).
+        #[arg(long)]
+        watch_parent: bool,
+    },
+}
+
+fn backend_name(b: BackendChoice) -> &'static str {
+    match b {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Wgpu => "wgpu",
+        BackendChoice::Flex => "flex",
+    }
+}
+
+fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
+    use dasim::sweep::{JobKind, MergeOptions, SweepOptions};
+    match cmd.action {
+        Some(SweepAction::Merge { dir, metric, x }) => {
+            let report = dasim::sweep::merge(&dir, &MergeOptions { metrics: metric, x })?;
+            println!(
+                "{} of {} points complete: {} rows in {}, {} plot files in {}",
+                report.complete,
+                report.points,
+                report.rows,
+                report.csv.display(),
+                report.plots.len(),
+                dir.join(dasim::sweep::merge::PLOTS).display()
+            );
+            if report.missing.is_empty() {
+                return Ok(());
+            }
+            for (name, status, error) in &report.missing {
+                let why = error
+                    .lines()
+                    .next()
+                    .map(|l| format!(": {l}"))
+                    .unwrap_or_default();
+                eprintln!("  {status:<10} {name}{why}");
+            }
+            Err(Error::Sweep(format!(
+                "{} of {} points have no results (listed above and in sweep.csv's status column)",
+                report.missing.len(),
+                report.points
+            )))
+        }
+        Some(SweepAction::Point {
+            scenario,
+            name,
+            out,
+            backend,
+            threads,
+            watch_parent,
+        }) => {
+            if watch_parent {
+                dasim::sweep::exec::exit_with_parent();
+            }
+            let threads = thread_pool(threads)?;
+            let backend = dasim_models::backend::select(backend)?;
+            eprintln!("backend: {backend}, {threads} thread(s)");
+            let execution = Execution {
+                threads,
+                max_batch: None,
+            };
+            dasim::sweep::run_point(&scenario, &name, &out, backend, execution)
+        }
+        None => {
+            let (Some(scenario), Some(out)) = (cmd.scenario, cmd.out) else {
+                unreachable!("clap requires both without a subcommand");
+            };
+            let opts = SweepOptions {
+                scenario,
+                out,
+                jobs: cmd.jobs.map(|j| j as usize),
+                threads: cmd.threads as usize,
+                shard: cmd.shard,
+                backend: backend_name(cmd.backend).into(),
+                progress: !cmd.quiet,
+            };
+            let kind = match (cmd.emit_slurm, cmd.emit_k8s) {
+                (true, _) => Some(JobKind::Slurm),
+                (_, true) => Some(JobKind::Kubernetes),
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                let res = dasim::sweep::emit::Resources {
+                    partition: cmd.partition,
+                    time: cmd.time,
+                    cpus_per_task: cmd.cpus_per_task,
+                    gpus_per_task: cmd.gpus_per_task,
+                    array_parallelism: cmd.array_parallelism,
+                    image: cmd.image,
+                    pvc: cmd.pvc,
+                    mount: None,
+                };
+                let path = dasim::sweep::emit_jobs(&opts, kind, cmd.shards, &res)?;
+                let q = |p: &std::path::Path| dasim::sweep::emit::shell_quote(&p.to_string_lossy());
+                println!("wrote {}", path.display());
+                match kind {
+                    JobKind::Slurm => {
+                        println!("submit: sbatch {}", q(&path));
+                        println!("watch:  squeue --me");
+                    }
+                    JobKind::Kubernetes => {
+                        println!("submit: kubectl apply -f {}", q(&path));
+                        println!("watch:  kubectl get jobs --watch");
+                    }
+                }
+                println!("merge:  dasim sweep merge {}", q(&opts.out));
+                return Ok(());
+            }
+            let report = dasim::sweep::run_sweep(&opts)?;
+            println!(
+                "{} points{}: {} run now, {} complete already, {} failed; results in {}",
+                report.selected,
+                opts.shard
+                    .map(|s| format!(" (shard {s} of {} in all)", report.total))
+                    .unwrap_or_default(),
+                report.done,
+                report.skipped,
+                report.failed.len(),
+                opts.out.display()
+            );
+            if report.failed.is_empty() {
+                return Ok(());
+            }
+            for (name, error) in &report.failed {
+                eprintln!("FAILED {name}: {error}");
+            }
+            Err(Error::Sweep(format!(
+                "{} of {} points failed (each has point.json and log.txt in its directory)",
+                report.failed.len(),
+                report.selected
+            )))
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -191,7 +427,27 @@ fn execute(command: Command) -> dasim::Result<()> {
             println!("report in {}", path.display());
             Ok(())
         }
+        Command::Sweep(cmd) => sweep(*cmd),
         Command::Validate { scenario } => {
+            if std::fs::read_to_string(&scenario).is_ok_and(|t| dasim::sweep::has_sweep(&t)) {
+                let (sweep, points) = dasim::sweep::exec::expand(&scenario)?;
+                for (point, loaded) in &points {
+                    let located = |e: Error| match e {
+                        Error::Scenario(e) => Error::Scenario(sweep.relocate(point, &e)),
+                        other => other,
+                    };
+                    let problem = load_problem(loaded).map_err(located)?;
+                    preflight(loaded, &problem).map_err(located)?;
+                }
+                let keys: Vec<&str> = sweep.axes.iter().map(|a| a.key.as_str()).collect();
+                println!(
+                    "{}: ok — a sweep of {} points over {}",
+                    scenario.display(),
+                    points.len(),
+                    keys.join(", ")
+                );
+                return Ok(());
+            }
             let loaded = Loaded::from_file(&scenario)?;
             let problem = load_problem(&loaded)?;
             preflight(&loaded, &problem)?;
@@ -255,14 +511,22 @@ fn execute(command: Command) -> dasim::Result<()> {
                 } else {
                     fixed(r.final_loss, 4)
                 };
+                let (measured, initial) = if summary.timing_only {
+                    let none = "timing only: no gradient computed, no loss".to_owned();
+                    (none.clone(), none)
+                } else {
+                    (
+                        format!("test loss {loss}{accuracy}"),
+                        format!("initial test loss {loss}"),
+                    )
+                };
                 let result = match r.stopped {
-                    Some(Stopped::Diverged) => {
-                        format!("DIVERGED: test loss {loss}{accuracy}")
-                    }
+                    Some(Stopped::Diverged) => format!("DIVERGED: {measured}"),
                     Some(Stopped::NoSteps) => {
-                        format!("NO STEP COMPLETED: nothing trained (initial test loss {loss})")
+                        format!("NO STEP COMPLETED: nothing trained ({initial})")
                     }
-                    None => format!("test loss {loss}{accuracy}"),
+                    Some(Stopped::Stalled) => format!("STALLED: {measured}"),
+                    None => measured,
                 };
                 println!(
                     "{:<12} sim {:>8} s  {:>7} steps  {:>8} steps/s(sim)  epochs {:>6}  {result}",
@@ -284,13 +548,15 @@ fn execute(command: Command) -> dasim::Result<()> {
             let diverged: Vec<&str> = summary
                 .runs
                 .iter()
-                .filter(|r| r.stopped == Some(Stopped::Diverged))
+                .filter(|r| matches!(r.stopped, Some(Stopped::Diverged | Stopped::Stalled)))
                 .filter_map(|r| r.stop_reason.as_deref())
                 .collect();
             for r in &summary.runs {
                 if let (Some(stopped), Some(reason)) = (r.stopped, &r.stop_reason) {
                     let kept = match stopped {
-                        Stopped::Diverged => "; its outputs up to that point are kept",
+                        Stopped::Diverged | Stopped::Stalled => {
+                            "; its outputs up to that point are kept"
+                        }
                         Stopped::NoSteps => "",
                     };
                     eprintln!("warning: {reason}{kept}");
@@ -318,8 +584,8 @@ fn execute(command: Command) -> dasim::Result<()> {
             }
             if !diverged.is_empty() && !keep_going {
                 return Err(Error::Diverged(format!(
-                    "{} of {} algorithm(s) diverged (summary.json: \"stopped\": \"diverged\"); \
-                     --keep-going exits with code 0 nonetheless",
+                    "{} of {} algorithm(s) diverged or stalled (summary.json: \"stopped\": \
+                     \"diverged\" or \"stalled\"); --keep-going exits with code 0 nonetheless",
                     diverged.len(),
                     summary.runs.len()
                 )));

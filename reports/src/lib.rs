@@ -38,6 +38,7 @@ mod plot;
 mod report;
 pub mod rundir;
 mod runplots;
+mod sweepplot;
 
 pub use data::{
     BandPoint, BinStat, GANTT_MAX_ROWS, Lane, LaneSample, LogCurve, Metric, PER_WORKER_BARS,
@@ -53,3 +54,4 @@ pub use rundir::{
     Summary, TimelineRow, Timings, UtilizationRow, write_atomic, write_json,
 };
 pub use runplots::{plot_run, plot_run_to, plot_runs};
+pub use sweepplot::{SweepLine, SweepPlot, SweepPoint, sweep_plot};

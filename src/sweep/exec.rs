@@ -1,0 +1,389 @@
+//! Running a sweep on one machine: every point of this shard in its own worker process, a
+//! few at a time, with one progress bar; points already complete are skipped.
+//!
+//! A point runs in a fresh process (`dasim sweep point`, a hidden subcommand, of the same
+//! executable), so a crash, an abort or memory exhaustion of one point cannot take the others
+//! down, and each process has its own thread pool. The process takes a lock on the point's
+//! directory while it runs, writes `point.json` when it ends (done, or failed with the error),
+//! and, started by a sweep, exits when the sweep's process is gone (it watches a pipe from its
+//! parent), so a killed sweep leaves no point running behind it.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use dasim_models::{Backend, Execution};
+use dasim_reports::rundir::sha256_hex;
+
+use crate::runner::{RunOptions, run_scenario};
+use crate::sweep::layout::{
+    Manifest, POINT_LOCK, POINT_LOG, POINT_TOML, PointStatus, State, is_complete, log_tail,
+    point_dir, write_unique,
+};
+use crate::sweep::spec::{Point, Sweep};
+use crate::{Error, Loaded, Result};
+
+/// One of `count` deterministic slices of a sweep: point `i` (from 0, in the sweep's order)
+/// belongs to slice `i mod count + 1`. Written `I/N`, `I` from 1 to `N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// Which slice, from 1.
+    pub index: usize,
+    /// How many slices.
+    pub count: usize,
+}
+
+impl Shard {
+    /// Whether point `i` (from 0) belongs to this slice.
+    pub fn holds(&self, i: usize) -> bool {
+        i % self.count + 1 == self.index
+    }
+}
+
+impl FromStr for Shard {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("`{s}` is not a shard: write I/N with 1 <= I <= N, e.g. 2/8");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: usize = i.trim().parse().map_err(|_| bad())?;
+        let count: usize = n.trim().parse().map_err(|_| bad())?;
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+/// How to run a sweep.
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// The scenario file with a `[sweep]` table.
+    pub scenario: PathBuf,
+    /// The sweep directory.
+    pub out: PathBuf,
+    /// Points run at once (default: the cores divided by `threads`).
+    pub jobs: Option<usize>,
+    /// Threads of each point's run.
+    pub threads: usize,
+    /// Only this slice of the points.
+    pub shard: Option<Shard>,
+    /// The `--backend` of each point's run: `auto`, `wgpu` or `flex`.
+    pub backend: String,
+    /// Show the progress bar and a line per finished point.
+    pub progress: bool,
+}
+
+/// What a sweep did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SweepReport {
+    /// Points of the sweep.
+    pub total: usize,
+    /// Points of this shard.
+    pub selected: usize,
+    /// Points found complete, not run again.
+    pub skipped: usize,
+    /// Points run to completion now.
+    pub done: usize,
+    /// Points that failed: name and error.
+    pub failed: Vec<(String, String)>,
+}
+
+/// The number of points run at once by default: the cores divided by the threads of one run,
+/// at least 1.
+pub fn default_jobs(threads: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / threads.max(1)).max(1)
+}
+
+/// Parses the sweep of `scenario` and loads every point; any error, located, comes before
+/// anything is run or written.
+pub fn expand(scenario: &Path) -> Result<(Sweep, Vec<(Point, Loaded)>)> {
+    let text = std::fs::read_to_string(scenario).map_err(|e| Error::Io {
+        context: format!("cannot read the scenario file {}", scenario.display()),
+        source: e,
+    })?;
+    let sweep = Sweep::parse(scenario, &text)?.ok_or_else(|| {
+        Error::Usage(format!(
+            "{} has no [sweep] table; `dasim run` runs a single scenario",
+            scenario.display()
+        ))
+    })?;
+    let points = sweep.load_all()?;
+    Ok((sweep, points))
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { context, source }
+}
+
+/// Runs the points of `opts.shard` (every point without one) that are not complete yet, each
+/// in a worker process, `jobs` at a time. A failing point does not stop the others; the
+/// report lists it.
+pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
+    let (sweep, points) = expand(&opts.scenario)?;
+    std::fs::create_dir_all(&opts.out)
+        .map_err(io(format!("cannot create {}", opts.out.display())))?;
+    let plain: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
+    Manifest::new(&sweep, &plain).write(&opts.out)?;
+
+    let mut report = SweepReport {
+        total: points.len(),
+        ..SweepReport::default()
+    };
+    let mut queue = VecDeque::new();
+    for (point, loaded) in &points {
+        if opts.shard.is_some_and(|s| !s.holds(point.index)) {
+            continue;
+        }
+        report.selected += 1;
+        let dir = point_dir(&opts.out, &point.name);
+        let sha = sha256_hex(point.text.as_bytes());
+        if is_complete(&dir, &sha, loaded.scenario.algorithms.len()) {
+            report.skipped += 1;
+        } else {
+            queue.push_back(point.clone());
+        }
+    }
+    let jobs = opts
+        .jobs
+        .unwrap_or_else(|| default_jobs(opts.threads))
+        .clamp(1, queue.len().max(1));
+    let shard = opts
+        .shard
+        .map(|s| format!(" (shard {s})"))
+        .unwrap_or_default();
+    if opts.progress {
+        eprintln!(
+            "sweep of {}: {} points{shard}, {} complete already, {} to run, {jobs} at a time, {} thread(s) each",
+            sweep.path.display(),
+            report.selected,
+            report.skipped,
+            queue.len(),
+            opts.threads
+        );
+    }
+
+    let bar = if opts.progress {
+        ProgressBar::new(queue.len() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} points  {msg}  ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    let exe = std::env::current_exe().map_err(io("cannot find the dasim executable".into()))?;
+    let mut running: Vec<(Child, Point, Instant)> = Vec::new();
+    let say = |line: String| {
+        if opts.progress {
+            bar.suspend(|| eprintln!("{line}"));
+        }
+    };
+    loop {
+        while running.len() < jobs
+            && let Some(point) = queue.pop_front()
+        {
+            match spawn_point(&exe, opts, &point) {
+                Ok(child) => running.push((child, point, Instant::now())),
+                Err(e) => {
+                    let msg = e.to_string();
+                    say(format!("FAILED {}: {msg}", point.name));
+                    report.failed.push((point.name.clone(), msg));
+                    bar.inc(1);
+                }
+            }
+        }
+        bar.set_message(format!(
+            "{} done, {} failed, {} running",
+            report.done,
+            report.failed.len(),
+            running.len()
+        ));
+        if running.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        bar.tick();
+        let mut i = 0;
+        while i < running.len() {
+            let exited = running[i]
+                .0
+                .try_wait()
+                .map_err(io("cannot wait for a point's process".into()))?;
+            let Some(status) = exited else {
+                i += 1;
+                continue;
+            };
+            let (_, point, started) = running.swap_remove(i);
+            let dir = point_dir(&opts.out, &point.name);
+            let secs = started.elapsed().as_secs_f64();
+            match PointStatus::read(&dir) {
+                Some(s) if status.success() && s.state == State::Done => {
+                    report.done += 1;
+                    say(format!("done   {} ({secs:.1} s)", point.name));
+                }
+                recorded => {
+                    let error = match recorded {
+                        Some(PointStatus {
+                            state: State::Failed,
+                            error: Some(e),
+                            ..
+                        }) => e,
+                        _ => {
+                            // It died without saying why: say it for it.
+                            let tail = log_tail(&dir, 5);
+                            let error =
+                                format!("the point's process {status}; its output ends:\n{tail}");
+                            PointStatus {
+                                name: point.name.clone(),
+                                state: State::Failed,
+                                sha256: sha256_hex(point.text.as_bytes()),
+                                error: Some(error.clone()),
+                            }
+                            .write(&dir)?;
+                            error
+                        }
+                    };
+                    say(format!(
+                        "FAILED {} ({secs:.1} s): {}\n       (log: {})",
+                        point.name,
+                        error.lines().next().unwrap_or(""),
+                        dir.join(POINT_LOG).display()
+                    ));
+                    report.failed.push((point.name.clone(), error));
+                }
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// Starts the worker process of `point`: `dasim sweep point`, its output to the point's
+/// `log.txt`, its standard input a pipe it watches to exit with this process.
+fn spawn_point(exe: &Path, opts: &SweepOptions, point: &Point) -> Result<Child> {
+    let dir = point_dir(&opts.out, &point.name);
+    std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
+    let log_path = dir.join(POINT_LOG);
+    let log = std::fs::File::create(&log_path)
+        .map_err(io(format!("cannot create {}", log_path.display())))?;
+    let err = log
+        .try_clone()
+        .map_err(io(format!("cannot open {}", log_path.display())))?;
+    Command::new(exe)
+        .arg("sweep")
+        .arg("point")
+        .arg(&opts.scenario)
+        .arg("--name")
+        .arg(&point.name)
+        .arg("--out")
+        .arg(&dir)
+        .arg("--backend")
+        .arg(&opts.backend)
+        .arg("--threads")
+        .arg(opts.threads.to_string())
+        .arg("--watch-parent")
+        .stdin(Stdio::piped())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .map_err(io(format!("cannot start {}", exe.display())))
+}
+
+/// Exits this process when its standard input reaches its end: started by a sweep, that is
+/// when the sweep's process is gone (killed included), since it holds the pipe's other end.
+pub fn exit_with_parent() {
+    std::thread::spawn(|| {
+        let mut sink = [0u8; 64];
+        let mut stdin = std::io::stdin();
+        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+        eprintln!("the sweep that started this point is gone: stopping");
+        std::process::exit(130);
+    });
+}
+
+/// Runs point `name` of the sweep of `scenario` into `out` (the body of `dasim sweep point`):
+/// waits for any other process running it, skips it when complete, else runs it (replacing
+/// a partial run) and records how it ended in `point.json`.
+pub fn run_point(
+    scenario: &Path,
+    name: &str,
+    out: &Path,
+    backend: Backend,
+    execution: Execution,
+) -> Result<()> {
+    std::fs::create_dir_all(out).map_err(io(format!("cannot create {}", out.display())))?;
+    let lock_path = out.join(POINT_LOCK);
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(io(format!("cannot create {}", lock_path.display())))?;
+    lock.lock()
+        .map_err(io(format!("cannot lock {}", lock_path.display())))?;
+    let (sweep, points) = expand(scenario)?;
+    let Some((point, loaded)) = points.into_iter().find(|(p, _)| p.name == name) else {
+        return Err(Error::Usage(format!(
+            "the sweep of {} has no point named `{name}`",
+            sweep.path.display()
+        )));
+    };
+    let sha = sha256_hex(point.text.as_bytes());
+    if is_complete(out, &sha, loaded.scenario.algorithms.len()) {
+        eprintln!("{name}: complete already");
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(out.join(crate::sweep::layout::POINT_STATUS));
+    write_unique(&out.join(POINT_TOML), point.text.as_bytes())?;
+    let opts = RunOptions {
+        backend,
+        out: out.to_path_buf(),
+        progress: false,
+        execution,
+        memory_limit: None,
+        force: true,
+    };
+    // A check that needs the model or the data, failing now, is located in the sweep's file.
+    let result = run_scenario(&loaded, &opts).map_err(|e| match e {
+        Error::Scenario(e) => Error::Scenario(sweep.relocate(&point, &e)),
+        other => other,
+    });
+    let status = PointStatus {
+        name: name.to_owned(),
+        state: if result.is_ok() {
+            State::Done
+        } else {
+            State::Failed
+        },
+        sha256: sha,
+        error: result.as_ref().err().map(|e| e.to_string()),
+    };
+    status.write(out)?;
+    match result {
+        Ok(results) => {
+            for r in &results.runs {
+                println!(
+                    "{name}: {} sim {} s, {} steps, final loss {}",
+                    r.algorithm,
+                    crate::outputs::fixed(r.sim_time_s, 3),
+                    r.worker_steps,
+                    r.final_loss
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,513 @@
+//! `dasim sweep merge`: every point's results in one table, `sweep.csv`, and the sweep plots.
+//!
+//! `sweep.csv` has one row per point and algorithm: the point's name and swept values, the
+//! algorithm, the point's status (`done`, or `failed`, `incomplete`, `not-run` on a row of its
+//! own with the error), the summary's metrics, and the verdicts of the `[[expect]]` claims.
+//! Every point of `sweep.json` has a row: a point without results is listed, not dropped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dasim_reports::rundir::{AlgorithmSummary, CheckResult, CheckRow, Summary, num, read_summary};
+use dasim_reports::{SweepLine, SweepPlot, SweepPoint, sweep_plot};
+
+use crate::sweep::layout::{Manifest, PointStatus, State, point_dir};
+use crate::{Error, Result};
+
+/// The table merged from a sweep directory.
+pub const SWEEP_CSV: &str = "sweep.csv";
+/// The directory of the sweep plots.
+pub const PLOTS: &str = "plots";
+/// The metrics plotted when none is asked for.
+pub const DEFAULT_PLOT_METRICS: &[&str] = &["time_per_epoch_s", "final_loss", "steps_per_sim_s"];
+
+type Getter = fn(&AlgorithmSummary) -> Option<f64>;
+
+/// The metric columns of `sweep.csv`, from each algorithm's entry of `summary.json`.
+pub const METRICS: &[(&str, Getter)] = &[
+    ("sim_time_s", |r| Some(r.sim_time_s)),
+    ("events", |r| Some(r.events as f64)),
+    ("worker_steps", |r| Some(r.worker_steps as f64)),
+    ("steps_per_sim_s", |r| Some(r.steps_per_sim_s)),
+    ("epochs", |r| Some(r.epochs)),
+    ("time_per_epoch_s", |r| {
+        (r.epochs > 0.0).then(|| r.sim_time_s / r.epochs)
+    }),
+    ("final_loss", |r| Some(r.final_loss)),
+    ("final_accuracy", |r| Some(r.final_accuracy)),
+    ("final_suboptimality", |r| r.final_suboptimality),
+    ("final_consensus", |r| Some(r.final_consensus)),
+    ("messages", |r| Some(r.messages as f64)),
+    ("bytes", |r| Some(r.bytes as f64)),
+    ("staleness_mean", |r| r.staleness.map(|s| s.mean)),
+    ("staleness_p99", |r| r.staleness.map(|s| s.p99 as f64)),
+    ("staleness_max", |r| r.staleness.map(|s| s.max as f64)),
+    ("message_age_mean", |r| r.message_age.map(|s| s.mean)),
+    ("message_age_max", |r| r.message_age.map(|s| s.max as f64)),
+    ("dasgd_staleness_mean", |r| r.dasgd.map(|s| s.mean)),
+    ("dasgd_staleness_max", |r| r.dasgd.map(|s| s.max as f64)),
+    ("time_to_target_accuracy_s", |r| r.time_to_target.accuracy_s),
+    ("time_to_target_loss_s", |r| r.time_to_target.loss_s),
+    ("utilization_compute", |r| Some(r.utilization.compute)),
+    ("utilization_communicate", |r| {
+        Some(r.utilization.communicate)
+    }),
+    ("utilization_blocked", |r| Some(r.utilization.blocked)),
+    ("utilization_idle", |r| Some(r.utilization.idle)),
+];
+
+/// Where a point of the sweep stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PointResult {
+    /// It completed: its summary.
+    Done(Box<Summary>),
+    /// Its run failed: why.
+    Failed(String),
+    /// Its run started but did not end (it is running, or was killed).
+    Incomplete,
+    /// Its run never started.
+    NotRun,
+}
+
+impl PointResult {
+    /// `done`, `failed`, `incomplete` or `not-run`, as in `sweep.csv`'s `status` column.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PointResult::Done(_) => "done",
+            PointResult::Failed(_) => "failed",
+            PointResult::Incomplete => "incomplete",
+            PointResult::NotRun => "not-run",
+        }
+    }
+}
+
+/// Reads where each point of the sweep in `dir` stands, in the sweep's order.
+pub fn point_results(dir: &Path, manifest: &Manifest) -> Result<Vec<PointResult>> {
+    manifest
+        .points
+        .iter()
+        .map(|p| {
+            let pdir = point_dir(dir, &p.name);
+            if !pdir.exists() {
+                return Ok(PointResult::NotRun);
+            }
+            Ok(match PointStatus::read(&pdir) {
+                Some(s) if s.sha256 != p.sha256 => PointResult::Incomplete,
+                Some(s) if s.state == State::Done => match read_summary(&pdir)? {
+                    Some(summary) => PointResult::Done(Box::new(summary)),
+                    None => PointResult::Incomplete,
+                },
+                Some(s) => PointResult::Failed(s.error.unwrap_or_default()),
+                None => PointResult::Incomplete,
+            })
+        })
+        .collect()
+}
+
+/// What to draw: the metrics (columns of `sweep.csv`) and the swept keys to put on the x axis.
+#[derive(Clone, Debug, Default)]
+pub struct MergeOptions {
+    /// Metrics to plot (default: [`DEFAULT_PLOT_METRICS`]).
+    pub metrics: Vec<String>,
+    /// Swept keys to plot against (default: every numeric swept key but `seed` that takes
+    /// more than one value).
+    pub x: Vec<String>,
+}
+
+/// What [`merge`] wrote and found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MergeReport {
+    /// Points of the sweep.
+    pub points: usize,
+    /// Points with results.
+    pub complete: usize,
+    /// Rows of `sweep.csv` with results.
+    pub rows: usize,
+    /// The points without results: name, status (`failed`, `incomplete`, `not-run`), error.
+    pub missing: Vec<(String, String, String)>,
+    /// `sweep.csv`.
+    pub csv: PathBuf,
+    /// The plot files written (PNG and SVG).
+    pub plots: Vec<PathBuf>,
+}
+
+/// One complete row: the point's values, the algorithm and its metrics.
+struct Row<'a> {
+    values: &'a [String],
+    algorithm: &'a str,
+    summary: &'a AlgorithmSummary,
+}
+
+/// Merges the sweep directory `dir`: writes `sweep.csv` and the plots under `plots/`.
+pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
+    let manifest = Manifest::read(dir)?;
+    let results = point_results(dir, &manifest)?;
+    let expects: Vec<u64> = {
+        let mut e: Vec<u64> = results
+            .iter()
+            .filter_map(|r| match r {
+                PointResult::Done(s) => Some(s.checks.iter().map(|c| c.expect)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        e.sort_unstable();
+        e.dedup();
+        e
+    };
+
+    let mut header: Vec<String> = vec!["point".into()];
+    header.extend(manifest.keys.iter().cloned());
+    header.extend(["algorithm", "kind", "status", "stopped"].map(String::from));
+    header.extend(METRICS.iter().map(|(n, _)| (*n).to_owned()));
+    header.extend(["checks_passed", "checks_failed", "checks_skipped"].map(String::from));
+    for k in &expects {
+        header.push(format!("expect{k}"));
+        header.push(format!("expect{k}_observed"));
+    }
+    header.push("error".into());
+
+    let mut out = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::Any(b'\n'))
+        .from_writer(Vec::new());
+    let csv_err = |e: csv::Error| Error::Usage(format!("cannot write {SWEEP_CSV}: {e}"));
+    out.write_record(&header).map_err(csv_err)?;
+    let mut report = MergeReport {
+        points: manifest.points.len(),
+        csv: dir.join(SWEEP_CSV),
+        ..MergeReport::default()
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    let blank_metrics = METRICS.len() + 3 + 2 * expects.len();
+    for (point, result) in manifest.points.iter().zip(&results) {
+        let mut lead = vec![point.name.clone()];
+        lead.extend(point.values.iter().cloned());
+        match result {
+            PointResult::Done(summary) => {
+                report.complete += 1;
+                for run in &summary.runs {
+                    let mut record = lead.clone();
+                    record.push(run.algorithm.clone());
+                    record.push(run.kind.clone());
+                    record.push("done".into());
+                    record.push(run.stopped.map(|s| s.name().to_owned()).unwrap_or_default());
+                    for (_, get) in METRICS {
+                        record.push(get(run).map(num).unwrap_or_default());
+                    }
+                    let checks: Vec<&CheckRow> = summary
+                        .checks
+                        .iter()
+                        .filter(|c| c.algorithm == run.algorithm)
+                        .collect();
+                    for want in [CheckResult::Pass, CheckResult::Fail, CheckResult::Skip] {
+                        let n = checks.iter().filter(|c| c.result == want).count();
+                        record.push(n.to_string());
+                    }
+                    for k in &expects {
+                        let check = checks.iter().find(|c| c.expect == *k);
+                        record.push(
+                            check
+                                .map(|c| c.result.name().to_owned())
+                                .unwrap_or_default(),
+                        );
+                        record.push(check.and_then(|c| c.observed).map(num).unwrap_or_default());
+                    }
+                    record.push(String::new());
+                    out.write_record(&record).map_err(csv_err)?;
+                    report.rows += 1;
+                    rows.push(Row {
+                        values: &point.values,
+                        algorithm: &run.algorithm,
+                        summary: run,
+                    });
+                }
+            }
+            other => {
+                let error = match other {
+                    PointResult::Failed(e) => e.clone(),
+                    _ => String::new(),
+                };
+                let mut record = lead;
+                record.extend([String::new(), String::new(), other.name().to_owned()]);
+                record.extend(std::iter::repeat_n(String::new(), 1 + blank_metrics));
+                record.push(error.clone());
+                out.write_record(&record).map_err(csv_err)?;
+                report
+                    .missing
+                    .push((point.name.clone(), other.name().to_owned(), error));
+            }
+        }
+    }
+    let bytes = out
+        .into_inner()
+        .map_err(|e| Error::Usage(format!("cannot write {SWEEP_CSV}: {e}")))?;
+    dasim_reports::write_atomic(&report.csv, &bytes)?;
+
+    report.plots = plots(dir, &manifest, &rows, opts)?;
+    Ok(report)
+}
+
+/// A swept value as a number, when it is one.
+fn number(v: &str) -> Option<f64> {
+    v.parse::<f64>().ok().filter(|x| x.is_finite())
+}
+
+/// Draws every requested metric against every requested swept key.
+fn plots(
+    dir: &Path,
+    manifest: &Manifest,
+    rows: &[Row],
+    opts: &MergeOptions,
+) -> Result<Vec<PathBuf>> {
+    let numeric = |k: usize| {
+        manifest
+            .points
+            .iter()
+            .all(|p| number(&p.values[k]).is_some())
+    };
+    let varies = |k: usize| {
+        let first = &manifest.points[0].values[k];
+        manifest.points.iter().any(|p| &p.values[k] != first)
+    };
+    let xs: Vec<usize> = if opts.x.is_empty() {
+        (0..manifest.keys.len())
+            .filter(|&k| manifest.keys[k] != "seed" && numeric(k) && varies(k))
+            .collect()
+    } else {
+        opts.x
+            .iter()
+            .map(|x| {
+                let k = manifest
+                    .keys
+                    .iter()
+                    .position(|key| key == x)
+                    .ok_or_else(|| {
+                        Error::Usage(format!(
+                            "--x {x}: not a swept key (the sweep varies {})",
+                            manifest.keys.join(", ")
+                        ))
+                    })?;
+                if !numeric(k) {
+                    return Err(Error::Usage(format!(
+                        "--x {x}: its values are not all numbers, so it cannot be an axis"
+                    )));
+                }
+                Ok(k)
+            })
+            .collect::<Result<_>>()?
+    };
+    let metrics: Vec<String> = if opts.metrics.is_empty() {
+        DEFAULT_PLOT_METRICS
+            .iter()
+            .map(|m| (*m).to_owned())
+            .collect()
+    } else {
+        opts.metrics.clone()
+    };
+    let mut getters = Vec::new();
+    for m in &metrics {
+        let Some((_, get)) = METRICS.iter().find(|(n, _)| n == m) else {
+            let known: Vec<&str> = METRICS.iter().map(|(n, _)| *n).collect();
+            return Err(Error::Usage(format!(
+                "--metric {m}: not a metric of sweep.csv (one of {})",
+                known.join(", ")
+            )));
+        };
+        getters.push((m.as_str(), *get));
+    }
+    let seed = manifest.keys.iter().position(|k| k == "seed");
+    let mut written = Vec::new();
+    for &x in &xs {
+        for &(metric, get) in &getters {
+            let lines = sweep_lines(manifest, rows, x, seed, get);
+            if lines.iter().all(|l| l.points.is_empty()) {
+                continue;
+            }
+            let repeats = lines
+                .iter()
+                .flat_map(|l| l.points.iter().map(|p| p.count))
+                .max()
+                .unwrap_or(1);
+            let note = if repeats > 1 {
+                format!("line: mean over {repeats} seeds; band: min to max")
+            } else {
+                String::new()
+            };
+            let title = format!("{metric} against {}", manifest.keys[x]);
+            let stem = format!("{metric}-vs-{}", manifest.short[x]).replace(['[', ']', '/'], "_");
+            let (png, svg) = sweep_plot(
+                dir.join(PLOTS),
+                &stem,
+                &SweepPlot {
+                    title: &title,
+                    note: &note,
+                    x_label: &manifest.keys[x],
+                    y_label: metric,
+                    log_y: false,
+                    lines: &lines,
+                },
+            )?;
+            written.push(png);
+            written.push(svg);
+        }
+    }
+    Ok(written)
+}
+
+/// The lines of one plot: `metric` against swept key `x`, one line per algorithm and
+/// combination of the other swept values (but the seed), each value of `x` the mean, minimum
+/// and maximum over the rows that share it (the seeds). Lines are in the order their first row
+/// comes; non-finite values are left out.
+fn sweep_lines(
+    manifest: &Manifest,
+    rows: &[Row],
+    x: usize,
+    seed: Option<usize>,
+    metric: Getter,
+) -> Vec<SweepLine> {
+    let others: Vec<usize> = (0..manifest.keys.len())
+        .filter(|&k| k != x && Some(k) != seed)
+        .filter(|&k| {
+            let first = &manifest.points[0].values[k];
+            manifest.points.iter().any(|p| &p.values[k] != first)
+        })
+        .collect();
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: BTreeMap<String, BTreeMap<u64, (f64, Vec<f64>)>> = BTreeMap::new();
+    for row in rows {
+        let mut label = row.algorithm.to_owned();
+        if !others.is_empty() {
+            let rest: Vec<String> = others
+                .iter()
+                .map(|&k| format!("{}={}", manifest.short[k], row.values[k]))
+                .collect();
+            label = format!("{label} ({})", rest.join(", "));
+        }
+        let (Some(xv), Some(y)) = (number(&row.values[x]), metric(row.summary)) else {
+            continue;
+        };
+        if !y.is_finite() {
+            continue;
+        }
+        if !order.contains(&label) {
+            order.push(label.clone());
+        }
+        // Keyed by the bits of a non-negative float's order-preserving image.
+        let key = ordered_bits(xv);
+        groups
+            .entry(label)
+            .or_default()
+            .entry(key)
+            .or_insert((xv, Vec::new()))
+            .1
+            .push(y);
+    }
+    order
+        .into_iter()
+        .map(|label| {
+            let points = groups[&label]
+                .values()
+                .map(|(xv, ys)| SweepPoint {
+                    x: *xv,
+                    mean: ys.iter().sum::<f64>() / ys.len() as f64,
+                    min: ys.iter().copied().fold(f64::INFINITY, f64::min),
+                    max: ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                    count: ys.len(),
+                })
+                .collect();
+            SweepLine { label, points }
+        })
+        .collect()
+}
+
+/// A key that sorts like the float `x` (finite).
+fn ordered_bits(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 { !b } else { b | (1 << 63) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::layout::ManifestPoint;
+
+    fn summary(alg: &str, sim: f64, epochs: f64) -> AlgorithmSummary {
+        let json = format!(
+            r#"{{"algorithm":"{alg}","kind":"{alg}","backend":"flex","sim_time_s":{sim},"events":1,
+            "worker_steps":1,"steps_per_sim_s":1,"epochs":{epochs},"final_loss":1,"final_accuracy":null,
+            "messages":0,"bytes":0,"gradient_flushes":0,"gradient_requests":0}}"#
+        );
+        serde_json::from_str(&json).unwrap()
+    }
+
+    #[test]
+    fn lines_average_over_seeds_and_split_by_the_other_keys() {
+        let point = |f: &str, s: &str, w: &str| ManifestPoint {
+            name: format!("{f}{s}{w}"),
+            values: vec![f.into(), s.into(), w.into()],
+            sha256: String::new(),
+        };
+        let manifest = Manifest {
+            scenario: "s.toml".into(),
+            scenario_sha256: String::new(),
+            keys: vec!["factor".into(), "seed".into(), "cluster.workers".into()],
+            short: vec!["factor".into(), "seed".into(), "workers".into()],
+            points: vec![point("1", "1", "4"), point("2", "2", "8")],
+        };
+        let values = [
+            vec!["1".to_string(), "1".into(), "4".into()],
+            vec!["1".to_string(), "2".into(), "4".into()],
+            vec!["4".to_string(), "1".into(), "4".into()],
+            vec!["4".to_string(), "2".into(), "4".into()],
+            vec!["1".to_string(), "1".into(), "8".into()],
+        ];
+        let sums = [
+            summary("a", 1.0, 1.0),
+            summary("a", 3.0, 1.0),
+            summary("a", 8.0, 2.0),
+            summary("a", 8.0, 1.0),
+            summary("a", 5.0, 1.0),
+        ];
+        let rows: Vec<Row> = values
+            .iter()
+            .zip(&sums)
+            .map(|(v, s)| Row {
+                values: v,
+                algorithm: "a",
+                summary: s,
+            })
+            .collect();
+        let get = METRICS
+            .iter()
+            .find(|(n, _)| *n == "time_per_epoch_s")
+            .unwrap()
+            .1;
+        let lines = sweep_lines(&manifest, &rows, 0, Some(1), get);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].label, "a (workers=4)");
+        let p = &lines[0].points;
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            (p[0].x, p[0].mean, p[0].min, p[0].max, p[0].count),
+            (1.0, 2.0, 1.0, 3.0, 2)
+        );
+        assert_eq!(
+            (p[1].x, p[1].mean, p[1].min, p[1].max),
+            (4.0, 6.0, 4.0, 8.0)
+        );
+        assert_eq!(lines[1].label, "a (workers=8)");
+        assert_eq!(lines[1].points[0].count, 1);
+    }
+
+    #[test]
+    fn ordered_bits_sort_like_floats() {
+        let mut xs = [3.0, -1.0, 0.5, -7.25, 0.0, 1e9];
+        let mut keys: Vec<u64> = xs.iter().map(|&x| ordered_bits(x)).collect();
+        keys.sort_unstable();
+        xs.sort_by(f64::total_cmp);
+        assert_eq!(
+            keys,
+            xs.iter().map(|&x| ordered_bits(x)).collect::<Vec<_>>()
+        );
+    }
+}
