@@ -7,10 +7,10 @@
 
 use dasim_models::data::{Dataset, class_counts};
 use dasim_reports::rundir::{
-    Activity, GradientRow, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow,
-    StalenessRow, Tables, TimelineRow, UtilizationRow, WaitRow, measured,
+    Activity, FaultSummary, GradientRow, LinkRow, MessageRow, MetricRow, Partition, PartitionRow,
+    SeriesRow, StalenessRow, Tables, TimelineRow, UtilizationRow, WaitRow, measured,
 };
-use dasim_sim::engine::{EvalPoint, SimTime, Spread};
+use dasim_sim::engine::{EvalPoint, FaultReport, SimTime, Spread};
 use dasim_sim::record::{self, GradientRecord, MessageRecord, RunRecord};
 
 /// The git revision this dasim was built from (`unknown` outside a git checkout).
@@ -204,6 +204,23 @@ pub fn partition_table(shards: &[Vec<usize>], train: &Dataset) -> Partition {
                 class_counts: counts.into_iter().map(|c| c as u64).collect(),
             })
             .collect(),
+    }
+}
+
+/// `summary.json`'s account of what a run's `[[faults]]` did.
+pub fn fault_summary(f: &FaultReport) -> FaultSummary {
+    let s = &f.stats;
+    FaultSummary {
+        messages_lost: s.lost,
+        messages_lost_link_down: s.lost_link_down,
+        messages_dropped_down: s.dropped_down,
+        messages_duplicated: s.duplicated,
+        messages_delayed: s.delayed,
+        delay_total_s: s.delay_total.as_secs_f64(),
+        crashes: s.crashes,
+        rejoins: s.rejoins,
+        down_time_s: s.down_time.iter().map(|t| t.as_secs_f64()).collect(),
+        mass_lost: f.mass_lost,
     }
 }
 

@@ -36,6 +36,7 @@ use dasim_sim::algorithms::run_algorithm;
 use dasim_sim::cluster::Cluster;
 use dasim_sim::cluster::stragglers::StragglerModel;
 use dasim_sim::engine::{EvalPoint, Observer, RunProgress};
+use dasim_sim::fault::Faults;
 use dasim_sim::net::Network;
 use dasim_sim::net::topology::Topology;
 use dasim_sim::record::{GradientRecord, Histogram, MessageRecord};
@@ -555,6 +556,8 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         let (cluster, network, topology) = build_system(loaded, &problem, i)?;
         let mut world = World::new(cluster, network, topology, &mut *store, optimizer, s.seed);
         world.set_metrics(&s.metrics);
+        let faults = Faults::new(&s.faults, s.cluster.workers, &loaded.env());
+        world.set_faults(faults.map_err(|e| Error::Scenario(loaded.config_error(&e)))?);
         let started = Instant::now();
         let mut recorder = OutputObserver {
             label: &label,
@@ -582,6 +585,8 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         };
         let (stopped, stop_reason) = if let Some(d) = &outcome.diverged {
             (Some(Stopped::Diverged), Some(format!("{label} {d}")))
+        } else if let Some(stall) = &outcome.stalled {
+            (Some(Stopped::Stalled), Some(format!("{label} {stall}")))
         } else if outcome.worker_steps == 0 {
             let reason = format!(
                 "{label}: no worker completed a step before the stop at simulated time {} s, so \
@@ -641,6 +646,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
                 blocked,
                 idle,
             },
+            faults: outcome.faults.as_ref().map(outputs::fault_summary),
         });
         let gradient_wall_s = stats.gradient_wall.as_secs_f64();
         timings.runs.push(HostTimings {

@@ -15,6 +15,7 @@ use dasim_sim::cluster::ClusterConfig;
 use dasim_sim::engine::RunConfig;
 use dasim_sim::env::BuildEnv;
 use dasim_sim::error::{FieldPath, PathSeg};
+use dasim_sim::fault::{FaultConfig, Faults};
 use dasim_sim::net::NetworkConfig;
 use dasim_sim::net::topology::{Topology, TopologyConfig};
 use dasim_sim::params::OptimizerConfig;
@@ -59,6 +60,10 @@ pub struct Scenario {
     pub metrics: MetricsConfig,
     /// The algorithms to compare, each run on the same cluster realization.
     pub algorithms: Vec<AlgorithmConfig>,
+    /// Faults injected into every algorithm's run, the same realization for all
+    /// ([`dasim_sim::fault`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultConfig>,
     /// Claims checked after the run (`dasim run`, `dasim check`): see
     /// [`dasim_reports::claims`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -105,7 +110,9 @@ impl Scenario {
             } else {
                 alg.validate(&topology, &path, None)?;
             }
+            dasim_sim::fault::check_support(alg, &self.faults, &path)?;
         }
+        Faults::new(&self.faults, self.cluster.workers, env)?;
         Ok(())
     }
 

@@ -267,6 +267,7 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
             let what = match stopped {
                 Stopped::Diverged => "DIVERGED",
                 Stopped::NoSteps => "NO STEP COMPLETED",
+                Stopped::Stalled => "STALLED",
             };
             Some(match reason {
                 Some(r) => format!("<b>{what}</b> <span class=\"file\">({})</span>", escape(r)),

@@ -94,6 +94,7 @@ fn run(label: &str, kind: &str) -> AlgorithmSummary {
             blocked: 0.4,
             idle: 0.0,
         },
+        faults: None,
     }
 }
 

@@ -216,6 +216,7 @@ fn summary() -> Summary {
                     blocked: 0.46875,
                     idle: 0.0,
                 },
+                faults: None,
             },
             AlgorithmSummary {
                 algorithm: "my dasgd".into(),
@@ -256,6 +257,7 @@ fn summary() -> Summary {
                     blocked: 0.0,
                     idle: 0.0,
                 },
+                faults: None,
             },
         ],
         checks: check_rows(),

@@ -9,6 +9,7 @@
 
 use crate::cluster::Cluster;
 use crate::engine::{EventQueue, SimTime};
+use crate::fault::{Faults, Sent, WorkerFault};
 use crate::net::Network;
 use crate::net::topology::Topology;
 use crate::params::lr::TrainingProgress;
@@ -39,6 +40,7 @@ pub struct World<'s> {
     pub(crate) worker_steps: u64,
     pub(crate) recorder: Recorder,
     pub(crate) eval_replicas: bool,
+    pub(crate) faults: Faults,
 }
 
 impl<'s> World<'s> {
@@ -65,7 +67,18 @@ impl<'s> World<'s> {
             worker_steps: 0,
             recorder,
             eval_replicas: false,
+            faults: Faults::none(),
         }
+    }
+
+    /// Injects the scenario's faults ([`crate::fault`]; none by default). Call before the run.
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.faults = faults;
+    }
+
+    /// The faults of the run: which workers are down, what was lost so far.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
     }
 
     /// Applies the `[metrics]` options: replica evaluation, the timeline window, the per-event
@@ -168,18 +181,44 @@ impl<E> Ctx<'_, '_, E> {
     }
 
     /// Sends a message of `payload` bytes (the network adds its header) from `src` to `dst`
-    /// now; `arrival` is delivered when it lands.
-    pub fn send(&mut self, src: usize, dst: usize, payload: u64, arrival: E) {
-        let t = self.transfer(self.now, src, dst, payload);
-        self.queue.push(t, arrival);
+    /// now; `arrival` is delivered when it lands, unless a fault loses it ([`Sent::lost`]; then
+    /// nothing is scheduled). Without `[[faults]]` every message lands.
+    pub fn send(&mut self, src: usize, dst: usize, payload: u64, arrival: E) -> Sent {
+        let sent = self.transfer(self.now, src, dst, payload);
+        if sent.lost.is_none() {
+            self.queue.push(sent.arrive, arrival);
+        }
+        sent
     }
 
-    /// Posts a message of `payload` bytes from `src` to `dst` at `at` and returns when it lands,
-    /// scheduling nothing: for a collective computed as a whole when its outcome is determined
-    /// ([`crate::algorithms::ring`]), `at` may lie before now. The caller guarantees that nothing
-    /// used the NICs of `src` and `dst` after `at`, so the network's state is what it would have
-    /// been then.
-    pub fn transfer(&mut self, at: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
+    /// Posts a message of `payload` bytes from `src` to `dst` at `at` and returns when it lands
+    /// (or that it is lost), scheduling nothing: for a collective computed as a whole when its
+    /// outcome is determined ([`crate::algorithms::ring`]), `at` may lie before now. The caller
+    /// guarantees that nothing used the NICs of `src` and `dst` after `at`, so the network's
+    /// state is what it would have been then.
+    ///
+    /// Under `[[faults]]`, the message may be lost, sent twice (the copy is on the wire, and
+    /// discarded by the receiver) or delayed ([`crate::fault`]).
+    pub fn transfer(&mut self, at: SimTime, src: usize, dst: usize, payload: u64) -> Sent {
+        let t = self.post(at, src, dst, payload);
+        if !self.world.faults.configured() {
+            return Sent {
+                arrive: t,
+                lost: None,
+            };
+        }
+        let (lost, duplicate, delay) = self.world.faults.message(at, src, dst);
+        if duplicate {
+            self.post(at, src, dst, payload);
+        }
+        let arrive = match lost {
+            Some(_) => t,
+            None => self.world.faults.fifo(src, dst, t.saturating_add(delay)),
+        };
+        Sent { arrive, lost }
+    }
+
+    fn post(&mut self, at: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
         let t = self.world.net.send(at, src, dst, payload);
         self.world.recorder.message(MessageRecord {
             src,
@@ -189,6 +228,23 @@ impl<E> Ctx<'_, '_, E> {
             arrive: t,
         });
         t
+    }
+
+    /// Whether the run has `[[faults]]` entries: an algorithm schedules what only faults need
+    /// (a reply timeout) only then, so a run without faults has exactly its usual events.
+    pub fn faults_configured(&self) -> bool {
+        self.world.faults.configured()
+    }
+
+    /// Whether `worker` is down (crashed and not rejoined).
+    pub fn is_down(&self, worker: usize) -> bool {
+        self.world.faults.is_down(worker)
+    }
+
+    /// A message lands at `dst` now: `false`, and the message counted as dropped, when `dst` is
+    /// down; the algorithm then discards it.
+    pub fn deliverable(&mut self, dst: usize) -> bool {
+        self.world.faults.deliverable(dst)
     }
 
     /// Counts one step of `worker` (a gradient of its own applied, as the algorithm counts
@@ -281,5 +337,15 @@ pub trait Algorithm {
     /// reset what it accumulates between points. The default is none.
     fn series(&mut self) -> Vec<(&'static str, f64)> {
         Vec::new()
+    }
+    /// A worker crashed or rejoined ([`crate::fault`]). Called before any event due at the same
+    /// instant. On a crash the worker is down already: the algorithm abandons its step under way
+    /// and ignores its events until it rejoins; on a rejoin it restarts it with its last state.
+    /// Reached only for the fault kinds the algorithm accepts
+    /// ([`crate::algorithms::AlgorithmSpec::fault_support`]); the default does nothing.
+    fn on_fault(&mut self, _fault: WorkerFault, _cx: &mut Ctx<'_, '_, Self::Event>) {}
+    /// Push-sum weight lost with dropped messages so far (push-sum algorithms only).
+    fn mass_lost(&self) -> Option<f64> {
+        None
     }
 }

@@ -428,6 +428,7 @@ pub mod cluster;
 pub mod engine;
 pub mod env;
 pub mod error;
+pub mod fault;
 pub mod net;
 pub mod params;
 mod raw;

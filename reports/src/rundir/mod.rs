@@ -34,8 +34,8 @@ pub use read::{
     Cells, CsvFile, RunData, read_csv, read_json, read_partition, read_summary, read_timings,
 };
 pub use schema::{
-    Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, GradientRow,
-    HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow,
+    Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, FaultSummary,
+    GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow,
     StalenessRow, Stamp, Stopped, Summary, TimeToTarget, TimelineRow, Timings, Utilization,
     UtilizationRow, WaitRow, files, measured, num, sha256_hex,
 };
@@ -99,6 +99,7 @@ pub(crate) mod tests {
                 blocked: 0.25,
                 idle: 0.0,
             },
+            faults: None,
         }
     }
 

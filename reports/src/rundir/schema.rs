@@ -843,8 +843,9 @@ pub struct AlgorithmSummary {
     pub backend: String,
     /// Why the run ended without a result to compare: `diverged` (the held-out loss went NaN,
     /// infinite or above `[run] divergence_loss`; the run stopped at that evaluation point) or
-    /// `no-steps` (no worker completed a step: the final loss is the initial model's). Absent
-    /// for a run that ended normally.
+    /// `no-steps` (no worker completed a step: the final loss is the initial model's) or
+    /// `stalled` (under `[[faults]]`, workers waited and no event could wake them). Absent for a
+    /// run that ended normally.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<Stopped>,
     /// What `stopped` means for this run, in words (the algorithm, the simulated time, the
@@ -904,6 +905,36 @@ pub struct AlgorithmSummary {
     /// Fractions of worker-time in each activity, averaged over the workers.
     #[serde(default = "Utilization::not_measured")]
     pub utilization: Utilization,
+    /// What the scenario's `[[faults]]` did to this run; absent without faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultSummary>,
+}
+
+/// What a run's faults did ([`AlgorithmSummary::faults`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FaultSummary {
+    /// Messages lost at random (`loss` entries).
+    pub messages_lost: u64,
+    /// Messages lost because their link was down (`link-down` entries).
+    pub messages_lost_link_down: u64,
+    /// Messages dropped because their receiver was down when they landed.
+    pub messages_dropped_down: u64,
+    /// Messages sent twice (`duplicate` entries; the copies are in `messages` and `bytes`).
+    pub messages_duplicated: u64,
+    /// Messages delayed (`delay` entries).
+    pub messages_delayed: u64,
+    /// Their extra delays, summed, in seconds.
+    pub delay_total_s: f64,
+    /// Worker crashes.
+    pub crashes: u64,
+    /// Worker rejoins.
+    pub rejoins: u64,
+    /// Per worker: simulated seconds down.
+    pub down_time_s: Vec<f64>,
+    /// Push-sum weight carried by lost and dropped messages (SGP, Overlap-SGP); absent for the
+    /// other algorithms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mass_lost: Option<f64>,
 }
 
 /// Why a run ended without a result to compare ([`AlgorithmSummary::stopped`]).
@@ -914,6 +945,9 @@ pub enum Stopped {
     Diverged,
     /// No worker completed a step before the stop: nothing was trained.
     NoSteps,
+    /// Workers waited and no event could wake them (a crashed worker, a partition, a lost
+    /// message a synchronous algorithm needs); the run stopped there.
+    Stalled,
 }
 
 impl Stopped {
@@ -922,6 +956,7 @@ impl Stopped {
         match self {
             Stopped::Diverged => "diverged",
             Stopped::NoSteps => "no-steps",
+            Stopped::Stalled => "stalled",
         }
     }
 }

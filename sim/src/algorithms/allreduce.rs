@@ -48,6 +48,7 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore, blocks};
 
 fn one() -> usize {
@@ -189,6 +190,18 @@ impl AllReduceSgd {
     }
 }
 
+/// What the ring-based algorithms handle: a crash or a lost chunk breaks the ring for good, and
+/// the run stalls ([`Ring::crash`](super::ring::Ring::crash)).
+pub(crate) fn ring_support(fault: FaultKind) -> FaultSupport {
+    match fault {
+        FaultKind::Rejoin => Err(
+            "a ring all-reduce has no membership change: a crash breaks the ring and the run \
+             stalls; rejoining is not modelled (leave out rejoin_after_s to see the stall)",
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Payload bytes of `buckets` equal buckets of a model of `params` parameters.
 pub(crate) fn bucket_bytes(world: &World<'_>, buckets: usize) -> Vec<u64> {
     blocks(world.store.num_params(), buckets)
@@ -214,6 +227,9 @@ impl Algorithm for AllReduceSgd {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
+            // A crashed worker's step is abandoned; a broken ring completes no round.
+            Event::BucketReady { worker, .. } if cx.is_down(worker) => {}
+            Event::RingDone(_) if self.ring().is_broken() => {}
             Event::BucketReady { worker, bucket } => {
                 let barrier = self.ring().ready(worker, bucket, cx, Event::RingDone);
                 mark(cx, worker, barrier);
@@ -222,6 +238,16 @@ impl Algorithm for AllReduceSgd {
                 self.ring().complete(done);
                 self.finish(done.worker, cx);
             }
+        }
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        if let WorkerFault::Crash(w) = fault {
+            if let Some(g) = self.grads[w].take() {
+                cx.world.store.release_gradient(g);
+            }
+            let now = cx.now();
+            self.ring().crash(w, now);
         }
     }
 
@@ -238,6 +264,10 @@ impl Algorithm for AllReduceSgd {
 impl AlgorithmSpec for AllReduceConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        ring_support(fault)
     }
 
     fn run(

@@ -106,6 +106,17 @@ pub trait AlgorithmSpec {
         0
     }
 
+    /// Whether the algorithm handles a fault kind ([`crate::fault`]), as its documentation
+    /// defines; `Err` says why not, and a scenario pairing them is refused. Delay and
+    /// duplication are invisible to algorithms and never asked about. The default handles none.
+    fn fault_support(
+        &self,
+        _kind: &'static str,
+        _fault: crate::fault::FaultKind,
+    ) -> crate::fault::FaultSupport {
+        Err("its behaviour under this fault is not defined yet")
+    }
+
     /// Builds the algorithm on `world` (whose topology [`AlgorithmSpec::validate`] accepted, and
     /// whose network has `workers + extra_nodes()` nodes) and runs it until a stop rule of
     /// `run_cfg` fires.

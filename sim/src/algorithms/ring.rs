@@ -39,7 +39,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::algorithm::Ctx;
-use crate::engine::time::SimTime;
+use crate::engine::time::{SimTime, num};
 use crate::record::Activity;
 
 /// What a worker's full contribution to its round means for its wait.
@@ -88,6 +88,8 @@ pub struct Ring {
     completes: Vec<Option<SimTime>>,
     /// Per round: the workers that have contributed every bucket, in order.
     contributed: BTreeMap<u64, Vec<usize>>,
+    /// Why no round can complete any more (a crash, a lost chunk), once one happened.
+    broken: Option<String>,
 }
 
 impl Ring {
@@ -103,6 +105,7 @@ impl Ring {
             round: vec![0; n],
             completes: vec![None; n],
             contributed: BTreeMap::new(),
+            broken: None,
         }
     }
 
@@ -189,10 +192,25 @@ impl Ring {
                     .collect()
             })
             .collect();
+        if self.broken.is_some() {
+            return;
+        }
         let done = if self.buckets() == 1 {
             self.transfers_one_bucket(&ready, cx)
         } else {
             self.transfers_queued(&ready, cx)
+        };
+        let done = match done {
+            Ok(done) => done,
+            Err((t, w)) => {
+                let round = self.round[w];
+                self.broken = Some(format!(
+                    "a chunk of all-reduce {round} from worker {w} to worker {} was lost at {} s",
+                    (w + 1) % self.n,
+                    num(t.as_secs_f64())
+                ));
+                return;
+            }
         };
         for (w, t) in done.into_iter().enumerate() {
             self.completes[w] = Some(t);
@@ -203,16 +221,17 @@ impl Ring {
 
     /// One bucket: a worker posts chunk `k` at `max(ready, arrival of chunk k − 1)`, and each
     /// link carries one lane, so the steps can be computed in order, every worker's at each.
-    /// Returns when each worker receives its last chunk.
+    /// Returns when each worker receives its last chunk, or the posting time and sender of a
+    /// chunk that was lost ([`crate::fault`]).
     fn transfers_one_bucket<E>(
         &self,
         ready: &[Vec<SimTime>],
         cx: &mut Ctx<'_, '_, E>,
-    ) -> Vec<SimTime> {
+    ) -> Result<Vec<SimTime>, (SimTime, usize)> {
         let n = self.n;
         if n == 1 {
             // No step: the round completes when the only worker contributes.
-            return vec![cx.now()];
+            return Ok(vec![cx.now()]);
         }
         let bytes = self.chunk_bytes[0];
         let start: Vec<SimTime> = ready.iter().map(|r| r[0]).collect();
@@ -222,17 +241,26 @@ impl Ring {
         for _ in 0..self.steps() {
             for w in 0..n {
                 let post = start[w].max(got[w]);
-                next[(w + 1) % n] = cx.transfer(post, w, (w + 1) % n, bytes);
+                let sent = cx.transfer(post, w, (w + 1) % n, bytes);
+                if sent.lost.is_some() {
+                    return Err((post, w));
+                }
+                next[(w + 1) % n] = sent.arrive;
             }
             std::mem::swap(&mut got, &mut next);
         }
-        got
+        Ok(got)
     }
 
     /// Several buckets share each worker's NIC: the transfers are posted in time order (ties in
     /// the order they became possible), as the event loop would, with a local queue of posts and
-    /// arrivals. Returns when each worker receives its last chunk of every bucket.
-    fn transfers_queued<E>(&self, ready: &[Vec<SimTime>], cx: &mut Ctx<'_, '_, E>) -> Vec<SimTime> {
+    /// arrivals. Returns when each worker receives its last chunk of every bucket, or the
+    /// posting time and sender of a chunk that was lost.
+    fn transfers_queued<E>(
+        &self,
+        ready: &[Vec<SimTime>],
+        cx: &mut Ctx<'_, '_, E>,
+    ) -> Result<Vec<SimTime>, (SimTime, usize)> {
         #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
         enum Step {
             /// `w` posts chunk `k` of bucket `b` to its successor.
@@ -243,7 +271,7 @@ impl Ring {
         let n = self.n;
         let steps = self.steps();
         if steps == 0 {
-            return vec![cx.now(); n];
+            return Ok(vec![cx.now(); n]);
         }
         let mut done = vec![SimTime::ZERO; n];
         let mut queue = BinaryHeap::new();
@@ -261,14 +289,36 @@ impl Ring {
             match step {
                 Step::Post => {
                     let to = (w + 1) % n;
-                    let arrive = cx.transfer(t, w, to, self.chunk_bytes[b]);
+                    let sent = cx.transfer(t, w, to, self.chunk_bytes[b]);
+                    if sent.lost.is_some() {
+                        return Err((t, w));
+                    }
+                    let arrive = sent.arrive;
                     push(&mut queue, arrive, Step::Arrive, to, b, k);
                 }
                 Step::Arrive if k + 1 == steps => done[w] = done[w].max(t),
                 Step::Arrive => push(&mut queue, t.max(ready[w][b]), Step::Post, w, b, k + 1),
             }
         }
-        done
+        Ok(done)
+    }
+
+    /// `worker` crashed at `now`: the ring is broken for good. No round completes any more —
+    /// not even one under way, whose later chunks the crashed worker would have had to forward
+    /// — so every worker ends up waiting, and the run stalls.
+    pub fn crash(&mut self, worker: usize, now: SimTime) {
+        self.broken.get_or_insert_with(|| {
+            format!(
+                "worker {worker} crashed at {} s and never rejoins",
+                num(now.as_secs_f64())
+            )
+        });
+    }
+
+    /// Whether no round can complete any more ([`Ring::crash`], or a lost chunk); the
+    /// algorithm then ignores the [`Done`] events still due.
+    pub fn is_broken(&self) -> bool {
+        self.broken.is_some()
     }
 
     /// `worker`'s [`Done`] for its current round has come: it moves to the next round.
@@ -286,6 +336,11 @@ impl Ring {
             return None;
         }
         let round = self.round[worker];
+        if let Some(why) = &self.broken {
+            return Some(format!(
+                "worker {worker} waits for all-reduce {round}, which cannot complete: {why}"
+            ));
+        }
         if let Some(t) = self.completes[worker] {
             return Some(format!(
                 "worker {worker} waits for all-reduce {round} to complete at {t}"
@@ -343,9 +398,9 @@ mod tests {
             let ring = Ring::new(n, &[1_000_000]);
             let ready: Vec<Vec<SimTime>> = self.ready.iter().map(|&t| vec![t]).collect();
             self.result = if self.queued {
-                ring.transfers_queued(&ready, cx)
+                ring.transfers_queued(&ready, cx).unwrap()
             } else {
-                ring.transfers_one_bucket(&ready, cx)
+                ring.transfers_one_bucket(&ready, cx).unwrap()
             };
         }
         fn waiting(&self) -> Vec<String> {

@@ -46,6 +46,17 @@
 //! message sent more than `τ` iterations before its own. On a schedule where every node has one
 //! in-peer and one out-peer per iteration (the one-peer exponential graph), synchronous SGP keeps
 //! every `w_i = 1` exactly.
+//!
+//! **Under faults** ([`crate::fault`]; every kind is accepted): a push-sum message that is lost
+//! (at random, or on a down link) takes its weight and numerator share with it. The sender
+//! frees it and adds its weight to the mass lost ([`Algorithm::mass_lost`]); the receiver learns
+//! of the loss when the message would have landed (a transport that detects a gap) and stops
+//! waiting for it. A message that lands at a crashed node is dropped the same way. So the
+//! weights then sum below `n` by exactly the mass lost, while the de-biased average
+//! `Σ x_i / (n·w_i)` stays an average of the nodes' models (each `x_i / w_i` is unbiased by the
+//! loss). A crashed node abandons its step, stops pushing and mixing; its out-peers wait for its
+//! next message, so synchronous SGP stalls (and Overlap-SGP once `τ` iterations have passed)
+//! unless it rejoins: it then resumes its iteration with the numerator, weight and inbox it had.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +66,7 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::schedule::PeerSchedule;
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
@@ -86,8 +98,9 @@ impl Default for OverlapSgpConfig {
 /// Events of SGP.
 #[derive(Debug, Clone, Copy)]
 pub enum Event {
-    /// `node` finished computing its gradient.
-    ComputeDone(usize),
+    /// `node` finished computing its gradient (the second field: the node's crash count when
+    /// the step started; a step abandoned by a crash is ignored).
+    ComputeDone(usize, u64),
     /// A push-sum message of iteration `iter` from `from` reached `to`.
     Push {
         /// Sender.
@@ -100,6 +113,16 @@ pub enum Event {
         msg: MsgId,
         /// The weight share.
         weight: f64,
+    },
+    /// A push-sum message of iteration `iter` from `from` to `to` was lost (`[[faults]]`): `to`
+    /// learns it when the message would have landed, and stops waiting for it.
+    Lost {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// The sender's iteration.
+        iter: u64,
     },
 }
 
@@ -118,6 +141,10 @@ struct Node {
     arrived: BTreeSet<(u64, usize)>,
     /// Waiting to mix for a message not sent yet.
     stalled: bool,
+    /// Crashes so far (a `ComputeDone` of an earlier life is ignored).
+    life: u64,
+    /// Down (crashed, not rejoined).
+    down: bool,
 }
 
 /// The state machine of SGP and Overlap-SGP.
@@ -130,6 +157,8 @@ pub struct Sgp {
     in_flight: BTreeMap<MsgId, f64>,
     max_age: u64,
     mixed: u64,
+    /// Push-sum weight carried by messages that were lost or dropped.
+    mass_lost: f64,
 }
 
 impl Sgp {
@@ -159,12 +188,15 @@ impl Sgp {
                     complete: 0,
                     arrived: BTreeSet::new(),
                     stalled: false,
+                    life: 0,
+                    down: false,
                 };
                 n
             ],
             in_flight: BTreeMap::new(),
             max_age: 0,
             mixed: 0,
+            mass_lost: 0.0,
         }
     }
 
@@ -203,7 +235,7 @@ impl Sgp {
         let scale = 1.0 / self.nodes[i].w;
         let (grad, d) = cx.begin_step(i, scale);
         self.nodes[i].grad = Some(grad);
-        cx.after(d, Event::ComputeDone(i));
+        cx.after(d, Event::ComputeDone(i, self.nodes[i].life));
     }
 
     fn push(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -215,10 +247,10 @@ impl Sgp {
         for &j in &peers {
             let msg = cx.world.store.new_msg(&[(Slot::Row(i), share)]);
             self.in_flight.insert(msg, weight);
-            if self.nodes[j].blocked {
+            if self.nodes[j].blocked && !self.nodes[j].down {
                 self.wait(j, i, cx);
             }
-            cx.send(
+            let sent = cx.send(
                 i,
                 j,
                 bytes,
@@ -230,9 +262,37 @@ impl Sgp {
                     weight,
                 },
             );
+            if sent.lost.is_some() {
+                self.lose(msg, weight, cx);
+                cx.at(
+                    sent.arrive,
+                    Event::Lost {
+                        from: i,
+                        to: j,
+                        iter: k,
+                    },
+                );
+            }
         }
         cx.world.store.mix(i, &[(Slot::Row(i), share)]);
         self.nodes[i].w = weight;
+    }
+
+    /// A message's share is lost: its weight is counted and its buffer freed.
+    fn lose(&mut self, msg: MsgId, weight: f64, cx: &mut Ctx<'_, '_, Event>) {
+        self.mass_lost += weight;
+        self.in_flight.remove(&msg);
+        cx.world.store.release_msg(msg);
+    }
+
+    /// Node `to` will not get the message of iteration `iter` from `from`: it counts as arrived
+    /// (with nothing to mix), so `to` does not wait for it.
+    fn missed(&mut self, from: usize, to: usize, iter: u64, cx: &mut Ctx<'_, '_, Event>) {
+        self.nodes[to].arrived.insert((iter, from));
+        self.advance_complete(to);
+        if self.nodes[to].blocked && !self.nodes[to].down && self.may_mix(to) {
+            self.mix(to, cx);
+        }
     }
 
     /// Whether node `i` at its iteration may mix: every message of iterations `≤ k − τ` arrived.
@@ -334,7 +394,8 @@ impl Algorithm for Sgp {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
-            Event::ComputeDone(i) => {
+            Event::ComputeDone(i, life) if life != self.nodes[i].life => {}
+            Event::ComputeDone(i, _) => {
                 let g = self.nodes[i].grad.take().expect("a gradient in flight");
                 let lr = cx.lr();
                 cx.world.store.apply_gradient(i, g, lr);
@@ -349,6 +410,17 @@ impl Algorithm for Sgp {
                     self.wait(i, i, cx);
                 }
             }
+            Event::Push {
+                from,
+                to,
+                iter,
+                msg,
+                weight,
+            } if !cx.deliverable(to) => {
+                self.lose(msg, weight, cx);
+                self.missed(from, to, iter, cx);
+            }
+            Event::Lost { from, to, iter } => self.missed(from, to, iter, cx),
             Event::Push {
                 from,
                 to,
@@ -370,20 +442,49 @@ impl Algorithm for Sgp {
     fn waiting(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
-            if !node.blocked {
+            if !node.blocked || node.down {
                 continue;
             }
             let s = node.complete;
             for j in self.schedule.in_peers(i, s) {
                 if !node.arrived.contains(&(s, j)) {
+                    let down = if self.nodes[j].down { " (down)" } else { "" };
                     out.push(format!(
-                        "node {i} (iteration {}) waits for the push-sum message of iteration {s} from node {j}",
+                        "node {i} (iteration {}) waits for the push-sum message of iteration {s} from node {j}{down}",
                         node.iter
                     ));
                 }
             }
         }
         out
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        match fault {
+            WorkerFault::Crash(i) => {
+                let node = &mut self.nodes[i];
+                node.down = true;
+                node.life += 1;
+                node.stalled = false;
+                if let Some(g) = node.grad.take() {
+                    cx.world.store.release_gradient(g);
+                }
+            }
+            WorkerFault::Rejoin(i) => {
+                self.nodes[i].down = false;
+                if !self.nodes[i].blocked {
+                    self.begin(i, cx);
+                } else if self.may_mix(i) {
+                    self.mix(i, cx);
+                } else {
+                    self.wait(i, i, cx);
+                }
+            }
+        }
+    }
+
+    fn mass_lost(&self) -> Option<f64> {
+        Some(self.mass_lost)
     }
 
     fn replica_scales(&self) -> Option<Vec<f64>> {
@@ -416,6 +517,11 @@ impl Algorithm for Sgp {
     }
 }
 
+/// Push-sum handles every fault kind (see the module's "Under faults").
+fn push_sum_support(_fault: FaultKind) -> FaultSupport {
+    Ok(())
+}
+
 /// SGP and Overlap-SGP mix along the peer schedule: push-sum reaches the average only if every
 /// node reaches every other over a window of the schedule.
 fn require_strongly_connected(setup: &Setup<'_>, what: &str) -> Result<(), ConfigError> {
@@ -438,6 +544,10 @@ impl AlgorithmSpec for SgpConfig {
         require_strongly_connected(setup, "SGP")
     }
 
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        push_sum_support(fault)
+    }
+
     fn run(
         &self,
         _kind: &'static str,
@@ -453,6 +563,10 @@ impl AlgorithmSpec for SgpConfig {
 impl AlgorithmSpec for OverlapSgpConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         require_strongly_connected(setup, "Overlap-SGP")
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        push_sum_support(fault)
     }
 
     fn run(

@@ -38,6 +38,7 @@ use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::engine::time::{TimeUnit, num};
 use crate::engine::{EventQueue, SimTime};
 use crate::error::{ConfigError, Error, Result};
+use crate::fault::{FaultStats, Stall, WorkerFault};
 use crate::net::NetworkStats;
 use crate::params::{Evaluation, ReplicaStore};
 use crate::record::{GradientRecord, MessageRecord, RunRecord};
@@ -282,6 +283,21 @@ pub struct Outcome {
     /// Why the run stopped before a stop rule of `[run]` was reached: `None` when it was (or
     /// the algorithm had nothing left to do).
     pub diverged: Option<Divergence>,
+    /// Why the run stopped when workers waited and no event could wake them (a crashed worker,
+    /// a partition, a lost message a synchronous algorithm needs): only with `[[faults]]`;
+    /// without faults that is a deadlock, an error ([`Error::Deadlock`]).
+    pub stalled: Option<Stall>,
+    /// What the faults did (`None` without `[[faults]]`).
+    pub faults: Option<FaultReport>,
+}
+
+/// What the faults of a run did ([`crate::fault`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultReport {
+    /// Messages lost, duplicated and delayed, crashes and rejoins, down time per worker.
+    pub stats: FaultStats,
+    /// Push-sum weight lost with dropped messages ([`Algorithm::mass_lost`]).
+    pub mass_lost: Option<f64>,
 }
 
 /// A run stopped because its held-out loss diverged: not finite, or above the bound
@@ -341,19 +357,25 @@ struct DivergenceGuard {
     bound: Option<f64>,
     configured: bool,
     last_finite: Option<(SimTime, f64)>,
+    /// Off for a store that computes no loss ([`ReplicaStore::computes`]).
+    on: bool,
 }
 
 impl DivergenceGuard {
-    fn new(cfg: &RunConfig) -> Self {
+    fn new(cfg: &RunConfig, on: bool) -> Self {
         DivergenceGuard {
             bound: cfg.divergence_loss,
             configured: cfg.divergence_loss.is_some(),
             last_finite: None,
+            on,
         }
     }
 
     /// `Some` when `point` shows divergence. The first point sets the default bound.
     fn check(&mut self, point: &EvalPoint) -> Option<Divergence> {
+        if !self.on {
+            return None;
+        }
         let loss = point.eval.loss;
         if !self.configured && self.last_finite.is_none() && loss.is_finite() && loss != 0.0 {
             self.bound = Some(DIVERGENCE_FACTOR * loss.abs());
@@ -411,7 +433,7 @@ pub fn run_inspect<A: Algorithm>(
     });
     inspect(alg, world, now);
     drain_logs(world, observer)?;
-    let mut guard = DivergenceGuard::new(cfg);
+    let mut guard = DivergenceGuard::new(cfg, world.store.computes());
     let mut last_eval = evaluate(alg, world, now, observer)?;
     let mut diverged = guard.check(&last_eval);
     let mut next_eval = eval_every;
@@ -431,13 +453,33 @@ pub fn run_inspect<A: Algorithm>(
         f.min(1.0)
     };
 
+    let mut stalled = None;
     'run: while diverged.is_none() {
-        let Some(t) = queue.peek_time() else {
-            let waiting = alg.waiting();
-            if waiting.is_empty() {
-                break; // the algorithm has nothing left to do
+        // A crash or rejoin due no later than the next event comes first; with no event left,
+        // only a rejoin can wake anyone.
+        let next_fault = world.faults.next_time();
+        let (t, fault) = match (queue.peek_time(), next_fault) {
+            (Some(a), Some(f)) if f <= a => (f, true),
+            (Some(a), _) => (a, false),
+            (None, Some(f)) if world.faults.rejoin_pending() => (f, true),
+            (None, _) => {
+                let mut waiting = alg.waiting();
+                let down = world.faults.down_workers();
+                if waiting.is_empty() && down.is_empty() {
+                    break; // the algorithm has nothing left to do
+                }
+                if !world.faults.configured() {
+                    return Err(Error::Deadlock { time: now, waiting });
+                }
+                waiting.extend(down.into_iter().map(|(w, since)| {
+                    format!(
+                        "worker {w} is down since {} s and never rejoins",
+                        num(since.as_secs_f64())
+                    )
+                }));
+                stalled = Some(Stall { time: now, waiting });
+                break;
             }
-            return Err(Error::Deadlock { time: now, waiting });
         };
         // Time arithmetic saturates: an event at `SimTime::MAX` would happen after the end of
         // simulated time. A time limit (at most `SimTime::MAX_CONFIG`) stops the run before it;
@@ -463,6 +505,28 @@ pub fn run_inspect<A: Algorithm>(
         {
             now = limit;
             break;
+        }
+        if fault {
+            now = t;
+            world.store.set_now(now);
+            if let Some(f) = world.faults.pop(now) {
+                if let WorkerFault::Crash(w) = f {
+                    world
+                        .recorder
+                        .set(w, crate::record::Activity::Idle, now, None);
+                }
+                alg.on_fault(
+                    f,
+                    &mut Ctx {
+                        now,
+                        queue: &mut queue,
+                        world,
+                    },
+                );
+                inspect(alg, world, now);
+                drain_logs(world, observer)?;
+            }
+            continue;
         }
         let (t, event) = queue.pop().expect("peeked");
         now = t;
@@ -522,6 +586,10 @@ pub fn run_inspect<A: Algorithm>(
         events,
         fraction: 1.0,
     });
+    let faults = world.faults.configured().then(|| FaultReport {
+        stats: world.faults.stats(now),
+        mass_lost: alg.mass_lost(),
+    });
     let mut record = world.recorder.finish(now);
     record.gradient_staleness = world.store.staleness().to_vec();
     record.links = world.net.link_stats();
@@ -535,6 +603,8 @@ pub fn run_inspect<A: Algorithm>(
         staleness: alg.staleness(),
         record,
         diverged,
+        stalled,
+        faults,
     })
 }
 
@@ -642,7 +712,7 @@ mod tests {
 
     #[test]
     fn the_default_bound_is_a_thousand_times_the_first_loss() {
-        let mut g = DivergenceGuard::new(&cfg(None));
+        let mut g = DivergenceGuard::new(&cfg(None), true);
         assert_eq!(g.check(&point(0.0, 2.0)), None);
         assert_eq!(g.check(&point(0.1, 1999.0)), None);
         assert_eq!(
@@ -662,7 +732,7 @@ mod tests {
 
     #[test]
     fn a_non_finite_loss_diverges_whatever_the_bound() {
-        let mut g = DivergenceGuard::new(&cfg(Some(f64::MAX)));
+        let mut g = DivergenceGuard::new(&cfg(Some(f64::MAX)), true);
         assert_eq!(g.check(&point(0.0, 1.0)), None);
         assert_eq!(g.check(&point(0.1, 1e300)), None);
         let d = g.check(&point(0.2, f64::INFINITY)).unwrap();
@@ -671,7 +741,7 @@ mod tests {
             "diverged at simulated time 0.2 s: held-out loss inf; last finite loss 1e300 at 0.1 s"
         );
         // NaN at the very first point: no finite loss before it.
-        let mut g = DivergenceGuard::new(&cfg(None));
+        let mut g = DivergenceGuard::new(&cfg(None), true);
         let d = g.check(&point(0.0, f64::NAN)).unwrap();
         assert_eq!(d.last_finite, None);
         assert!(
@@ -682,7 +752,7 @@ mod tests {
 
     #[test]
     fn a_zero_initial_loss_sets_no_default_bound() {
-        let mut g = DivergenceGuard::new(&cfg(None));
+        let mut g = DivergenceGuard::new(&cfg(None), true);
         assert_eq!(g.check(&point(0.0, 0.0)), None);
         assert_eq!(g.check(&point(0.1, 1e200)), None);
         assert!(g.check(&point(0.2, f64::NAN)).is_some());

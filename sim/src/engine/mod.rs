@@ -7,7 +7,8 @@ pub mod rng;
 pub mod time;
 
 pub use driver::{
-    Collect, DIVERGENCE_FACTOR, Divergence, EvalPoint, Observer, Outcome, ReplicaEvals, RunConfig,
+    Collect, DIVERGENCE_FACTOR, Divergence, EvalPoint, FaultReport, Observer, Outcome, ReplicaEvals,
+    RunConfig,
     RunProgress, Spread, run, run_inspect,
 };
 pub use queue::EventQueue;

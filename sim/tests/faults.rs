@@ -1,0 +1,647 @@
+//! Fault injection (`[[faults]]`): every kind changes a small run as worked out by hand, push-sum
+//! accounts for the mass it loses, a crashed all-reduce worker stalls the run, and runs with
+//! faults are deterministic.
+
+mod common;
+
+use dasim_sim::algorithms::{AlgorithmConfig, SgpConfig, run_algorithm};
+use dasim_sim::engine::run_inspect;
+use dasim_sim::fault::{FaultConfig, Faults, WorkerFault};
+use dasim_sim::prelude::*;
+
+use common::*;
+
+/// Parses `[[faults]]` entries from TOML.
+fn faults(text: &str) -> Vec<FaultConfig> {
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        faults: Vec<FaultConfig>,
+    }
+    toml::from_str::<Doc>(text).expect("valid faults").faults
+}
+
+fn realize(text: &str, n: usize) -> Faults {
+    Faults::new(&faults(text), n, &BuildEnv::new(11)).unwrap()
+}
+
+/// 1 byte per ns, no latency, no header: a message of 1,000 bytes posted at `t` lands at
+/// `t + 1 µs`.
+fn plain_net() -> NetworkConfig {
+    let mut n = NetworkConfig::uniform(8.0, 0.0);
+    n.header_bytes = 0;
+    n
+}
+
+/// Sends one 1,000-byte message per `(time_ns, src, dst)` and records what lands, and the
+/// crashes and rejoins it is told of.
+struct Probe {
+    sends: Vec<(u64, usize, usize)>,
+    landed: Vec<(u64, usize, usize)>,
+    dropped: Vec<(u64, usize, usize)>,
+    lost: Vec<(u64, usize, usize)>,
+    faults: Vec<(u64, WorkerFault)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    Send(usize),
+    Land(usize, usize),
+}
+
+impl Probe {
+    fn new(sends: &[(u64, usize, usize)]) -> Self {
+        Probe {
+            sends: sends.to_vec(),
+            landed: Vec::new(),
+            dropped: Vec::new(),
+            lost: Vec::new(),
+            faults: Vec::new(),
+        }
+    }
+}
+
+impl Algorithm for Probe {
+    type Event = Ev;
+    fn name(&self) -> &str {
+        "probe"
+    }
+    fn start(&mut self, cx: &mut Ctx<'_, '_, Ev>) {
+        for (k, &(t, _, _)) in self.sends.iter().enumerate() {
+            cx.at(SimTime::from_nanos(t), Ev::Send(k));
+        }
+    }
+    fn handle(&mut self, e: Ev, cx: &mut Ctx<'_, '_, Ev>) {
+        let now = cx.now().as_nanos();
+        match e {
+            Ev::Send(k) => {
+                let (_, src, dst) = self.sends[k];
+                let sent = cx.send(src, dst, 1000, Ev::Land(src, dst));
+                if sent.lost.is_some() {
+                    self.lost.push((now, src, dst));
+                }
+            }
+            Ev::Land(src, dst) if !cx.deliverable(dst) => self.dropped.push((now, src, dst)),
+            Ev::Land(src, dst) => self.landed.push((now, src, dst)),
+        }
+    }
+    fn waiting(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn on_fault(&mut self, f: WorkerFault, cx: &mut Ctx<'_, '_, Ev>) {
+        self.faults.push((cx.now().as_nanos(), f));
+    }
+}
+
+/// Runs the probe on 4 workers with the given faults; returns it and the outcome.
+fn probe(sends: &[(u64, usize, usize)], text: &str) -> (Probe, Outcome) {
+    let n = 4;
+    let env = BuildEnv::new(11);
+    let mut store = quadratic_store(n, 11);
+    let opt = optimizer(0.05, 0.0);
+    let mut world = World::new(
+        Cluster::new(&cluster(n, &[]), &env).unwrap(),
+        Network::new(&plain_net(), n, &env).unwrap(),
+        Topology::build(&TopologyConfig::Ring {}, n, &env).unwrap(),
+        &mut store,
+        &opt,
+        11,
+    );
+    world.set_faults(realize(text, n));
+    let mut p = Probe::new(sends);
+    let out = run(&mut p, &mut world, &stop_at(0.01), &mut Collect::default()).unwrap();
+    (p, out)
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn loss_with_probability_one_loses_every_message_of_its_link_only() {
+    let sends = [(0, 0, 1), (MS, 0, 1), (0, 1, 0), (0, 2, 3)];
+    let (p, out) = probe(
+        &sends,
+        r#"[[faults]]
+kind = "loss"
+probability = 1.0
+links = ["0 -> 1"]"#,
+    );
+    assert_eq!(p.lost, vec![(0, 0, 1), (MS, 0, 1)]);
+    assert_eq!(p.landed, vec![(1000, 1, 0), (1000, 2, 3)]);
+    let f = out.faults.unwrap().stats;
+    assert_eq!((f.lost, f.lost_link_down, f.duplicated), (2, 0, 0));
+    // A lost message still left its sender: the network carried all four.
+    assert_eq!(out.network.messages, 4);
+}
+
+#[test]
+fn random_loss_is_the_same_realization_on_every_run() {
+    let sends: Vec<(u64, usize, usize)> = (0..200).map(|k| (k * 10_000, 0, 1)).collect();
+    let text = r#"[[faults]]
+kind = "loss"
+probability = 0.25"#;
+    let (a, _) = probe(&sends, text);
+    let (b, _) = probe(&sends, text);
+    assert_eq!(a.lost, b.lost);
+    // About a quarter lost (200 draws: within 5 standard deviations).
+    assert!((25..=75).contains(&a.lost.len()), "{}", a.lost.len());
+    // Another link's traffic does not change link 0 -> 1's realization.
+    let mut more = sends.clone();
+    more.extend((0..50).map(|k| (k * 7_000 + 3, 2, 3)));
+    let (c, _) = probe(&more, text);
+    let on01: Vec<_> = c.lost.iter().filter(|l| l.1 == 0).copied().collect();
+    assert_eq!(on01, a.lost);
+}
+
+#[test]
+fn a_link_down_window_loses_what_is_posted_inside_it() {
+    // Every link of worker 1 is down over [1 ms, 2 ms).
+    let sends = [
+        (MS / 2, 0, 1),
+        (3 * MS / 2, 0, 1),
+        (3 * MS / 2, 1, 2),
+        (3 * MS / 2, 2, 3),
+        (2 * MS, 1, 0),
+    ];
+    let (p, out) = probe(
+        &sends,
+        r#"[[faults]]
+kind = "link-down"
+workers = [1]
+start_s = 0.001
+end_s = 0.002"#,
+    );
+    assert_eq!(p.lost, vec![(3 * MS / 2, 0, 1), (3 * MS / 2, 1, 2)]);
+    assert_eq!(
+        p.landed,
+        vec![
+            (MS / 2 + 1000, 0, 1),
+            (3 * MS / 2 + 1000, 2, 3),
+            (2 * MS + 1000, 1, 0)
+        ]
+    );
+    assert_eq!(out.faults.unwrap().stats.lost_link_down, 2);
+}
+
+#[test]
+fn a_partition_cuts_the_links_between_groups() {
+    let sends = [(0, 0, 1), (0, 1, 2), (0, 2, 0), (0, 3, 2)];
+    let (p, _) = probe(
+        &sends,
+        r#"[[faults]]
+kind = "link-down"
+groups = [[0], [1, 2]]"#,
+    );
+    // Worker 3 is in no group: a group of its own.
+    assert_eq!(p.lost, vec![(0, 0, 1), (0, 2, 0), (0, 3, 2)]);
+    assert_eq!(p.landed, vec![(1000, 1, 2)]);
+}
+
+#[test]
+fn a_duplicate_occupies_the_wire_but_is_delivered_once() {
+    let (p, out) = probe(
+        &[(0, 0, 1)],
+        r#"[[faults]]
+kind = "duplicate"
+probability = 1.0"#,
+    );
+    assert_eq!(p.landed, vec![(1000, 0, 1)]);
+    assert_eq!(out.network.messages, 2);
+    assert_eq!(out.network.bytes, 2000);
+    // The copy followed the original on 0's uplink: busy for 2 µs.
+    assert_eq!(out.record.links[&(0, 1)].busy.as_nanos(), 2000);
+    assert_eq!(out.faults.unwrap().stats.duplicated, 1);
+}
+
+#[test]
+fn a_delay_lands_later_and_keeps_links_fifo() {
+    // Only the first message is delayed (its window closes at 1 µs): 3 ms more. The second,
+    // posted at 2 µs, would land at 3 µs but waits behind the first (links stay FIFO); 2 -> 3 is
+    // not covered.
+    let (p, out) = probe(
+        &[(0, 0, 1), (2000, 0, 1), (2000, 2, 3)],
+        r#"[[faults]]
+kind = "delay"
+mean_ms = 3.0
+links = ["0 <-> 1"]
+end_s = 0.000001"#,
+    );
+    assert_eq!(
+        p.landed,
+        vec![(3000, 2, 3), (3 * MS + 1000, 0, 1), (3 * MS + 1000, 0, 1)]
+    );
+    let f = out.faults.unwrap().stats;
+    assert_eq!((f.delayed, f.delay_total.as_nanos()), (1, 3 * MS));
+}
+
+#[test]
+fn a_random_delay_draws_from_its_distribution() {
+    let sends: Vec<(u64, usize, usize)> = (0..100).map(|k| (k * 100_000, 0, 1)).collect();
+    let (p, out) = probe(
+        &sends,
+        r#"[[faults]]
+kind = "delay"
+distribution = "exponential"
+mean_ms = 0.01"#,
+    );
+    let f = out.faults.unwrap().stats;
+    assert_eq!(f.delayed, 100);
+    let mean_ns = f.delay_total.as_nanos() as f64 / 100.0;
+    assert!((5_000.0..20_000.0).contains(&mean_ns), "{mean_ns}");
+    assert_eq!(p.landed.len(), 100);
+}
+
+#[test]
+fn a_crashed_worker_drops_what_lands_and_rejoins() {
+    // Worker 1 is down over [1 ms, 3 ms).
+    let sends = [
+        (MS / 2, 0, 1),
+        (3 * MS / 2, 0, 1),
+        (3 * MS - 500, 0, 1),
+        (4 * MS, 0, 1),
+    ];
+    let (p, out) = probe(
+        &sends,
+        r#"[[faults]]
+kind = "crash"
+workers = [1]
+at_s = 0.001
+rejoin_after_s = 0.002"#,
+    );
+    assert_eq!(
+        p.faults,
+        vec![
+            (MS, WorkerFault::Crash(1)),
+            (3 * MS, WorkerFault::Rejoin(1))
+        ]
+    );
+    // The message posted 0.5 µs before the rejoin lands 0.5 µs after it.
+    assert_eq!(p.dropped, vec![(3 * MS / 2 + 1000, 0, 1)]);
+    assert_eq!(
+        p.landed,
+        vec![
+            (MS / 2 + 1000, 0, 1),
+            (3 * MS + 500, 0, 1),
+            (4 * MS + 1000, 0, 1)
+        ]
+    );
+    let f = out.faults.unwrap().stats;
+    assert_eq!((f.crashes, f.rejoins, f.dropped_down), (1, 1, 1));
+    assert_eq!(f.down_time[1].as_nanos(), 2 * MS);
+    assert_eq!(f.down_time[0], SimTime::ZERO);
+}
+
+#[test]
+fn random_crashes_follow_the_mtbf_and_do_not_depend_on_the_algorithm() {
+    let text = r#"[[faults]]
+kind = "crash"
+workers = "all"
+mtbf_s = 0.002
+rejoin_after_s = 0.001"#;
+    // A run with nothing left to do ends: the probe keeps it going to 9.9 ms.
+    let (a, _) = probe(&[(9_900_000, 0, 1)], text);
+    let (b, _) = probe(&[(0, 0, 1), (5, 2, 3), (9_900_000, 0, 1)], text);
+    assert_eq!(a.faults, b.faults);
+    let crashes = a
+        .faults
+        .iter()
+        .filter(|f| matches!(f.1, WorkerFault::Crash(_)))
+        .count();
+    // 4 workers over 10 ms, each up 2 ms on average then down 1 ms: about 13 crashes.
+    assert!((5..=25).contains(&crashes), "{crashes}");
+    // Every crash of a worker is followed by its rejoin 1 ms later.
+    for (t, f) in &a.faults {
+        if let WorkerFault::Crash(w) = f
+            && t + MS <= 9_900_000
+        {
+            assert!(a.faults.contains(&(t + MS, WorkerFault::Rejoin(*w))));
+        }
+    }
+}
+
+fn sgp_world<'s>(store: &'s mut dyn ReplicaStore, text: &str) -> World<'s> {
+    let n = 4;
+    let alg: AlgorithmConfig = SgpConfig::default().into();
+    let mut w = world(
+        &alg,
+        &cluster(n, &[]),
+        &plain_net(),
+        TopologyConfig::OnePeerExponential {},
+        store,
+        &optimizer(0.05, 0.0),
+        11,
+    );
+    w.set_faults(realize(text, n));
+    w
+}
+
+#[test]
+fn sgp_reports_the_mass_of_the_messages_it_lost() {
+    // One-peer exponential graph on 4 nodes: at iteration 0 node i pushes half its weight to
+    // i + 1. The push 0 -> 1 is lost: after the first mix (before the second step ends at
+    // 20 ms) node 1 holds only its own half, node 0 its half and node 3's, and the half node 0
+    // pushed is the mass lost.
+    let text = r#"[[faults]]
+kind = "loss"
+probability = 1.0
+links = ["0 -> 1"]"#;
+    let mut store = quadratic_store(4, 11);
+    let mut world = sgp_world(&mut store, text);
+    let mut alg =
+        dasim_sim::algorithms::Sgp::synchronous(&SgpConfig::default(), world.topology.schedule());
+    let mut checked = 0;
+    let out = run_inspect(
+        &mut alg,
+        &mut world,
+        &stop_at(0.015),
+        &mut Collect::default(),
+        &mut |a: &dasim_sim::algorithms::Sgp, _, _| {
+            // Weight is conserved but for the mass lost: nodes + unmixed messages + lost = n.
+            let held: f64 =
+                a.weights().iter().sum::<f64>() + a.unmixed().iter().map(|m| m.1).sum::<f64>();
+            assert!((held + a.mass_lost().unwrap() - 4.0).abs() < 1e-12);
+            checked += 1;
+        },
+    )
+    .unwrap();
+    assert!(checked > 4);
+    assert_eq!(alg.weights(), vec![1.0, 0.5, 1.0, 1.0]);
+    let f = out.faults.unwrap();
+    assert_eq!(f.mass_lost, Some(0.5));
+    assert_eq!(f.stats.lost, 1);
+    // The run goes on: node 1 learnt of the loss and mixed without it.
+    assert_eq!(out.worker_steps, 4);
+    assert!(out.stalled.is_none());
+}
+
+#[test]
+fn sgp_under_random_loss_loses_exactly_the_weight_of_the_dropped_messages() {
+    let text = r#"[[faults]]
+kind = "loss"
+probability = 0.2"#;
+    let mut store = quadratic_store(4, 11);
+    let mut world = sgp_world(&mut store, text);
+    let mut alg =
+        dasim_sim::algorithms::Sgp::synchronous(&SgpConfig::default(), world.topology.schedule());
+    let out = run_inspect(
+        &mut alg,
+        &mut world,
+        &stop_at(0.5),
+        &mut Collect::default(),
+        &mut |a: &dasim_sim::algorithms::Sgp, _, _| {
+            let held: f64 =
+                a.weights().iter().sum::<f64>() + a.unmixed().iter().map(|m| m.1).sum::<f64>();
+            assert!((held + a.mass_lost().unwrap() - 4.0).abs() < 1e-9);
+        },
+    )
+    .unwrap();
+    let f = out.faults.unwrap();
+    assert!(f.stats.lost > 10, "{}", f.stats.lost);
+    let lost = f.mass_lost.unwrap();
+    assert!(lost > 0.0 && alg.weights().iter().sum::<f64>() < 4.0 - lost + 1e-9);
+    assert!(out.stalled.is_none());
+    assert!(out.worker_steps > 100);
+}
+
+#[test]
+fn sgp_with_a_crashed_node_stalls_naming_it_and_runs_on_when_it_rejoins() {
+    let mut store = quadratic_store(4, 11);
+    let text = r#"[[faults]]
+kind = "crash"
+workers = [2]
+at_s = 0.015"#;
+    let mut world = sgp_world(&mut store, text);
+    let alg: AlgorithmConfig = SgpConfig::default().into();
+    let out = run_algorithm(&alg, &mut world, &stop_at(1.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.expect("a stall");
+    let text_ = stall.to_string();
+    assert!(text_.contains("from node 2 (down)"), "{text_}");
+    assert!(text_.contains("worker 2 is down since 0.015 s"), "{text_}");
+    assert!(out.sim_time < SimTime::from_secs_f64(0.1));
+    // Dropped at the crashed node: the pushes of iteration 1 to it.
+    assert!(out.faults.unwrap().stats.dropped_down >= 1);
+
+    let mut store = quadratic_store(4, 11);
+    let text = r#"[[faults]]
+kind = "crash"
+workers = [2]
+at_s = 0.015
+rejoin_after_s = 0.05"#;
+    let mut world = sgp_world(&mut store, text);
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.3), &mut Collect::default()).unwrap();
+    assert!(out.stalled.is_none());
+    // Down 50 ms of 300: about 25 synchronous iterations of 10 ms, 4 workers each.
+    assert!(out.worker_steps >= 4 * 24, "{}", out.worker_steps);
+    assert_eq!(out.faults.unwrap().stats.down_time[2].as_nanos(), 50 * MS);
+}
+
+#[test]
+fn an_allreduce_worker_that_crashes_stalls_the_run_naming_it() {
+    let n = 4;
+    let alg: AlgorithmConfig = AllReduceConfig::default().into();
+    let mut store = quadratic_store(n, 11);
+    let mut world = world(
+        &alg,
+        &cluster(n, &[]),
+        &plain_net(),
+        TopologyConfig::Ring {},
+        &mut store,
+        &optimizer(0.05, 0.0),
+        11,
+    );
+    world.set_faults(realize(
+        r#"[[faults]]
+kind = "crash"
+workers = [2]
+at_s = 0.025"#,
+        n,
+    ));
+    // A time limit of 1,000 s: the stall ends the run right after the crash, in a few events.
+    let out = run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.expect("a stall");
+    // Two iterations completed (10 ms steps and a short ring); worker 2 crashed in its third
+    // step; the others finished theirs and wait for it.
+    assert_eq!(out.worker_steps, 8);
+    assert_eq!(stall.waiting.len(), 4, "{:?}", stall.waiting);
+    for (line, w) in stall.waiting.iter().zip([0, 1, 3]) {
+        assert_eq!(
+            line,
+            &format!(
+                "worker {w} waits for all-reduce 2, which cannot complete: worker 2 crashed at \
+                 0.025 s and never rejoins"
+            )
+        );
+    }
+    assert!(stall.to_string().contains("worker 2 is down since 0.025 s"));
+    assert!(stall.time < SimTime::from_secs_f64(0.04));
+    assert_eq!(out.sim_time, stall.time);
+}
+
+#[test]
+fn an_allreduce_chunk_lost_breaks_the_ring() {
+    let n = 4;
+    let alg: AlgorithmConfig = AllReduceConfig::default().into();
+    let mut store = quadratic_store(n, 11);
+    let mut world = world(
+        &alg,
+        &cluster(n, &[]),
+        &plain_net(),
+        TopologyConfig::Ring {},
+        &mut store,
+        &optimizer(0.05, 0.0),
+        11,
+    );
+    world.set_faults(realize(
+        r#"[[faults]]
+kind = "link-down"
+links = ["1 -> 2"]
+start_s = 0.015"#,
+        n,
+    ));
+    let out = run_algorithm(&alg, &mut world, &stop_at(1.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.expect("a stall");
+    assert_eq!(out.worker_steps, 4);
+    assert!(
+        stall.waiting[0]
+            .contains("a chunk of all-reduce 1 from worker 1 to worker 2 was lost at 0.02"),
+        "{:?}",
+        stall.waiting
+    );
+}
+
+/// Runs SGP under every fault kind at once and returns the outcome and evaluation points.
+fn sgp_under_everything() -> (Outcome, Vec<EvalPoint>) {
+    let text = r#"
+[[faults]]
+kind = "loss"
+probability = 0.1
+[[faults]]
+kind = "duplicate"
+probability = 0.1
+[[faults]]
+kind = "delay"
+distribution = "gamma"
+mean_ms = 0.5
+cv = 0.5
+probability = 0.5
+[[faults]]
+kind = "crash"
+workers = { count = 2 }
+mtbf_s = 0.05
+rejoin_after_s = 0.01
+[[faults]]
+kind = "link-down"
+groups = [[0, 1, 2], [3, 4, 5, 6, 7]]
+start_s = 0.1
+end_s = 0.12
+"#;
+    let n = 8;
+    let alg: AlgorithmConfig = OverlapSgpConfig::default().into();
+    let mut store = quadratic_store(n, 11);
+    let mut world = world(
+        &alg,
+        &cluster(n, &[(3, 2.0)]),
+        &plain_net(),
+        TopologyConfig::OnePeerExponential {},
+        &mut store,
+        &optimizer(0.05, 0.0),
+        11,
+    );
+    world.set_faults(realize(text, n));
+    let mut points = Collect::default();
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.3), &mut points).unwrap();
+    (out, points.0)
+}
+
+#[test]
+fn runs_with_faults_are_deterministic() {
+    // Compared as text: the quadratic has no accuracy, and NaN != NaN.
+    let (a, pa) = sgp_under_everything();
+    let (b, pb) = sgp_under_everything();
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    assert_eq!(format!("{pa:?}"), format!("{pb:?}"));
+    let f = a.faults.as_ref().unwrap().stats.clone();
+    assert!(
+        f.lost > 0 && f.duplicated > 0 && f.delayed > 0 && f.crashes > 0 && f.lost_link_down > 0
+    );
+}
+
+#[test]
+fn no_faults_changes_nothing() {
+    let run_with = |faults: Option<Faults>| {
+        let n = 4;
+        let alg: AlgorithmConfig = SgpConfig::default().into();
+        let mut store = quadratic_store(n, 11);
+        let mut world = world(
+            &alg,
+            &cluster(n, &[(1, 1.5)]),
+            &plain_net(),
+            TopologyConfig::OnePeerExponential {},
+            &mut store,
+            &optimizer(0.05, 0.0),
+            11,
+        );
+        if let Some(f) = faults {
+            world.set_faults(f);
+        }
+        run_algorithm(&alg, &mut world, &stop_at(0.2), &mut Collect::default()).unwrap()
+    };
+    let plain = run_with(None);
+    let empty = run_with(Some(Faults::new(&[], 4, &BuildEnv::new(11)).unwrap()));
+    assert_eq!(format!("{plain:?}"), format!("{empty:?}"));
+    assert!(plain.faults.is_none());
+}
+
+#[test]
+fn bad_fault_entries_name_their_field() {
+    let err = |text: &str| {
+        Faults::new(&faults(text), 4, &BuildEnv::new(1))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("[[faults]]\nkind = \"crash\"\nworkers = [7]\nat_s = 1.0");
+    assert!(e.starts_with("faults[0].workers: "), "{e}");
+    let e = err("[[faults]]\nkind = \"loss\"\nprobability = -0.1");
+    assert!(
+        e.starts_with("faults[0].probability: a probability must be in [0, 1], got -0.1"),
+        "{e}"
+    );
+    let e =
+        err("[[faults]]\nkind = \"link-down\"\nlinks = [\"0 <-> 1\"]\nstart_s = 2.0\nend_s = 1.0");
+    assert!(
+        e.starts_with("faults[0].end_s: the window ends at 1 s, not after it starts at 2 s"),
+        "{e}"
+    );
+    let e = err("[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 1e30");
+    assert!(e.starts_with("faults[0].at_s: "), "{e}");
+    let e = err("[[faults]]\nkind = \"delay\"\nmean_ms = 1e300");
+    assert!(e.starts_with("faults[0].mean_ms: "), "{e}");
+    let e = err("[[faults]]\nkind = \"link-down\"\nlinks = [\"0 -> 9\"]");
+    assert!(
+        e.starts_with("faults[0].links[0]: the link 0 -> 9 names worker 9"),
+        "{e}"
+    );
+    let e = err("[[faults]]\nkind = \"link-down\"\ngroups = [[0, 1], [1, 2]]");
+    assert!(
+        e.starts_with("faults[0].groups[1][0]: worker 1 is in two groups"),
+        "{e}"
+    );
+    let e = err("[[faults]]\nkind = \"crash\"\nworkers = [1]");
+    assert!(
+        e.starts_with("faults[0].at_s: a crash needs its time"),
+        "{e}"
+    );
+    let e = err("[[faults]]\nkind = \"crash\"\nworkers = [1]\nmtbf_s = 0.0");
+    assert!(e.starts_with("faults[0].mtbf_s: "), "{e}");
+}
+
+#[test]
+fn an_algorithm_refuses_a_fault_it_does_not_handle() {
+    let f = faults(
+        "[[faults]]\nkind = \"delay\"\nmean_ms = 1.0\n[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 1.0\nrejoin_after_s = 1.0",
+    );
+    let allreduce: AlgorithmConfig = AllReduceConfig::default().into();
+    let e = dasim_sim::fault::check_support(&allreduce, &f, "algorithms[0]").unwrap_err();
+    assert_eq!(e.path.to_string(), "faults[1].kind");
+    assert!(e.message.contains("allreduce (algorithms[0], `allreduce`) does not handle crash with rejoin_after_s faults"), "{}", e.message);
+    let sgp: AlgorithmConfig = SgpConfig::default().into();
+    dasim_sim::fault::check_support(&sgp, &f, "algorithms[0]").unwrap();
+}
