@@ -73,6 +73,8 @@ pub struct Results {
     pub runs: Vec<AlgorithmSummary>,
     /// `timings.json`'s `runs`.
     pub timings: Vec<HostTimings>,
+    /// The model was a `timing` model: no gradient was computed, no loss measured.
+    pub timing_only: bool,
     /// The verdicts of the scenario's `[[expect]]` entries (`checks.csv`), one per entry and
     /// algorithm; empty without expectations.
     pub checks: Vec<CheckRow>,
@@ -521,6 +523,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         device: backend.device_name.clone(),
         workers: s.cluster.workers,
         params: problem.model.num_params(),
+        timing_only: !problem.computes(),
         runs: Vec::new(),
         checks: Vec::new(),
     };
@@ -678,6 +681,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         dasim_reports::plot_run(&opts.out)?;
     }
     Ok(Results {
+        timing_only: summary.timing_only,
         runs: summary.runs,
         timings: timings.runs,
         checks: summary.checks,

@@ -156,6 +156,14 @@ impl Scenario {
             ModelConfig::Softmax { l2 } => (Some(true), Some(*l2 > 0.0)),
             ModelConfig::Lenet {} | ModelConfig::Resnet { .. } => (Some(true), Some(false)),
             ModelConfig::Mlp { .. } => (None, Some(false)),
+            ModelConfig::Timing { .. } => (Some(false), Some(false)),
+        };
+        let numerics = !matches!(self.model, ModelConfig::Timing { .. });
+        // A timing model has neither, whatever the (empty) data says.
+        let (accuracy, optimum) = if numerics {
+            (accuracy, optimum)
+        } else {
+            (None, None)
         };
         let mut unavailable = Vec::new();
         let taus = self.overlap_taus();
@@ -222,6 +230,7 @@ impl Scenario {
             target_accuracy: self.metrics.target_accuracy.is_some(),
             target_loss: self.metrics.target_loss.is_some(),
             eval_replicas: self.metrics.eval_replicas,
+            timing_only: !numerics,
             sim_time_s: self.run.sim_time_s,
             unavailable,
         }
@@ -324,6 +333,9 @@ impl Loaded {
             let span = e.span();
             let message = e.message().trim_end().to_string();
             let hint = message.starts_with("unknown field").then(|| {
+                if message.starts_with("unknown field `sweep`") {
+                    return "a scenario with a [sweep] table is run by `dasim sweep SCENARIO --out DIR` (one run per point)".to_string();
+                }
                 "check the spelling against the scenario reference in the book".to_string()
             });
             let offset = span.map(|s| unknown_key_offset(&text, s.start, &message));

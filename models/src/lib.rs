@@ -25,6 +25,7 @@ pub mod quadratic;
 pub mod resnet;
 pub mod rows;
 pub mod store;
+pub mod timing;
 
 pub use backend::{Backend, BackendChoice};
 pub use data::{
@@ -39,6 +40,7 @@ pub use model::{Loss, Model, ModelConfig};
 pub use quadratic::QuadraticStore;
 pub use resnet::ResNet;
 pub use store::{BurnStore, Execution, RunStore, StoreStats};
+pub use timing::{Preset, TimingShape, TimingStore};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -80,6 +82,32 @@ impl Problem {
         seed: u64,
     ) -> Result<Self> {
         model.validate()?;
+        if let Some(shape) = model.timing_shape()? {
+            // The minibatch size sets the step time (with FLOPs); nothing else of [data] applies.
+            let batch_only = DataConfig {
+                batch_size: DataConfig::default().batch_size,
+                ..data.clone()
+            };
+            if batch_only.resolved() != DataConfig::default().resolved() {
+                return Err(ConfigError::new(
+                    "data",
+                    "a timing model reads no data: it carries a model's size and cost, not its numbers",
+                )
+                .hint("keep only batch_size in [data] (it sets a step's samples)")
+                .into());
+            }
+            let empty = Dataset::regression(Vec::new(), 0, Vec::new());
+            return Ok(Problem {
+                split: Split {
+                    train: empty.clone(),
+                    test: empty,
+                },
+                model: Model::Timing(shape),
+                partition: PartitionConfig::default(),
+                augment: Augment::default(),
+                objective: None,
+            });
+        }
         if let ModelConfig::Quadratic {
             dim,
             condition,
@@ -161,7 +189,9 @@ impl Problem {
                 let shape = image_shape(model, data, train)?;
                 (conv_model(model, shape, outputs)?, None)
             }
-            ModelConfig::Quadratic { .. } => unreachable!("handled above"),
+            ModelConfig::Quadratic { .. } | ModelConfig::Timing { .. } => {
+                unreachable!("handled above")
+            }
         };
         Ok(Problem {
             model,
@@ -172,9 +202,14 @@ impl Problem {
         })
     }
 
-    /// Whether the problem has data (everything but the quadratic).
+    /// Whether the problem has data (everything but the quadratic and timing models).
     pub fn has_data(&self) -> bool {
-        !matches!(self.model, Model::Quadratic(_))
+        !matches!(self.model, Model::Quadratic(_) | Model::Timing(_))
+    }
+
+    /// Whether a run computes gradients and losses (everything but a timing model).
+    pub fn computes(&self) -> bool {
+        !matches!(self.model, Model::Timing(_))
     }
 
     /// The training objective of softmax regression with `l2 > 0` and of linear least squares
@@ -278,6 +313,7 @@ impl Problem {
             Model::Quadratic(shape) => {
                 Box::new(QuadraticStore::new(*shape, shards.len(), optimizer, seed))
             }
+            Model::Timing(shape) => Box::new(TimingStore::new(*shape, shards.len(), batch)),
             _ => Box::new(
                 self.store_with_shards(device, shards, batch, optimizer, seed)
                     .with_threads(execution.threads)

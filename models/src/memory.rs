@@ -59,10 +59,11 @@ impl MemoryEstimate {
     /// The estimate for a run of `shape`.
     pub fn new(shape: RunShape<'_>) -> Self {
         let p = shape.model.num_params() as u64;
-        let width = if matches!(shape.model, Model::Quadratic(_)) {
-            8
-        } else {
-            4
+        // A timing model holds no parameter: its rows have a size but no memory.
+        let width = match shape.model {
+            Model::Quadratic(_) => 8,
+            Model::Timing(_) => 0,
+            _ => 4,
         };
         let row = p * width;
         let parameters = shape.rows as u64 * row;

@@ -27,6 +27,7 @@ use dasim_sim::engine::rng::Stream;
 use crate::lenet::LeNet;
 use crate::mlp::{Activation, Mlp};
 use crate::resnet::ResNet;
+use crate::timing::{Preset, TimingShape};
 
 fn default_hidden() -> Vec<usize> {
     vec![32]
@@ -122,6 +123,23 @@ pub enum ModelConfig {
         #[serde(default = "default_quadratic_noise")]
         noise: f64,
     },
+    /// A real model's size and cost without its numbers ([`crate::timing`]): every algorithm's
+    /// schedule, messages and waits at paper scale, no gradient computed, no loss reported.
+    Timing {
+        /// A published model (`resnet50`, `resnet20`, `vgg16`, `bert-base`, `gpt2-small`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preset: Option<Preset>,
+        /// Parameters, instead of a preset: the size of a model or gradient in a message.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        params: Option<u64>,
+        /// GFLOPs of one forward pass on one sample, with `params` (needed when the cluster
+        /// gives a device speed, `device_tflops`, rather than `step_time_ms`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        forward_gflops: Option<f64>,
+        /// Samples in an epoch (default: the preset's training set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        train_samples: Option<u64>,
+    },
 }
 
 impl Default for ModelConfig {
@@ -143,6 +161,7 @@ impl ModelConfig {
             ModelConfig::Lenet {} => "lenet",
             ModelConfig::Resnet { .. } => "resnet",
             ModelConfig::Quadratic { .. } => "quadratic",
+            ModelConfig::Timing { .. } => "timing",
         }
     }
 
@@ -205,8 +224,24 @@ impl ModelConfig {
                     ));
                 }
             }
+            ModelConfig::Timing { .. } => {
+                self.timing_shape()?;
+            }
         }
         Ok(())
+    }
+
+    /// The size and cost of a `timing` model; `None` for the other kinds.
+    pub fn timing_shape(&self) -> Result<Option<TimingShape>, ConfigError> {
+        match *self {
+            ModelConfig::Timing {
+                preset,
+                params,
+                forward_gflops,
+                train_samples,
+            } => TimingShape::resolve(preset, params, forward_gflops, train_samples).map(Some),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -255,6 +290,8 @@ pub enum Model {
     ResNet(ResNet),
     /// The synthetic quadratic (no network; see [`crate::quadratic`]).
     Quadratic(QuadraticShape),
+    /// A timing-only model (no network, no numbers; see [`crate::timing`]).
+    Timing(TimingShape),
 }
 
 impl Model {
@@ -283,6 +320,7 @@ impl Model {
             Model::LeNet(_) => "lenet",
             Model::ResNet(_) => "resnet",
             Model::Quadratic(_) => "quadratic",
+            Model::Timing(_) => "timing",
         }
     }
 
@@ -295,6 +333,9 @@ impl Model {
             Model::LeNet(m) => m.num_params(),
             Model::ResNet(m) => m.num_params(),
             Model::Quadratic(q) => q.dim,
+            Model::Timing(t) => {
+                usize::try_from(t.params).expect("the parameter count fits the address space")
+            }
         }
     }
 
@@ -323,6 +364,7 @@ impl Model {
             Model::LeNet(m) => m.forward_flops(),
             Model::ResNet(m) => m.forward_flops(),
             Model::Quadratic(q) => 2 * q.dim as u64,
+            Model::Timing(t) => t.forward_flops,
         }
     }
 
@@ -339,7 +381,7 @@ impl Model {
             }
             Model::LeNet(m) => m.layer_starts(),
             Model::ResNet(m) => m.layer_starts(),
-            Model::Quadratic(_) => vec![(0, self.forward_flops())],
+            Model::Quadratic(_) | Model::Timing(_) => vec![(0, self.forward_flops())],
         };
         let trainable = self.trainable().end;
         let mut layers: Vec<dasim_sim::params::Layer> = starts
@@ -371,7 +413,7 @@ impl Model {
             }
             Model::LeNet(m) => m.activations_per_sample(),
             Model::ResNet(m) => m.activations_per_sample(),
-            Model::Quadratic(_) => 0,
+            Model::Quadratic(_) | Model::Timing(_) => 0,
         }
     }
 
@@ -400,6 +442,7 @@ impl Model {
             Model::LeNet(m) => m.init(rng),
             Model::ResNet(m) => m.init(rng),
             Model::Quadratic(q) => vec![0.0; q.dim],
+            Model::Timing(_) => panic!("a timing model has no numbers: it runs on its own store"),
         }
     }
 
@@ -420,6 +463,7 @@ impl Model {
             Model::Quadratic(_) => {
                 panic!("the quadratic has no network: it runs on the reference store")
             }
+            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
         }
     }
 
@@ -443,6 +487,7 @@ impl Model {
             Model::Quadratic(_) => {
                 panic!("the quadratic has no network: it runs on the reference store")
             }
+            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
         }
     }
 
@@ -467,6 +512,7 @@ impl Model {
             Model::Quadratic(_) => {
                 panic!("the quadratic has no network: it runs on the reference store")
             }
+            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
         }
     }
 }

@@ -25,6 +25,7 @@ fn facts() -> Facts {
         target_accuracy: true,
         target_loss: false,
         eval_replicas: false,
+        timing_only: false,
         sim_time_s: Some(0.3),
         unavailable: Vec::new(),
     }
@@ -209,6 +210,7 @@ fn results() -> Results {
             device: "CPU".into(),
             workers: 4,
             params: 10,
+            timing_only: false,
             runs: vec![allreduce, adpsgd, osgp],
             checks: Vec::new(),
         },

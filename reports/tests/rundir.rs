@@ -170,6 +170,7 @@ fn summary() -> Summary {
         device: "CPU".into(),
         workers: 4,
         params: 2410,
+        timing_only: false,
         runs: vec![
             AlgorithmSummary {
                 algorithm: "overlap-sgp".into(),

@@ -29,6 +29,8 @@ pub enum Needs {
     TargetLoss,
     /// `[metrics] eval_replicas = true`.
     ReplicaEval,
+    /// A model trained for real: not `kind = "timing"`, which computes no loss.
+    Numerics,
 }
 
 impl Needs {
@@ -42,6 +44,7 @@ impl Needs {
             Needs::TargetAccuracy => "`[metrics] target_accuracy`",
             Needs::TargetLoss => "`[metrics] target_loss`",
             Needs::ReplicaEval => "`[metrics] eval_replicas = true`",
+            Needs::Numerics => "a model trained for real (a `timing` model computes no loss)",
         }
     }
 }
@@ -341,7 +344,7 @@ pub static METRICS: &[MetricDef] = &[
         "final_loss",
         "as `loss`",
         None,
-        &[],
+        &[Needs::Numerics],
         Source::Summary(|r| finite(r.final_loss, "the loss")),
         "held-out loss of the evaluated model at the last evaluation point"
     ),
@@ -367,7 +370,7 @@ pub static METRICS: &[MetricDef] = &[
         "final_consensus",
         "squared parameter norm",
         None,
-        &[],
+        &[Needs::Numerics],
         Source::Summary(|r| finite(r.final_consensus, "the consensus distance")),
         "consensus distance `(1/n) Σ ‖x_i − x̄‖²` at the last evaluation point"
     ),
@@ -383,7 +386,7 @@ pub static METRICS: &[MetricDef] = &[
         "time_to_target.loss_s",
         "s",
         None,
-        &[Needs::TargetLoss],
+        &[Needs::Numerics, Needs::TargetLoss],
         Source::Summary(|r| Ok(r.time_to_target.loss_s.unwrap_or(f64::INFINITY))),
         "first evaluation time with loss ≤ `target_loss`; `+∞` when not reached"
     ),
@@ -512,7 +515,7 @@ pub static METRICS: &[MetricDef] = &[
         "loss",
         "as `loss`",
         None,
-        &[],
+        &[Needs::Numerics],
         Source::Metrics(|r| r.loss),
         "held-out loss of the evaluated model (`metrics.csv`)"
     ),
@@ -528,7 +531,7 @@ pub static METRICS: &[MetricDef] = &[
         "train_loss",
         "as `loss`",
         None,
-        &[],
+        &[Needs::Numerics],
         Source::Metrics(|r| r.train_loss),
         "running training loss (empty points skipped)"
     ),
@@ -536,7 +539,7 @@ pub static METRICS: &[MetricDef] = &[
         "consensus",
         "squared parameter norm",
         None,
-        &[],
+        &[Needs::Numerics],
         Source::Metrics(|r| r.consensus),
         "consensus distance"
     ),
@@ -560,7 +563,7 @@ pub static METRICS: &[MetricDef] = &[
         "replica_loss.min",
         "as `loss`",
         None,
-        &[Needs::ReplicaEval],
+        &[Needs::Numerics, Needs::ReplicaEval],
         Source::Metrics(|r| r.replica_loss_min),
         "smallest held-out loss of a worker replica"
     ),
@@ -568,7 +571,7 @@ pub static METRICS: &[MetricDef] = &[
         "replica_loss.mean",
         "as `loss`",
         None,
-        &[Needs::ReplicaEval],
+        &[Needs::Numerics, Needs::ReplicaEval],
         Source::Metrics(|r| r.replica_loss_mean),
         "mean held-out loss of the worker replicas"
     ),
@@ -576,7 +579,7 @@ pub static METRICS: &[MetricDef] = &[
         "replica_loss.max",
         "as `loss`",
         None,
-        &[Needs::ReplicaEval],
+        &[Needs::Numerics, Needs::ReplicaEval],
         Source::Metrics(|r| r.replica_loss_max),
         "largest held-out loss of a worker replica"
     ),

@@ -311,6 +311,8 @@ pub struct Facts {
     pub target_loss: bool,
     /// `[metrics] eval_replicas` is on.
     pub eval_replicas: bool,
+    /// The model is a `timing` model: it computes no loss (metrics of the loss are refused).
+    pub timing_only: bool,
     /// `[run] sim_time_s`: when a series' last evaluation point is known to be.
     pub sim_time_s: Option<f64>,
     /// Quantities that cannot be given, and why: `(name, label, reason)`, `label` `None` for
@@ -342,6 +344,7 @@ impl Facts {
             Needs::TargetAccuracy => Some(self.target_accuracy),
             Needs::TargetLoss => Some(self.target_loss),
             Needs::ReplicaEval => Some(self.eval_replicas),
+            Needs::Numerics => Some(!self.timing_only),
         }
     }
 }

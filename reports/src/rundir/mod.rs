@@ -60,6 +60,7 @@ pub(crate) mod tests {
             device: "CPU".into(),
             workers: 4,
             params: 10,
+            timing_only: false,
             runs: Vec::new(),
             checks: Vec::new(),
         }

@@ -180,9 +180,15 @@ impl RunData {
         Ok(data)
     }
 
-    /// The scenario's name: `summary.json`'s `scenario`, else the directory's name.
+    /// The scenario's name: `summary.json`'s `scenario`, else the directory's name; for a timing
+    /// run (`timing_only`), followed by `(timing only: no gradient computed)`.
     pub fn scenario_name(&self) -> String {
         match &self.summary {
+            // Every plot's title starts with the name: a timing run says there what it is not.
+            Some(s) if s.timing_only => format!(
+                "{} (timing only: no gradient computed)",
+                if s.scenario.is_empty() { "run" } else { &s.scenario }
+            ),
             Some(s) if !s.scenario.is_empty() => s.scenario.clone(),
             _ => self.dir.file_name().map_or_else(
                 || self.dir.display().to_string(),

@@ -798,6 +798,11 @@ pub struct Summary {
     pub workers: usize,
     /// Parameters per replica.
     pub params: usize,
+    /// The model was a `timing` model: it carried a model's size and cost through the run and
+    /// computed no gradient, so no loss, accuracy or consensus was measured (they are `null`).
+    /// Absent for a model trained for real.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timing_only: bool,
     /// One entry per algorithm, in scenario order.
     pub runs: Vec<AlgorithmSummary>,
     /// The verdicts of the scenario's `[[expect]]` entries, as in `checks.csv`; absent when

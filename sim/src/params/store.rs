@@ -91,6 +91,12 @@ pub trait ReplicaStore {
     fn batch_size(&self) -> usize;
     /// Samples in the training split (defines an epoch).
     fn train_size(&self) -> usize;
+    /// Whether the store computes: gradients, losses, accuracies. `false` for a store that only
+    /// carries a model's size and cost through a run (`kind = "timing"`): its evaluations are
+    /// NaN by design, not by divergence, and no stop rule reads them.
+    fn computes(&self) -> bool {
+        true
+    }
     /// The model's layers in forward order (input first): where each one's parameters sit in a
     /// row and its forward FLOPs per sample. Their ranges are disjoint, in increasing order, and
     /// cover `0..num_params()`. For the cost models of steps that differentiate part of the model

@@ -487,6 +487,10 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.train_size()
     }
 
+    fn computes(&self) -> bool {
+        self.inner.computes()
+    }
+
     fn layers(&self) -> Vec<crate::params::Layer> {
         self.inner.layers()
     }

@@ -1,0 +1,405 @@
+//! Timing-only models: a real model's size and cost, without its numbers.
+//!
+//! `kind = "timing"` carries what the schedule of a distributed run depends on — the bytes of a
+//! model or gradient in a message (its parameter count) and the compute time of a step (its
+//! FLOPs per sample, with the cluster's `device_tflops`, or the cluster's `step_time_ms`) — and
+//! computes no gradient. Every algorithm then runs its exact schedule, messages, waits and
+//! staleness at the papers' scale (ResNet-50's 25.6 M parameters on 128 workers) in seconds,
+//! because the store ([`TimingStore`]) holds no parameter: every operation on rows is a no-op
+//! and every loss is NaN. Runs say so: `summary.json`'s `computed = false`, the CLI line and the
+//! plots.
+//!
+//! Presets give the parameter counts and forward costs published for common models; the book's
+//! chapter on models cites the source of each.
+
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use dasim_sim::ConfigError;
+use dasim_sim::params::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot};
+
+use crate::store::{RunStore, StoreStats};
+
+/// A model whose published size and cost a timing run can take by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preset {
+    /// ResNet-50 on 224×224 ImageNet images (He et al. 2016, Table 1).
+    Resnet50,
+    /// ResNet-20 on 32×32 CIFAR-10 images (He et al. 2016, §4.2 and Table 6).
+    Resnet20,
+    /// VGG-16 on 224×224 ImageNet images (Simonyan & Zisserman 2015, configuration D).
+    Vgg16,
+    /// BERT-base, one sequence of 128 tokens (Devlin et al. 2019).
+    BertBase,
+    /// GPT-2 small (124 M), one sequence of 1,024 tokens (Radford et al. 2019).
+    Gpt2Small,
+}
+
+impl Preset {
+    /// Every preset.
+    pub const ALL: [Preset; 5] = [
+        Preset::Resnet50,
+        Preset::Resnet20,
+        Preset::Vgg16,
+        Preset::BertBase,
+        Preset::Gpt2Small,
+    ];
+
+    /// The name in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Resnet50 => "resnet50",
+            Preset::Resnet20 => "resnet20",
+            Preset::Vgg16 => "vgg16",
+            Preset::BertBase => "bert-base",
+            Preset::Gpt2Small => "gpt2-small",
+        }
+    }
+
+    /// Trainable parameters (the torchvision and Hugging Face reference implementations' counts
+    /// for the published architectures).
+    pub fn params(self) -> u64 {
+        match self {
+            Preset::Resnet50 => 25_557_032,
+            Preset::Resnet20 => 272_474,
+            Preset::Vgg16 => 138_357_544,
+            Preset::BertBase => 109_482_240,
+            Preset::Gpt2Small => 124_439_808,
+        }
+    }
+
+    /// Multiply-adds of one forward pass on one sample (an image, or a sequence).
+    pub fn forward_macs(self) -> u64 {
+        match self {
+            // He et al. 2016, Table 1: 3.8 × 10⁹ (torchvision measures 4.09 × 10⁹).
+            Preset::Resnet50 => 4_090_000_000,
+            // The 3 × 3 convolutions of 3 stages of 3 blocks on 32/16/8-pixel maps, plus the
+            // classifier: 40.8 × 10⁶.
+            Preset::Resnet20 => 40_810_000,
+            // Simonyan & Zisserman 2015, configuration D; torchvision: 15.47 × 10⁹.
+            Preset::Vgg16 => 15_470_000_000,
+            // N·L for the 85 M weights outside the embeddings and L = 128 tokens, plus the
+            // attention scores (Kaplan et al. 2020, Table 1): 11.2 × 10⁹.
+            Preset::BertBase => 11_200_000_000,
+            // The same rule, 85 M weights outside the embeddings, L = 1,024: 96.6 × 10⁹.
+            Preset::Gpt2Small => 96_600_000_000,
+        }
+    }
+
+    /// Samples in an epoch of the model's usual training set: ImageNet-1k's 1,281,167 images,
+    /// CIFAR-10's 50,000; `None` for the language models (their corpora are not counted in
+    /// sequences: give `train_samples`).
+    pub fn train_samples(self) -> Option<u64> {
+        match self {
+            Preset::Resnet50 | Preset::Vgg16 => Some(1_281_167),
+            Preset::Resnet20 => Some(50_000),
+            Preset::BertBase | Preset::Gpt2Small => None,
+        }
+    }
+}
+
+/// The size and cost of a timing model, resolved from its preset and keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimingShape {
+    /// The preset it came from, if any.
+    pub preset: Option<Preset>,
+    /// Parameters per replica: the size of a model or gradient in a message.
+    pub params: u64,
+    /// FLOPs (two per multiply-add) of one forward pass on one sample.
+    pub forward_flops: u64,
+    /// Samples in an epoch.
+    pub train_samples: u64,
+}
+
+impl TimingShape {
+    /// Resolves `[model] kind = "timing"`: a `preset`, or `params` (with `forward_gflops` when
+    /// the step time comes from a device speed); `train_samples` overrides the preset's.
+    pub fn resolve(
+        preset: Option<Preset>,
+        params: Option<u64>,
+        forward_gflops: Option<f64>,
+        train_samples: Option<u64>,
+    ) -> Result<Self, ConfigError> {
+        let names = || {
+            Preset::ALL
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if let Some(p) = params
+            && p == 0
+        {
+            return Err(ConfigError::new(
+                "model.params",
+                "a model needs at least one parameter",
+            ));
+        }
+        if let Some(g) = forward_gflops
+            && !(g.is_finite() && g > 0.0 && g * 1e9 < u64::MAX as f64)
+        {
+            return Err(ConfigError::new(
+                "model.forward_gflops",
+                format!("forward_gflops must be a positive number of GFLOPs per sample, got {g}"),
+            ));
+        }
+        if train_samples == Some(0) {
+            return Err(ConfigError::new(
+                "model.train_samples",
+                "an epoch needs at least one sample",
+            ));
+        }
+        if preset.is_some() && forward_gflops.is_some() {
+            return Err(ConfigError::new(
+                "model.forward_gflops",
+                "a preset has its own forward cost",
+            )
+            .hint("remove forward_gflops, or the preset and give params"));
+        }
+        let (params, forward_flops, default_samples) = match (preset, params) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    ConfigError::new("model.params", "a preset has its own size")
+                        .hint("remove params, or the preset"),
+                );
+            }
+            (Some(p), None) => (p.params(), 2 * p.forward_macs(), p.train_samples()),
+            (None, Some(n)) => (
+                n,
+                // Without a cost, a step's time must come from step_time_ms (checked when the
+                // cluster is built: a device speed needs FLOPs).
+                forward_gflops.map_or(0, |g| (g * 1e9).round() as u64),
+                None,
+            ),
+            (None, None) => {
+                return Err(ConfigError::new(
+                    "model",
+                    "a timing model needs a preset or a parameter count",
+                )
+                .hint(format!(
+                    "preset = \"resnet50\" (one of {}), or params = 25557032",
+                    names()
+                )));
+            }
+        };
+        let train_samples = train_samples.or(default_samples).ok_or_else(|| {
+            ConfigError::new(
+                "model.train_samples",
+                format!(
+                    "{} has no usual training-set size: give the samples of an epoch",
+                    preset.map_or("a model given by params", Preset::name)
+                ),
+            )
+            .hint("train_samples = 1000000")
+        })?;
+        Ok(TimingShape {
+            preset,
+            params,
+            forward_flops,
+            train_samples,
+        })
+    }
+
+    /// What the model is, for outputs: `resnet50 (timing: 25,557,032 parameters)`.
+    pub fn describe(&self) -> String {
+        let name = self.preset.map_or("timing", Preset::name);
+        format!(
+            "{name} (timing only: {} parameters, no gradient computed)",
+            self.params
+        )
+    }
+}
+
+/// The store of a timing run: it knows how many rows and parameters there are and hands out
+/// handles, and computes nothing ([`ReplicaStore::computes`] is false): every row operation is a
+/// no-op and every loss NaN. Memory is independent of the parameter count.
+pub struct TimingStore {
+    workers: usize,
+    rows: usize,
+    shape: TimingShape,
+    batch: usize,
+    next_grad: u64,
+    next_msg: u64,
+    stats: StoreStats,
+}
+
+impl TimingStore {
+    /// `workers` replicas of `shape`, with minibatches of `batch` samples.
+    pub fn new(shape: TimingShape, workers: usize, batch: usize) -> Self {
+        TimingStore {
+            workers,
+            rows: workers,
+            shape,
+            batch,
+            next_grad: 0,
+            next_msg: 0,
+            stats: StoreStats::default(),
+        }
+    }
+
+    fn nothing() -> Evaluation {
+        Evaluation {
+            loss: f64::NAN,
+            accuracy: f64::NAN,
+        }
+    }
+}
+
+impl RunStore for TimingStore {
+    fn stats(&self) -> StoreStats {
+        self.stats
+    }
+}
+
+impl ReplicaStore for TimingStore {
+    fn workers(&self) -> usize {
+        self.workers
+    }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn num_params(&self) -> usize {
+        usize::try_from(self.shape.params).expect("the parameter count fits the address space")
+    }
+
+    fn batch_size(&self) -> usize {
+        self.batch
+    }
+
+    fn train_size(&self) -> usize {
+        usize::try_from(self.shape.train_samples).unwrap_or(usize::MAX)
+    }
+
+    fn computes(&self) -> bool {
+        false
+    }
+
+    fn layers(&self) -> Vec<Layer> {
+        vec![Layer {
+            params: 0..self.num_params(),
+            forward_flops: self.shape.forward_flops,
+        }]
+    }
+
+    fn add_rows(&mut self, count: usize) -> usize {
+        let first = self.rows;
+        self.rows += count;
+        first
+    }
+
+    fn request_gradient_scaled(&mut self, _worker: usize, _scale: f64) -> GradId {
+        self.stats.requests += 1;
+        self.next_grad += 1;
+        GradId(self.next_grad - 1)
+    }
+
+    fn mean_gradient(&mut self, _grads: &[GradId]) -> GradId {
+        self.next_grad += 1;
+        GradId(self.next_grad - 1)
+    }
+
+    fn apply_gradient_block(&mut self, _row: usize, _g: GradId, _lr: f64, _b: Range<usize>) {}
+
+    fn release_gradient(&mut self, _grad: GradId) {}
+
+    fn average(&mut self, _rows: &[usize]) {}
+
+    fn mix(&mut self, _dst: usize, _terms: &[(Slot, f64)]) {}
+
+    fn new_msg(&mut self, _terms: &[(Slot, f64)]) -> MsgId {
+        self.next_msg += 1;
+        MsgId(self.next_msg - 1)
+    }
+
+    fn release_msg(&mut self, _msg: MsgId) {}
+
+    fn copy_block(&mut self, _dst: usize, _src: usize, _block: Range<usize>) {}
+
+    fn evaluate(&mut self) -> Evaluation {
+        Self::nothing()
+    }
+
+    fn evaluate_mix(&mut self, _terms: &[(usize, f64)]) -> Evaluation {
+        Self::nothing()
+    }
+
+    fn take_train_loss(&mut self) -> f64 {
+        f64::NAN
+    }
+
+    fn consensus_distance(&mut self, _scales: Option<&[f64]>) -> f64 {
+        f64::NAN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_resolve_and_keys_are_checked() {
+        let r50 = TimingShape::resolve(Some(Preset::Resnet50), None, None, None).unwrap();
+        assert_eq!(r50.params, 25_557_032);
+        assert_eq!(r50.forward_flops, 8_180_000_000);
+        assert_eq!(r50.train_samples, 1_281_167);
+        let custom = TimingShape::resolve(None, Some(1000), Some(0.5), Some(10)).unwrap();
+        assert_eq!((custom.params, custom.forward_flops), (1000, 500_000_000));
+        let field = |r: Result<TimingShape, ConfigError>| r.unwrap_err().path.to_string();
+        assert_eq!(field(TimingShape::resolve(None, None, None, None)), "model");
+        assert_eq!(
+            field(TimingShape::resolve(None, Some(0), None, Some(1))),
+            "model.params"
+        );
+        assert_eq!(
+            field(TimingShape::resolve(
+                Some(Preset::Vgg16),
+                Some(5),
+                None,
+                None
+            )),
+            "model.params"
+        );
+        assert_eq!(
+            field(TimingShape::resolve(
+                Some(Preset::Vgg16),
+                None,
+                Some(1.0),
+                None
+            )),
+            "model.forward_gflops"
+        );
+        assert_eq!(
+            field(TimingShape::resolve(
+                Some(Preset::BertBase),
+                None,
+                None,
+                None
+            )),
+            "model.train_samples"
+        );
+        assert_eq!(
+            field(TimingShape::resolve(None, Some(5), Some(-1.0), Some(1))),
+            "model.forward_gflops"
+        );
+    }
+
+    #[test]
+    fn the_store_holds_no_parameter_and_computes_nothing() {
+        let shape = TimingShape::resolve(Some(Preset::Vgg16), None, None, None).unwrap();
+        let mut s = TimingStore::new(shape, 1024, 32);
+        assert_eq!(s.num_params(), 138_357_544);
+        assert!(!s.computes());
+        assert_eq!(s.add_rows(2), 1024);
+        assert_eq!(s.rows(), 1026);
+        let a = s.request_gradient(3);
+        let b = s.request_gradient(4);
+        assert_ne!(a, b, "handles are never reused");
+        assert!(s.evaluate().loss.is_nan());
+        assert_eq!(s.layers()[0].params, 0..138_357_544);
+        assert!(std::mem::size_of_val(&s) < 256);
+    }
+}
