@@ -333,8 +333,8 @@ fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
             }
             let report = dasim::sweep::run_sweep(&opts)?;
             println!(
-                "{} points{}: {} run now, {} complete already, {} failed; results in {}",
-                report.selected,
+                "{}{}: {} run now, {} complete already, {} failed; results in {}",
+                dasim::sweep::exec::count_points(report.selected),
                 opts.shard
                     .map(|s| format!(" (shard {s} of {} in all)", report.total))
                     .unwrap_or_default(),
@@ -495,6 +495,11 @@ fn execute(command: Command) -> dasim::Result<()> {
                 force,
             };
             let summary = run_scenario(&loaded, &opts)?;
+            if let Some(t) = &summary.timed_as {
+                println!(
+                    "proxy: the model trains for real; its steps and messages are timed as {t}"
+                );
+            }
             for (r, t) in summary.runs.iter().zip(&summary.timings) {
                 // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
                 let mut accuracy = if r.final_accuracy.is_finite() {

@@ -6,7 +6,7 @@
 # password-less sudo, with apt-get), we install libvulkan1 and mesa-vulkan-drivers.
 # The HTML report is rendered in headless Chromium (tests/report.rs); when `chromium` is missing
 # we install it the same way, and then require it (DASIM_REQUIRE_CHROMIUM=1), so that the check
-# is never skipped silently where it could run.
+# is never skipped silently where it could run. The same goes for Slurm (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +48,24 @@ if have_chromium; then
   export DASIM_REQUIRE_CHROMIUM=1
 else
   echo "tests/run.sh: WARNING: chromium could not be installed; the HTML report rendering check is skipped" >&2
+fi
+
+# The Slurm test (tests/slurm.rs) brings up a single-node Slurm (slurmctld, slurmd, munged) in a
+# temporary directory, as root, and runs an emitted sweep array on it. When the daemons are
+# missing we install slurm-wlm and munge the same way, and then require the test
+# (DASIM_REQUIRE_SLURM=1), so that it is never skipped silently where it could run.
+have_slurm() { command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ]; }
+if ! have_slurm && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "tests/run.sh: installing slurm-wlm and munge for the Slurm sweep test"
+  # Not fatal: without them, the Slurm test is skipped with a warning below.
+  apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    slurm-wlm munge >/dev/null || true
+fi
+if have_slurm && [ "$(id -u)" = 0 ]; then
+  export DASIM_REQUIRE_SLURM=1
+else
+  echo "tests/run.sh: WARNING: no Slurm (or not root); the Slurm sweep test is skipped" >&2
 fi
 
 # lavapipe complains on stderr when XDG_RUNTIME_DIR is unset (harmless, but noisy).

@@ -100,6 +100,15 @@ pub struct SweepReport {
     pub failed: Vec<(String, String)>,
 }
 
+/// `n points`, or `1 point`.
+pub fn count_points(n: usize) -> String {
+    if n == 1 {
+        "1 point".into()
+    } else {
+        format!("{n} points")
+    }
+}
+
 /// The number of points run at once by default: the cores divided by the threads of one run,
 /// at least 1.
 pub fn default_jobs(threads: usize) -> usize {
@@ -166,9 +175,9 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
         .unwrap_or_default();
     if opts.progress {
         eprintln!(
-            "sweep of {}: {} points{shard}, {} complete already, {} to run, {jobs} at a time, {} thread(s) each",
+            "sweep of {}: {}{shard}, {} complete already, {} to run, {jobs} at a time, {} thread(s) each",
             sweep.path.display(),
-            report.selected,
+            count_points(report.selected),
             report.skipped,
             queue.len(),
             opts.threads
