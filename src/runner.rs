@@ -23,7 +23,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use dasim_models::memory::{self, Bytes, MemoryEstimate, RunShape};
-use dasim_models::{Backend, Execution, Problem};
+use dasim_models::{Backend, Execution, Problem, TimedAs};
 use dasim_reports::claims::{Claim, Quantities, RunView};
 use dasim_reports::rundir::{
     AlgorithmStaleness, AlgorithmSummary, CheckRow, EventLogs, HostTimings, IntStats, RunData,
@@ -75,6 +75,8 @@ pub struct Results {
     pub timings: Vec<HostTimings>,
     /// The model was a `timing` model: no gradient was computed, no loss measured.
     pub timing_only: bool,
+    /// Proxy mode: the model whose cost timed the run (`summary.json`'s `timed_as`).
+    pub timed_as: Option<String>,
     /// The verdicts of the scenario's `[[expect]]` entries (`checks.csv`), one per entry and
     /// algorithm; empty without expectations.
     pub checks: Vec<CheckRow>,
@@ -383,14 +385,31 @@ pub fn build_system(
 ) -> Result<(Cluster, Network, Topology)> {
     let s = &loaded.scenario;
     let alg = &s.algorithms[i];
-    let env = loaded
-        .env()
-        .with_flops_per_sample(problem.model.train_flops_per_sample());
     let located = |e: ConfigError| Error::Scenario(loaded.config_error(&e));
+    // Proxy mode: steps and messages cost what the `[timed_as]` model's would.
+    let timed = s
+        .timed_as
+        .as_ref()
+        .map(|t| t.shape())
+        .transpose()
+        .map_err(located)?;
+    let flops = timed.map_or_else(
+        || problem.model.train_flops_per_sample(),
+        |t| 3.0 * t.forward_flops as f64,
+    );
+    let mut env = loaded.env();
+    // A timing model given by its size alone has no FLOPs: a device speed cannot time it.
+    if flops > 0.0 {
+        env = env.with_flops_per_sample(flops);
+    }
     let n = s.cluster.workers;
+    let mut network = Network::new(&s.network, n + alg.extra_nodes(), &env).map_err(located)?;
+    if let Some(t) = timed {
+        network = network.timed_as(problem.model.num_params(), t.params);
+    }
     Ok((
         Cluster::new(&s.cluster, &env).map_err(located)?,
-        Network::new(&s.network, n + alg.extra_nodes(), &env).map_err(located)?,
+        network,
         s.build_topology(i, &env).map_err(located)?,
     ))
 }
@@ -524,6 +543,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         workers: s.cluster.workers,
         params: problem.model.num_params(),
         timing_only: !problem.computes(),
+        timed_as: s.timed_as.as_ref().map(TimedAs::describe),
         runs: Vec::new(),
         checks: Vec::new(),
     };
@@ -682,6 +702,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     }
     Ok(Results {
         timing_only: summary.timing_only,
+        timed_as: summary.timed_as.clone(),
         runs: summary.runs,
         timings: timings.runs,
         checks: summary.checks,

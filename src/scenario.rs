@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toml::de::{DeTable, DeValue};
 
-use dasim_models::{DataConfig, ModelConfig};
+use dasim_models::{DataConfig, ModelConfig, TimedAs};
 use dasim_reports::claims::{Claim, ClaimError, Expect, Facts};
 use dasim_sim::ConfigError;
 use dasim_sim::algorithms::{AlgorithmConfig, AlgorithmKind};
@@ -46,6 +46,10 @@ pub struct Scenario {
     /// The model trained.
     #[serde(default)]
     pub model: ModelConfig,
+    /// Proxy mode: the model trains for real, but its steps and messages cost what this
+    /// model's would ([`TimedAs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_as: Option<TimedAs>,
     /// The data it is trained on.
     #[serde(default)]
     pub data: DataConfig,
@@ -84,6 +88,16 @@ impl Scenario {
             .unwrap_or(0);
         self.network.validate_nodes(self.cluster.workers + extra)?;
         self.model.validate()?;
+        if let Some(t) = &self.timed_as {
+            if matches!(self.model, ModelConfig::Timing { .. }) {
+                return Err(ConfigError::new(
+                    "timed_as",
+                    "a timing model is timed by its own preset or params",
+                )
+                .hint("remove [timed_as], or train a real model in [model]"));
+            }
+            t.shape()?;
+        }
         self.data.validate()?;
         self.optimizer.validate()?;
         self.run.validate()?;

@@ -129,7 +129,12 @@ fn a_timing_model_runs_the_schedule_of_the_model_it_stands_for() {
         metrics.lines().skip(1).all(|l| l.contains(",,,")),
         "{metrics}"
     );
-    for plot in ["loss.png", "loss_epochs.png", "consensus.png", "train_loss.png"] {
+    for plot in [
+        "loss.png",
+        "loss_epochs.png",
+        "consensus.png",
+        "train_loss.png",
+    ] {
         assert!(!timing_out.join(plot).exists(), "{plot}");
     }
     assert!(real_out.join("loss.png").exists());
@@ -262,4 +267,122 @@ fn bad_timing_models_are_clear_errors() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("timing"), "{err}");
+}
+
+/// Proxy mode: the small MLP trains for real while its steps and messages cost ResNet-50's.
+fn proxy(model: &str, timed_as: &str) -> String {
+    format!(
+        r#"name = "proxy"
+seed = 3
+
+[cluster]
+workers = 8
+device_tflops = 15.7
+
+[[cluster.stragglers]]
+workers = [2]
+factor = 2.0
+
+[network]
+bandwidth_gbps = 100.0
+latency_us = 5.0
+
+[topology]
+kind = "ring"
+
+{model}
+
+{timed_as}
+
+[data]
+batch_size = 32
+
+[optimizer]
+lr = 0.01
+
+[run]
+sim_time_s = 0.6
+eval_every_s = 0.2
+
+[[algorithms]]
+kind = "allreduce"
+
+[[algorithms]]
+kind = "adpsgd"
+
+[[algorithms]]
+kind = "sgp"
+topology = {{ kind = "one-peer-exponential" }}
+
+[[algorithms]]
+kind = "dasgd"
+broadcast = "topology"
+"#
+    )
+}
+
+#[test]
+fn a_proxy_trains_a_small_model_on_a_big_ones_clock() {
+    let (dir, path) = scenario(
+        &proxy(
+            "[model]\nkind = \"mlp\"\nhidden = [16]",
+            "[timed_as]\npreset = \"resnet50\"",
+        ),
+        "proxy.toml",
+    );
+    let out = dir.path().join("proxy");
+    run_flex(&path, &out);
+    // The same clock as a timing run of ResNet-50 itself.
+    let (dir2, path2) = scenario(
+        &proxy("[model]\nkind = \"timing\"\npreset = \"resnet50\"", ""),
+        "timing.toml",
+    );
+    let timing = dir2.path().join("timing");
+    run_flex(&path2, &timing);
+    for file in ["timeline.csv", "waits.csv", "links.csv", "staleness.csv"] {
+        assert_eq!(read(&out, file), read(&timing, file), "{file}");
+    }
+    let data = RunData::load(&out).unwrap();
+    let summary = data.summary.as_ref().unwrap();
+    assert!(!summary.timing_only);
+    assert!(
+        summary
+            .timed_as
+            .as_deref()
+            .is_some_and(|t| t.starts_with("resnet50 (25557032 parameters")),
+        "{:?}",
+        summary.timed_as
+    );
+    assert!(summary.params < 10_000, "the trained model is the MLP");
+    for r in &summary.runs {
+        assert!(
+            r.final_loss.is_finite(),
+            "{}: trained for real",
+            r.algorithm
+        );
+    }
+    // AD-PSGD's messages carry whole models: ResNet-50's, not the MLP's.
+    let adpsgd = &summary.runs[1];
+    assert!(adpsgd.messages > 0 && adpsgd.bytes >= adpsgd.messages * 4 * 25_557_032);
+    assert_eq!(data.scenario_name(), "proxy (timed as resnet50)");
+
+    // A timing model cannot be timed as another; a bad [timed_as] names its key.
+    for (model, timed, needle) in [
+        (
+            "[model]\nkind = \"timing\"\npreset = \"resnet20\"",
+            "[timed_as]\npreset = \"resnet50\"",
+            "timed_as: a timing model is timed by its own",
+        ),
+        (
+            "[model]\nkind = \"mlp\"",
+            "[timed_as]\npreset = \"resnet50\"\nparams = 5",
+            "timed_as.params",
+        ),
+    ] {
+        let (d, p) = scenario(&proxy(model, timed), "bad.toml");
+        let o = dasim(&["validate", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+        drop(d);
+    }
 }

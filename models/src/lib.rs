@@ -40,7 +40,7 @@ pub use model::{Loss, Model, ModelConfig};
 pub use quadratic::QuadraticStore;
 pub use resnet::ResNet;
 pub use store::{BurnStore, Execution, RunStore, StoreStats};
-pub use timing::{Preset, TimingShape, TimingStore};
+pub use timing::{Preset, TimedAs, TimingShape, TimingStore};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -212,6 +212,60 @@ impl TimingShape {
     }
 }
 
+/// `[timed_as]`, the proxy mode: a model trained for real (`[model]`, small enough to train
+/// here) whose steps and messages cost what another model's would (a preset, or `params` and
+/// `forward_gflops`), so that convergence against simulated time can be shown for "ResNet-50 on
+/// 32 nodes over 10 GbE" with honest labels: the numbers are the small model's, the clock is the
+/// big one's.
+///
+/// ```toml
+/// [timed_as]
+/// preset = "resnet50"
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimedAs {
+    /// A published model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
+    /// Parameters, instead of a preset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<u64>,
+    /// GFLOPs of one forward pass on one sample, with `params`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_gflops: Option<f64>,
+}
+
+impl TimedAs {
+    /// The size and cost the run is timed with; errors name `timed_as.*`.
+    pub fn shape(&self) -> Result<TimingShape, ConfigError> {
+        // The epoch is the trained model's data: any positive count resolves the shape.
+        TimingShape::resolve(self.preset, self.params, self.forward_gflops, Some(1)).map_err(|e| {
+            let mut path = e.path.clone();
+            if let Some(dasim_sim::error::PathSeg::Key(k)) = path.0.first_mut()
+                && k == "model"
+            {
+                *k = "timed_as".into();
+            }
+            ConfigError { path, ..e }
+        })
+    }
+
+    /// The model it stands for, in words: `resnet50 (25557032 parameters, 8.18 GFLOPs forward
+    /// per sample)`.
+    pub fn describe(&self) -> String {
+        match self.shape() {
+            Ok(t) => format!(
+                "{} ({} parameters, {} GFLOPs forward per sample)",
+                t.preset.map_or("a model", Preset::name),
+                t.params,
+                t.forward_flops as f64 / 1e9
+            ),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
 /// The store of a timing run: it knows how many rows and parameters there are and hands out
 /// handles, and computes nothing ([`ReplicaStore::computes`] is false): every row operation is a
 /// no-op and every loss NaN. Memory is independent of the parameter count.

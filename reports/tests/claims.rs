@@ -26,6 +26,7 @@ fn facts() -> Facts {
         target_loss: false,
         eval_replicas: false,
         timing_only: false,
+        timed_as: None,
         sim_time_s: Some(0.3),
         unavailable: Vec::new(),
     }

@@ -171,6 +171,7 @@ fn summary() -> Summary {
         workers: 4,
         params: 2410,
         timing_only: false,
+        timed_as: None,
         runs: vec![
             AlgorithmSummary {
                 algorithm: "overlap-sgp".into(),

@@ -61,6 +61,7 @@ pub(crate) mod tests {
             workers: 4,
             params: 10,
             timing_only: false,
+            timed_as: None,
             runs: Vec::new(),
             checks: Vec::new(),
         }

@@ -181,13 +181,22 @@ impl RunData {
     }
 
     /// The scenario's name: `summary.json`'s `scenario`, else the directory's name; for a timing
-    /// run (`timing_only`), followed by `(timing only: no gradient computed)`.
+    /// run (`timing_only`), followed by `(timing only: no gradient computed)`, and in proxy mode
+    /// by `(timed as resnet50)`.
     pub fn scenario_name(&self) -> String {
         match &self.summary {
             // Every plot's title starts with the name: a timing run says there what it is not.
             Some(s) if s.timing_only => format!(
                 "{} (timing only: no gradient computed)",
                 if s.scenario.is_empty() { "run" } else { &s.scenario }
+            ),
+            Some(s) if s.timed_as.is_some() => format!(
+                "{} (timed as {})",
+                if s.scenario.is_empty() { "run" } else { &s.scenario },
+                s.timed_as
+                    .as_deref()
+                    .and_then(|t| t.split(" (").next())
+                    .unwrap_or_default()
             ),
             Some(s) if !s.scenario.is_empty() => s.scenario.clone(),
             _ => self.dir.file_name().map_or_else(

@@ -803,6 +803,11 @@ pub struct Summary {
     /// Absent for a model trained for real.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timing_only: bool,
+    /// Proxy mode (`[timed_as]`): the model trained is `[model]`, but steps and messages cost
+    /// what this model's would, in words (`resnet50 (25557032 parameters, …)`). Absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_as: Option<String>,
     /// One entry per algorithm, in scenario order.
     pub runs: Vec<AlgorithmSummary>,
     /// The verdicts of the scenario's `[[expect]]` entries, as in `checks.csv`; absent when

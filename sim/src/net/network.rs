@@ -187,6 +187,9 @@ pub struct Network {
     uplink_free: Vec<SimTime>,
     downlink_free: Vec<SimTime>,
     element_bytes: u64,
+    /// Proxy mode ([`Network::timed_as`]): messages are sized as if the model had `.1`
+    /// parameters where it has `.0`.
+    payload_scale: Option<(u64, u64)>,
     header_bytes: u64,
     stats: NetworkStats,
     /// Per sender, per receiver it sent to: the pair's totals and the end of its last
@@ -276,6 +279,7 @@ impl Network {
             uplink_free: vec![SimTime::ZERO; nodes],
             downlink_free: vec![SimTime::ZERO; nodes],
             element_bytes: cfg.dtype.bytes(),
+            payload_scale: None,
             header_bytes: cfg.header_bytes,
             stats: NetworkStats::default(),
             links_used: vec![Vec::new(); nodes],
@@ -324,9 +328,27 @@ impl Network {
         }
     }
 
-    /// Payload bytes of a message of `num_params` parameters (element width × parameters).
+    /// Proxy mode: the model trained has `trained` parameters, but messages are sized as those
+    /// of a model of `timed` parameters. A payload of `k` parameters (a whole model, a bucket, a
+    /// shard) then carries `round(k · timed / trained)`, so the whole model carries exactly
+    /// `timed`. Integer arithmetic: the sizes are the same on every machine.
+    pub fn timed_as(mut self, trained: usize, timed: u64) -> Self {
+        self.payload_scale = (trained as u64 != timed).then_some((trained as u64, timed));
+        self
+    }
+
+    /// Payload bytes of a message of `num_params` parameters (element width × parameters; in
+    /// proxy mode, of the parameters they stand for, see [`Network::timed_as`]).
     pub fn payload_bytes(&self, num_params: usize) -> u64 {
-        num_params as u64 * self.element_bytes
+        let params = match self.payload_scale {
+            None => num_params as u64,
+            Some((trained, timed)) => {
+                let scaled = (num_params as u128 * timed as u128 + trained as u128 / 2)
+                    / trained.max(1) as u128;
+                u64::try_from(scaled).unwrap_or(u64::MAX)
+            }
+        };
+        params.saturating_mul(self.element_bytes)
     }
 
     /// Bytes every message adds on the wire.
