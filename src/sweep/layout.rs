@@ -111,16 +111,23 @@ impl Manifest {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file named after this process, then renames
-/// it into place.
+/// Writes `bytes` to `path` through a temporary file of a unique name beside it (shards on
+/// other machines may write the same file at once), then renames it into place.
 pub fn write_unique(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-    let io = |e| Error::Io {
+    let io = |e: std::io::Error| Error::Io {
         context: format!("cannot write {}", path.display()),
         source: e,
     };
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".dasim-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io)?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(io)?;
+    tmp.as_file().sync_all().map_err(io)?;
+    tmp.persist(path).map_err(|e| io(e.error))?;
+    Ok(())
 }
 
 /// How a point's run ended.
