@@ -1,0 +1,301 @@
+//! The papers' experiments (`scenarios/papers/`), each run short, and the qualitative claim of
+//! each (see `scenarios/papers/README.md`) checked on what it wrote. The shipped files are run as
+//! they are, but for a shorter `sim_time_s` (and, for the largest sweep, fewer points), so the
+//! whole file takes seconds.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use dasim_reports::rundir::RunData;
+
+fn paper(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios/papers")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `text` with `key = …` (a whole line) replaced by `key = value`.
+fn set(text: &str, key: &str, value: &str) -> String {
+    let prefix = format!("{key} = ");
+    let mut found = false;
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with(&prefix) {
+                found = true;
+                format!("{key} = {value}")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    assert!(found, "no line `{key} = …`");
+    out.join("\n") + "\n"
+}
+
+/// Runs the sweep of `text` into a fresh directory and merges it; the rows of `sweep.csv`.
+fn sweep(text: &str, name: &str) -> (tempfile::TempDir, Vec<BTreeMap<String, String>>) {
+    let (dir, path) = scenario(text, name);
+    let out = dir.path().join("sweep");
+    let o = dasim(&[
+        "sweep",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--jobs",
+        "2",
+        "--quiet",
+        "--backend",
+        "flex",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = dasim(&["sweep", "merge", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    let mut reader = csv::ReaderBuilder::new()
+        .comment(Some(b'#'))
+        .from_reader(text.as_bytes());
+    let header = reader.headers().unwrap().clone();
+    let rows = reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            header
+                .iter()
+                .zip(r.iter())
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect();
+    (dir, rows)
+}
+
+fn num(row: &BTreeMap<String, String>, key: &str) -> f64 {
+    row[key]
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} = {:?} in {row:?}", row[key]))
+}
+
+/// The value of `metric` for `algorithm` at the point whose swept `key` is `value`.
+fn at(rows: &[BTreeMap<String, String>], key: &str, value: &str, alg: &str, metric: &str) -> f64 {
+    let row = rows
+        .iter()
+        .find(|r| r[key] == value && r["algorithm"] == alg)
+        .unwrap_or_else(|| panic!("no row {key} = {value}, {alg}"));
+    num(row, metric)
+}
+
+/// Every claim of every row passed.
+fn claims_hold(rows: &[BTreeMap<String, String>]) {
+    for r in rows {
+        assert_eq!(r["status"], "done", "{r:?}");
+        assert_eq!(num(r, "checks_failed"), 0.0, "{r:?}");
+    }
+}
+
+#[test]
+fn adpsgd_is_not_held_back_by_a_straggler_that_holds_back_allreduce() {
+    let text = set(&paper("adpsgd-heterogeneity.toml"), "sim_time_s", "1.0");
+    let (_dir, rows) = sweep(&text, "heterogeneity.toml");
+    assert_eq!(rows.len(), 6 * 3);
+    claims_hold(&rows);
+    let key = "cluster.stragglers[0].factor";
+    let epoch = |f: &str, alg: &str| at(&rows, key, f, alg, "time_per_epoch_s");
+    for alg in ["allreduce", "dpsgd"] {
+        assert!(
+            epoch("100.0", alg) > 30.0 * epoch("1.0", alg),
+            "{alg}: a 100x straggler sets the pace"
+        );
+    }
+    assert!(
+        epoch("100.0", "adpsgd") < 1.1 * epoch("1.0", "adpsgd"),
+        "AD-PSGD's time per epoch stays flat"
+    );
+    assert!(epoch("100.0", "allreduce") > 50.0 * epoch("100.0", "adpsgd"));
+}
+
+#[test]
+fn adpsgd_beats_allreduce_per_epoch_in_a_shared_network() {
+    let text = set(
+        &set(&paper("adpsgd-shared-network.toml"), "sim_time_s", "6.0"),
+        "\"cluster.workers\"",
+        "[16, 64]",
+    );
+    let (_dir, rows) = sweep(&text, "shared.toml");
+    claims_hold(&rows);
+    for n in ["16", "64"] {
+        let ratio = at(&rows, "cluster.workers", n, "allreduce", "time_per_epoch_s")
+            / at(&rows, "cluster.workers", n, "adpsgd", "time_per_epoch_s");
+        assert!(
+            (4.0..10.0).contains(&ratio),
+            "{n} workers: all-reduce / AD-PSGD time per epoch = {ratio}"
+        );
+        assert!(
+            at(
+                &rows,
+                "cluster.workers",
+                n,
+                "adpsgd-thread",
+                "time_per_epoch_s"
+            ) < at(&rows, "cluster.workers", n, "adpsgd", "time_per_epoch_s"),
+            "overlapping the averaging helps"
+        );
+    }
+}
+
+#[test]
+fn sgp_gains_over_ethernet_and_the_gap_closes_on_infiniband() {
+    let text = set(
+        &set(&paper("sgp-ethernet-infiniband.toml"), "sim_time_s", "3.0"),
+        "\"cluster.workers\"",
+        "[4, 16]",
+    );
+    let (_dir, rows) = sweep(&text, "sgp.toml");
+    claims_hold(&rows);
+    for n in ["4", "16"] {
+        let iteration = |preset: &str, alg: &str| {
+            let row = rows
+                .iter()
+                .find(|r| {
+                    r["cluster.workers"] == n
+                        && r["network.preset"] == preset
+                        && r["algorithm"] == alg
+                })
+                .unwrap();
+            num(row, "cluster.workers") / num(row, "steps_per_sim_s")
+        };
+        for preset in ["10gbe", "ib-edr"] {
+            assert!(
+                iteration(preset, "overlap-sgp") < iteration(preset, "sgp")
+                    && iteration(preset, "sgp") < iteration(preset, "allreduce"),
+                "{n} nodes, {preset}: Overlap-SGP < SGP < all-reduce per iteration"
+            );
+        }
+        let gap = |preset: &str| iteration(preset, "allreduce") / iteration(preset, "overlap-sgp");
+        assert!(
+            gap("10gbe") > 2.0 && gap("ib-edr") < 1.7,
+            "{n} nodes: all-reduce/Overlap-SGP = {} over 10 GbE, {} over InfiniBand",
+            gap("10gbe"),
+            gap("ib-edr")
+        );
+    }
+}
+
+#[test]
+fn dasgd_average_staleness_is_n_minus_one_and_its_maximum_grows_with_the_slowdown() {
+    let text = set(
+        &set(&paper("dasgd-staleness.toml"), "sim_time_s", "1.0"),
+        "\"cluster.workers\"",
+        "[4, 16]",
+    );
+    let (_dir, rows) = sweep(&text, "dasgd.toml");
+    claims_hold(&rows);
+    for n in ["4", "16"] {
+        let s_max = |f: &str| {
+            let row = rows
+                .iter()
+                .find(|r| r["cluster.workers"] == n && r["cluster.stragglers[0].factor"] == f)
+                .unwrap();
+            let n: f64 = n.parse().unwrap();
+            let s_avg = num(row, "dasgd_staleness_mean");
+            assert!((s_avg - (n - 1.0)).abs() < 0.05 * (n - 1.0), "{row:?}");
+            num(row, "dasgd_staleness_max")
+        };
+        assert!(s_max("1.0") < s_max("4.0") && s_max("4.0") < s_max("16.0"));
+    }
+}
+
+fn run(text: &str, name: &str) -> (tempfile::TempDir, PathBuf, RunData) {
+    let (dir, path) = scenario(text, name);
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let data = RunData::load(&out).unwrap();
+    (dir, out, data)
+}
+
+#[test]
+fn lap_sgd_with_small_batches_outpaces_local_sgd_with_one_large_batch() {
+    let (_a, lap_dir, lap) = run(
+        &set(&paper("lap-sgd-small-batches.toml"), "sim_time_s", "1.0"),
+        "lap.toml",
+    );
+    let (_b, local_dir, local) = run(
+        &set(&paper("local-sgd-large-batch.toml"), "sim_time_s", "1.0"),
+        "local.toml",
+    );
+    let lap = &lap.summary.unwrap().runs[0];
+    let local = &local.summary.unwrap().runs[0];
+    // The same device: a process's 32-sample step and a node's 128-sample step cost 40 ms.
+    assert!(
+        lap.epochs > 1.5 * local.epochs,
+        "{} vs {}",
+        lap.epochs,
+        local.epochs
+    );
+    assert!(lap.final_accuracy > local.final_accuracy);
+    // The overlay of the two runs is drawn.
+    let overlay = lap_dir.parent().unwrap().join("overlay");
+    let o = dasim(&[
+        "plot",
+        lap_dir.to_str().unwrap(),
+        local_dir.to_str().unwrap(),
+        "--out",
+        overlay.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(overlay.join("accuracy.png").exists());
+}
+
+#[test]
+fn side_by_side_the_asynchronous_algorithms_escape_the_straggler() {
+    let (_dir, out, data) = run(
+        &set(&paper("side-by-side.toml"), "sim_time_s", "1.0"),
+        "side-by-side.toml",
+    );
+    let summary = data.summary.as_ref().unwrap();
+    let labels: Vec<&str> = summary.runs.iter().map(|r| r.algorithm.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "allreduce",
+            "dpsgd",
+            "adpsgd",
+            "sgp",
+            "overlap-sgp",
+            "dasgd"
+        ]
+    );
+    let run = |label: &str| summary.run(label).unwrap();
+    for fast in ["adpsgd", "dasgd"] {
+        assert!(run(fast).steps_per_sim_s > 5.0 * run("allreduce").steps_per_sim_s);
+        assert!(run(fast).final_accuracy > run("allreduce").final_accuracy);
+    }
+    assert!(run("overlap-sgp").steps_per_sim_s > run("sgp").steps_per_sim_s);
+    // Each used its paper's graph and DASGD its own rate, and the legends say so.
+    assert_eq!(run("adpsgd").topology["kind"], "ring");
+    assert_eq!(run("sgp").topology["kind"], "one-peer-exponential");
+    assert_eq!(run("dasgd").optimizer["lr"], 0.005);
+    assert_eq!(data.legend("sgp"), "sgp (one-peer-exponential, lr 0.05)");
+    for plot in ["accuracy.png", "staleness.png", "timeline_adpsgd.png"] {
+        assert!(out.join(plot).exists(), "{plot}");
+    }
+}
+
+#[test]
+fn every_paper_scenario_has_its_section_in_the_readme() {
+    let readme = paper("README.md");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/papers");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".toml") {
+            assert!(
+                readme.contains(&format!("`{name}`")),
+                "{name} is not described in scenarios/papers/README.md"
+            );
+        }
+    }
+}
