@@ -221,6 +221,11 @@ pub fn fault_summary(f: &FaultReport) -> FaultSummary {
         rejoins: s.rejoins,
         down_time_s: s.down_time.iter().map(|t| t.as_secs_f64()).collect(),
         mass_lost: f.mass_lost,
+        algorithm_counts: f
+            .counts
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v))
+            .collect(),
     }
 }
 

@@ -348,4 +348,11 @@ pub trait Algorithm {
     fn mass_lost(&self) -> Option<f64> {
         None
     }
+    /// What the algorithm's own fault handling did so far, as named counts (AD-PSGD's partner
+    /// timeouts, a parameter server's retransmissions, DASGD's gradient applications lost),
+    /// reported in `summary.json`'s `faults`. Asked only for runs with `[[faults]]`; the default
+    /// is none.
+    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

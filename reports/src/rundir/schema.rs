@@ -6,6 +6,7 @@
 //! is written with Rust's shortest round-trip formatting (`{}`), so it reads back to the same
 //! bits; an optional value that is `None` is an empty cell ("not measured").
 
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize};
@@ -945,6 +946,12 @@ pub struct FaultSummary {
     /// other algorithms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mass_lost: Option<f64>,
+    /// What the algorithm's own fault handling did, by name: AD-PSGD's `partner_timeouts`,
+    /// `late_replies` and `replies_lost`; the parameter server's `retransmissions`,
+    /// `pushes_dropped` and `gradients_dropped`; DASGD's `applications_lost`. Absent when the
+    /// algorithm counts nothing.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub algorithm_counts: BTreeMap<String, u64>,
 }
 
 /// Why a run ended without a result to compare ([`AlgorithmSummary::stopped`]).

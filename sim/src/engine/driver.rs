@@ -298,6 +298,8 @@ pub struct FaultReport {
     pub stats: FaultStats,
     /// Push-sum weight lost with dropped messages ([`Algorithm::mass_lost`]).
     pub mass_lost: Option<f64>,
+    /// The algorithm's own counts of what it did about the faults ([`Algorithm::fault_counts`]).
+    pub counts: Vec<(&'static str, u64)>,
 }
 
 /// A run stopped because its held-out loss diverged: not finite, or above the bound
@@ -589,6 +591,7 @@ pub fn run_inspect<A: Algorithm>(
     let faults = world.faults.configured().then(|| FaultReport {
         stats: world.faults.stats(now),
         mass_lost: alg.mass_lost(),
+        counts: alg.fault_counts(),
     });
     let mut record = world.recorder.finish(now);
     record.gradient_staleness = world.store.staleness().to_vec();

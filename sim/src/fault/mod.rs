@@ -371,6 +371,23 @@ impl Faults {
             .collect()
     }
 
+    /// Whether no message from `src` can ever reach `dst` again, from `now` on: either of them is
+    /// down with no rejoin pending, or a `link-down` window that never closes covers the link
+    /// now. An algorithm that retries (AD-PSGD's partner timeout) stops retrying a peer cut for
+    /// good, so a run whose workers can never make progress again stalls instead of retrying
+    /// forever.
+    pub fn cut_for_good(&self, src: usize, dst: usize, now: SimTime) -> bool {
+        let gone = |w: usize| self.is_down(w) && !self.pending.iter().any(|p| p.2 == w && p.4);
+        gone(src)
+            || gone(dst)
+            || self.rules.iter().any(|r| {
+                matches!(r.effect, Effect::Down)
+                    && r.end == SimTime::MAX
+                    && r.start <= now
+                    && r.cover.covers(src, dst)
+            })
+    }
+
     /// A message landing at `dst` now: `false` (and counted as dropped) when `dst` is down.
     pub fn deliverable(&mut self, dst: usize) -> bool {
         if self.is_down(dst) {
