@@ -645,3 +645,207 @@ fn an_algorithm_refuses_a_fault_it_does_not_handle() {
     let sgp: AlgorithmConfig = SgpConfig::default().into();
     dasim_sim::fault::check_support(&sgp, &f, "algorithms[0]").unwrap();
 }
+
+/// A world of `n` workers on `topology` with the plain network and the given faults, for `alg`.
+fn faulty_world<'s>(
+    alg: &AlgorithmConfig,
+    n: usize,
+    topology: TopologyConfig,
+    store: &'s mut dyn ReplicaStore,
+    lr: f64,
+    text: &str,
+) -> World<'s> {
+    let mut w = world(
+        alg,
+        &cluster(n, &[]),
+        &plain_net(),
+        topology,
+        store,
+        &optimizer(lr, 0.0),
+        11,
+    );
+    w.set_faults(realize(text, n));
+    w
+}
+
+fn counts(out: &Outcome) -> std::collections::BTreeMap<&'static str, u64> {
+    out.faults
+        .as_ref()
+        .unwrap()
+        .counts
+        .iter()
+        .copied()
+        .collect()
+}
+
+fn adpsgd_cfg(partner: Partner, averaging: Averaging, timeout_ms: Option<f64>) -> AlgorithmConfig {
+    AdPsgdConfig {
+        partner,
+        averaging,
+        partner_timeout_ms: timeout_ms,
+    }
+    .into()
+}
+
+#[test]
+fn adpsgd_gives_up_on_a_crashed_partner_after_its_timeout_and_retries() {
+    // Two workers: 0 active, 1 passive; a model is 16 × 4 = 64 bytes, 64 ns on the wire. Worker 1
+    // crashes at 5 ms (abandoning its first step) and rejoins at 15 ms. Worker 0's step ends at
+    // 10 ms: its requests at 10, 12 and 14 ms land at the crashed worker and are dropped; each
+    // times out 2 ms later. The request of 16 ms is answered: the reply is back at 16.000128 ms,
+    // and worker 0 applies its gradient then. Worker 1's new step (15 ms) ends at 25 ms.
+    let alg = adpsgd_cfg(Partner::Cycle, Averaging::PerStep, Some(2.0));
+    let mut store = quadratic_store(2, 11);
+    let mut world = faulty_world(
+        &alg,
+        2,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        r#"[[faults]]
+kind = "crash"
+workers = [1]
+at_s = 0.005
+rejoin_after_s = 0.01"#,
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.02), &mut Collect::default()).unwrap();
+    assert!(out.stalled.is_none());
+    assert_eq!(out.worker_steps, 1);
+    let c = counts(&out);
+    assert_eq!(c["partner_timeouts"], 3);
+    assert_eq!((c["late_replies"], c["replies_lost"]), (0, 0));
+    let f = out.faults.unwrap().stats;
+    assert_eq!(f.dropped_down, 3);
+    assert_eq!(f.down_time[1].as_nanos(), 10 * MS);
+    // Four requests and one reply on the wire.
+    assert_eq!(out.network.messages, 5);
+    let step = out
+        .record
+        .timeline
+        .iter()
+        .find(|s| s.worker == 0 && s.activity == Activity::Communicate)
+        .expect("worker 0 communicated");
+    assert_eq!(
+        (step.start.as_nanos(), step.end.as_nanos()),
+        (10 * MS, 16 * MS + 128)
+    );
+}
+
+#[test]
+fn adpsgd_asks_the_other_neighbour_when_one_is_down_and_stalls_when_all_are() {
+    // Four workers on a ring: 0 and 2 active, 1 and 3 passive. Worker 1 is down from the start:
+    // every request to it times out once, and the retry goes to worker 3, the only other
+    // neighbour. Nobody stalls.
+    let alg = adpsgd_cfg(Partner::Uniform, Averaging::PerStep, None);
+    let mut store = quadratic_store(4, 11);
+    let crash1 = "[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 0.0";
+    let mut world = faulty_world(&alg, 4, TopologyConfig::Ring {}, &mut store, 0.05, crash1);
+    let mut a = AdPsgd::new(&AdPsgdConfig::default(), &[true, false, true, false], 11)
+        .with_timeout(AdPsgdConfig::default().partner_timeout(&world));
+    let out = run(&mut a, &mut world, &stop_at(0.2), &mut Collect::default()).unwrap();
+    assert!(out.stalled.is_none());
+    let to1 = a.pair_counts().get(&(0, 1)).copied().unwrap_or(0)
+        + a.pair_counts().get(&(2, 1)).copied().unwrap_or(0);
+    assert!(to1 > 5, "{to1}");
+    assert_eq!(a.timeouts(), to1);
+    assert_eq!(out.faults.as_ref().unwrap().stats.dropped_down, to1);
+    // Worker 3 makes its 20 steps of 10 ms; the active workers about as many, a timeout of a
+    // microsecond at a time.
+    assert!(out.worker_steps >= 55, "{}", out.worker_steps);
+
+    // Both passive workers down for good: each active worker's first timeout finds every
+    // neighbour gone, it stops retrying, and the run stalls, naming both. The default timeout
+    // is 8 × 64 ns, raised to 1 µs.
+    let both = "[[faults]]\nkind = \"crash\"\nworkers = [1, 3]\nat_s = 0.0";
+    let mut store = quadratic_store(4, 11);
+    let mut world = faulty_world(&alg, 4, TopologyConfig::Ring {}, &mut store, 0.05, both);
+    let out = run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.clone().expect("a stall");
+    assert_eq!(stall.time.as_nanos(), 10 * MS + 1000);
+    assert_eq!(counts(&out)["partner_timeouts"], 2);
+    let text = stall.to_string();
+    for w in [0, 2] {
+        assert!(
+            text.contains(&format!("worker {w} waits for a neighbour to average with")),
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("worker 1 is down since 0 s and never rejoins"),
+        "{text}"
+    );
+    assert!(
+        text.contains("worker 3 is down since 0 s and never rejoins"),
+        "{text}"
+    );
+}
+
+#[test]
+fn adpsgd_loses_the_correction_of_a_lost_reply_and_adds_late_ones() {
+    // Two workers, timeout 1 ms, learning rate 0 (so only averaging moves the replicas).
+    // The link 1 -> 0 is down until 10.5 ms: the reply to the request of 10 ms is lost after
+    // worker 1 averaged (replies_lost); worker 0 times out at 11 ms and asks again.
+    let alg = adpsgd_cfg(Partner::Cycle, Averaging::PerStep, Some(1.0));
+    let mut store = quadratic_store(2, 11);
+    store.set_params(1, vec![1.0; 16]);
+    let mut world = faulty_world(
+        &alg,
+        2,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.0,
+        r#"[[faults]]
+kind = "link-down"
+links = ["1 -> 0"]
+end_s = 0.0105"#,
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.0115), &mut Collect::default()).unwrap();
+    let c = counts(&out);
+    assert_eq!(
+        (c["partner_timeouts"], c["replies_lost"], c["late_replies"]),
+        (1, 1, 0)
+    );
+    // Worker 1's step of 10 ms, worker 0's at 11.000128 ms.
+    assert_eq!(out.worker_steps, 2);
+    drop(world);
+    // x0 = 0, x1 = 1: worker 1 averaged to 1/2 and the reply δ = −1/2 was lost; the second
+    // exchange averaged 0 and 1/2 to 1/4 each. The sum lost the δ: 1/2 instead of 1.
+    let (x0, x1) = (store.params(0)[0], store.params(1)[0]);
+    assert_eq!((x0, x1), (0.25, 0.25), "start {:?}", store.params(0));
+
+    // A delay of 3 ms on the first reply (posted at 10.000064 ms, inside the window): worker 0
+    // times out at 11, 12 and 13 ms; the replies to its retries queue behind the delayed one
+    // (links stay FIFO), so all four land at 13.000128 ms, in order: three late, the fourth
+    // ends the wait. Every correction is added, so the sum is kept.
+    let mut store = quadratic_store(2, 11);
+    store.set_params(1, vec![1.0; 16]);
+    let mut world = faulty_world(
+        &alg,
+        2,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.0,
+        r#"[[faults]]
+kind = "delay"
+mean_ms = 3.0
+links = ["1 -> 0"]
+end_s = 0.0101"#,
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.0135), &mut Collect::default()).unwrap();
+    let c = counts(&out);
+    assert_eq!(
+        (c["partner_timeouts"], c["replies_lost"], c["late_replies"]),
+        (3, 0, 3)
+    );
+    assert_eq!(out.worker_steps, 2);
+    let comm = out
+        .record
+        .timeline
+        .iter()
+        .find(|s| s.worker == 0 && s.activity == Activity::Communicate)
+        .unwrap();
+    assert_eq!(comm.end.as_nanos(), 13 * MS + 128);
+    drop(world);
+    let sum = store.params(0)[0] + store.params(1)[0];
+    assert!((sum - 1.0).abs() < 1e-12, "{sum}");
+}

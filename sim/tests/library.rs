@@ -744,6 +744,7 @@ fn adpsgd_thread_mode_keeps_the_sum_counting_replies_in_flight_at_every_event() 
         let c = AdPsgdConfig {
             averaging: Averaging::Thread,
             partner,
+            ..Default::default()
         };
         let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
         let opt = optimizer(0.05, 0.5);
