@@ -849,3 +849,123 @@ end_s = 0.0101"#,
     let sum = store.params(0)[0] + store.params(1)[0];
     assert!((sum - 1.0).abs() < 1e-12, "{sum}");
 }
+
+fn ps_cfg(staleness: Option<u64>, retransmit_ms: Option<f64>) -> AlgorithmConfig {
+    PsConfig {
+        servers: 1,
+        staleness,
+        retransmit_ms,
+    }
+    .into()
+}
+
+/// When `worker`'s `k`-th compute interval (from 0) started, in ns.
+fn compute_start(out: &Outcome, worker: usize, k: usize) -> u64 {
+    out.record
+        .timeline
+        .iter()
+        .filter(|s| s.worker == worker && s.activity == Activity::Compute)
+        .nth(k)
+        .map(|s| s.start.as_nanos())
+        .expect("a compute interval")
+}
+
+#[test]
+fn ps_drops_a_crashed_workers_gradient_and_the_others_go_on() {
+    // Two workers, one shard (node 2). Pull requests are headers only (0 bytes here), replies
+    // and pushes 64 bytes. Worker 1 crashes at 15 ms, in its second step: that gradient is
+    // dropped. Worker 0 goes on alone: steps of 10 ms plus a round trip of 128 ns, four by
+    // 50 ms; worker 1 made one.
+    let alg = ps_cfg(None, None);
+    let mut store = quadratic_store(2, 11);
+    let crash = "[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 0.015";
+    let mut world = faulty_world(&alg, 2, TopologyConfig::Ring {}, &mut store, 0.05, crash);
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.05), &mut Collect::default()).unwrap();
+    assert!(out.stalled.is_none());
+    assert_eq!(out.worker_steps, 5);
+    let c = counts(&out);
+    assert_eq!(
+        (
+            c["gradients_dropped"],
+            c["pushes_dropped"],
+            c["retransmissions"]
+        ),
+        (1, 0, 0)
+    );
+
+    // Bulk-synchronous (staleness 0): worker 0's pull for its third step needs worker 1's
+    // second gradient, which never comes: the run stalls, naming the held pull and the crash.
+    let alg = ps_cfg(Some(0), None);
+    let mut store = quadratic_store(2, 11);
+    let mut world = faulty_world(&alg, 2, TopologyConfig::Ring {}, &mut store, 0.05, crash);
+    let out = run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.clone().expect("a stall");
+    let text = stall.to_string();
+    assert!(
+        text.contains("worker 0 (step 2) waits for server shard 0 to serve its pull"),
+        "{text}"
+    );
+    assert!(text.contains("worker 1 is down since 0.015 s"), "{text}");
+    assert_eq!(out.worker_steps, 3);
+    assert!(stall.time < SimTime::from_secs_f64(0.021));
+}
+
+#[test]
+fn ps_retransmits_a_lost_push_and_pull() {
+    // Worker 0's first push (posted at 10.000064 ms, its first reply having landed at 64 ns)
+    // and the pull right behind it are lost on the link to the shard, 0 -> 2 (a loss on every
+    // link of worker 0 for 0.1 µs). Both are posted again 1 ms later, in that
+    // order: the push lands at 11.000128 ms, the pull right after it, and the reply at
+    // 11.000192 ms, when worker 0's second step starts (not 10.000192 ms).
+    let alg = ps_cfg(None, Some(1.0));
+    let mut store = quadratic_store(2, 11);
+    let mut world = faulty_world(
+        &alg,
+        2,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        r#"[[faults]]
+kind = "loss"
+probability = 1.0
+workers = [0]
+start_s = 0.01
+end_s = 0.0100001"#,
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.015), &mut Collect::default()).unwrap();
+    assert_eq!(counts(&out)["retransmissions"], 2);
+    assert_eq!(out.faults.as_ref().unwrap().stats.lost, 2);
+    assert_eq!(compute_start(&out, 0, 1), 11 * MS + 192);
+    // Both gradients of the first steps are applied: nothing dropped.
+    assert_eq!(out.worker_steps, 2);
+    assert_eq!(counts(&out)["gradients_dropped"], 0);
+}
+
+#[test]
+fn ps_gives_up_on_a_link_down_for_good() {
+    // Every link of worker 0 goes down for good at 10.00005 ms, just before its first push:
+    // the push is lost for good (its gradient dropped, no step counted) and so is the pull
+    // behind it; worker 0 waits for ever, worker 1 goes on (two steps by 30 ms).
+    let alg = ps_cfg(None, None);
+    let mut store = quadratic_store(2, 11);
+    let mut world = faulty_world(
+        &alg,
+        2,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        "[[faults]]\nkind = \"link-down\"\nworkers = [0]\nstart_s = 0.01000005",
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.03), &mut Collect::default()).unwrap();
+    let c = counts(&out);
+    assert_eq!(
+        (
+            c["pushes_dropped"],
+            c["gradients_dropped"],
+            c["retransmissions"]
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(out.worker_steps, 2);
+    assert_eq!(out.faults.as_ref().unwrap().stats.lost_link_down, 2);
+}

@@ -540,6 +540,7 @@ fn ps_with_a_staleness_bound_never_lets_a_worker_run_more_than_s_steps_ahead() {
         let c = PsConfig {
             servers: 2,
             staleness: Some(bound),
+            ..Default::default()
         };
         let cfg = AlgorithmConfig::from(AlgorithmKind::Ps(c.clone()));
         let mut store = store_with(n, &sgd(0.02), SEED);

@@ -112,6 +112,7 @@ fn every_kind() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig {
             servers: 2,
             staleness: Some(1),
+            ..Default::default()
         })),
         AlgorithmConfig::from(AlgorithmKind::Ps(PsConfig::default())),
         AlgorithmConfig::from(AlgorithmKind::Dpsgd(DpsgdConfig::default())),

@@ -32,6 +32,31 @@
 //! `s = 0` is bulk-synchronous. Server-side work takes no simulated time; the server's cost is
 //! its network traffic. A worker step counts when its gradient has been applied at every shard.
 //!
+//! ## Under faults
+//!
+//! Server shards are network nodes, not workers: a `crash` entry names workers only, so shards
+//! never crash (a crashed server would need a recovery protocol — a checkpoint, a replica — that
+//! the algorithm does not define). Links to the shards stay up under a partition (`groups`), but
+//! a `link-down` entry on a worker's links, and `loss`, cover them.
+//!
+//! - **Lost messages** are retransmitted, as the reference's transport (ZeroMQ over TCP in
+//!   ps-lite) would: a pull, a reply or a push lost on the network is posted again
+//!   `retransmit_ms` after it was posted (default four round trips of a model on an idle
+//!   network, `8·(S/B + α)`), as often as needed (`retransmissions`). Only a lost message
+//!   schedules anything, so a run without faults has exactly its usual events. A retransmitted
+//!   push may land after the worker's next pull, which then reads a model without its own last
+//!   gradient. A message whose link is cut for good (down with no end) is not retried: a push is
+//!   lost for that shard, and a pull or a reply leaves its worker waiting; with nothing else
+//!   left to happen the run stalls naming it.
+//! - **A crashed worker** abandons its step (its gradient is never pushed), and the shards
+//!   discard what it pushed that lands while it is down (`pushes_dropped`; a gradient whose
+//!   pushes landed partly before the crash is applied at some shards only). Its held pulls are
+//!   forgotten and the replies to it are dropped. Either way the gradient is lost and counted
+//!   (`gradients_dropped`), and no step is counted for it. The other workers go on — unless a
+//!   staleness bound makes them wait for the crashed worker's gradients: then the run stalls,
+//!   naming the held pulls and the worker down. On rejoin the worker pulls again, with the clock
+//!   it had.
+//!
 //! **Invariant**: every pushed gradient is applied exactly once to every shard; a worker's model,
 //! when read, is block by block the server's model as served; with a staleness bound `s`, no
 //! worker starts step `c` before every worker's first `c − s` gradients are applied.
@@ -53,8 +78,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::time::TimeUnit;
+use crate::engine::{Observer, Outcome, RunConfig, SimTime, run};
 use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore, blocks};
 use crate::record::Activity;
 
@@ -73,6 +100,11 @@ pub struct PsConfig {
     /// (none: fully asynchronous; 0: bulk-synchronous).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub staleness: Option<u64>,
+    /// Under `[[faults]]`: a message lost on the network is posted again this long after it
+    /// was, milliseconds (default: four round trips of a model on an idle network,
+    /// `8·(S/B + α)`). Unused without faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmit_ms: Option<f64>,
 }
 
 impl Default for PsConfig {
@@ -80,6 +112,7 @@ impl Default for PsConfig {
         PsConfig {
             servers: 1,
             staleness: None,
+            retransmit_ms: None,
         }
     }
 }
@@ -94,7 +127,34 @@ impl PsConfig {
             )
             .hint("servers = 1 is a single server; more shards split the model and the traffic"));
         }
+        if let Some(ms) = self.retransmit_ms {
+            let at = format!("{path}.retransmit_ms");
+            if !(ms.is_finite() && ms > 0.0) {
+                return Err(ConfigError::new(
+                    &at,
+                    format!("retransmit_ms must be a positive number of milliseconds, got {ms}"),
+                )
+                .hint(
+                    "leave it out for the default, four round trips of a model on an idle network",
+                ));
+            }
+            SimTime::checked_nonzero_from_f64(ms, TimeUnit::Millis, &at)?;
+        }
         Ok(())
+    }
+
+    /// The retransmission timeout on `world`'s network: the option, else `8·(S/B + α)` (at
+    /// least 1 µs).
+    pub fn retransmit(&self, world: &World<'_>) -> SimTime {
+        match self.retransmit_ms {
+            Some(ms) => SimTime::from_millis_f64(ms),
+            None => world
+                .net
+                .serialization_time(world.model_bytes + world.net.header_bytes())
+                .saturating_add(world.net.latency())
+                .scale(8.0)
+                .max(SimTime::from_nanos(1_000)),
+        }
     }
 }
 
@@ -109,6 +169,8 @@ pub enum Event {
         shard: usize,
         /// The step the worker is about to compute (gradients it pushed so far).
         clock: u64,
+        /// The worker's pull number (a reply to an earlier pull is ignored).
+        pull: u64,
     },
     /// Shard `shard`'s block of the model reached `worker`.
     Reply {
@@ -116,9 +178,12 @@ pub enum Event {
         worker: usize,
         /// The shard.
         shard: usize,
+        /// The pull it answers.
+        pull: u64,
     },
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
+    /// `worker` finished computing its gradient (the second field: its crash count when the
+    /// step started; a step abandoned by a crash is ignored).
+    ComputeDone(usize, u64),
     /// Block `shard` of `worker`'s gradient `grad` reached the shard.
     Push {
         /// The worker.
@@ -128,6 +193,8 @@ pub enum Event {
         /// The gradient.
         grad: GradId,
     },
+    /// Under faults: the lost message `id` is posted again.
+    Retransmit(u64),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -138,6 +205,21 @@ struct WorkerState {
     grad: Option<GradId>,
     /// Shards holding the worker's pull back.
     held: usize,
+    /// Pulls so far.
+    pull: u64,
+    /// Crashes so far.
+    life: u64,
+    /// Why it waits for good: a pull or a reply whose link is down for good.
+    cut: Option<String>,
+}
+
+/// A message posted with [`ParameterServer::post`]: enough to post it again.
+#[derive(Debug, Clone, Copy)]
+struct Posted {
+    src: usize,
+    dst: usize,
+    bytes: u64,
+    event: Event,
 }
 
 #[derive(Debug, Clone)]
@@ -150,8 +232,9 @@ struct Shard {
     version: u64,
     /// The version each worker last read.
     read: Vec<u64>,
-    /// Pull requests held back by the staleness bound, in arrival order.
-    held: Vec<(usize, u64)>,
+    /// Pull requests held back by the staleness bound, in arrival order: `(worker, clock,
+    /// pull)`.
+    held: Vec<(usize, u64, u64)>,
 }
 
 /// The state machine of the parameter server.
@@ -164,6 +247,16 @@ pub struct ParameterServer {
     pending: BTreeMap<GradId, usize>,
     row: usize,
     stats: StalenessStats,
+    /// Under faults: the retransmission timeout (`None`: no faults).
+    retransmit: Option<SimTime>,
+    /// Lost messages waiting to be posted again.
+    lost: BTreeMap<u64, Posted>,
+    next_lost: u64,
+    /// Gradients of which a block was dropped or lost (they count no step).
+    broken: std::collections::BTreeSet<GradId>,
+    retransmissions: u64,
+    pushes_dropped: u64,
+    gradients_dropped: u64,
 }
 
 impl ParameterServer {
@@ -177,6 +270,96 @@ impl ParameterServer {
             pending: BTreeMap::new(),
             row: usize::MAX,
             stats: StalenessStats::default(),
+            retransmit: None,
+            lost: BTreeMap::new(),
+            next_lost: 0,
+            broken: std::collections::BTreeSet::new(),
+            retransmissions: 0,
+            pushes_dropped: 0,
+            gradients_dropped: 0,
+        }
+    }
+
+    /// Retransmits lost messages after `timeout` (set for runs with `[[faults]]`).
+    pub fn with_retransmit(mut self, timeout: SimTime) -> Self {
+        self.retransmit = Some(timeout);
+        self
+    }
+
+    /// Sends `event` from `src` to `dst`; under faults, a lost message is posted again after
+    /// the retransmission timeout, unless its link is cut for good.
+    fn post(
+        &mut self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        event: Event,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        let sent = cx.send(src, dst, bytes, event);
+        let Some(rto) = self.retransmit else {
+            return;
+        };
+        if sent.lost.is_none() {
+            return;
+        }
+        if cx.world.faults().cut_for_good(src, dst, cx.now()) {
+            self.lost_for_good(src, dst, event, cx);
+            return;
+        }
+        let id = self.next_lost;
+        self.next_lost += 1;
+        self.lost.insert(
+            id,
+            Posted {
+                src,
+                dst,
+                bytes,
+                event,
+            },
+        );
+        cx.after(rto, Event::Retransmit(id));
+    }
+
+    /// A message that can never be delivered: a push's block is lost for its shard; a pull or
+    /// a reply leaves its worker waiting.
+    fn lost_for_good(&mut self, src: usize, dst: usize, event: Event, cx: &mut Ctx<'_, '_, Event>) {
+        match event {
+            Event::Push { grad, .. } => self.drop_push(grad, cx),
+            Event::Pull { worker, pull, .. } | Event::Reply { worker, pull, .. }
+                if pull == self.workers[worker].pull =>
+            {
+                self.workers[worker].cut = Some(format!(
+                    "worker {worker} waits for its pull {pull}, lost for good: the link {src} -> \
+                     {dst} stays down"
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// A push of gradient `grad` that will never be applied at its shard.
+    fn drop_push(&mut self, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
+        self.pushes_dropped += 1;
+        if self.broken.insert(grad) {
+            self.gradients_dropped += 1;
+        }
+        self.push_done(grad, None, cx);
+    }
+
+    /// One shard is done with gradient `grad` (applied, or dropped); the last one releases it
+    /// and counts the step of `applied_by` if no block was lost.
+    fn push_done(&mut self, grad: GradId, applied_by: Option<usize>, cx: &mut Ctx<'_, '_, Event>) {
+        let left = self.pending.get_mut(&grad).expect("a pushed gradient");
+        *left -= 1;
+        if *left == 0 {
+            self.pending.remove(&grad);
+            cx.world.store.release_gradient(grad);
+            if !self.broken.remove(&grad)
+                && let Some(worker) = applied_by
+            {
+                cx.step_done(worker);
+            }
         }
     }
 
@@ -205,17 +388,22 @@ impl ParameterServer {
     fn pull(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let clock = self.workers[w].clock;
         self.workers[w].replies = 0;
+        self.workers[w].pull += 1;
+        let pull = self.workers[w].pull;
         cx.activity(w, Activity::Communicate);
         for s in self.shard_order(w) {
-            cx.send(
+            let node = self.shards[s].node;
+            self.post(
                 w,
-                self.shards[s].node,
+                node,
                 0,
                 Event::Pull {
                     worker: w,
                     shard: s,
                     clock,
+                    pull,
                 },
+                cx,
             );
         }
     }
@@ -227,20 +415,22 @@ impl ParameterServer {
         })
     }
 
-    fn serve(&mut self, s: usize, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+    fn serve(&mut self, s: usize, w: usize, pull: u64, cx: &mut Ctx<'_, '_, Event>) {
         let shard = &mut self.shards[s];
         cx.world.store.copy_block(w, self.row, shard.block.clone());
         shard.read[w] = shard.version;
         let bytes = cx.world.net.payload_bytes(shard.block.len());
         let node = shard.node;
-        cx.send(
+        self.post(
             node,
             w,
             bytes,
             Event::Reply {
                 worker: w,
                 shard: s,
+                pull,
             },
+            cx,
         );
     }
 }
@@ -279,36 +469,44 @@ impl Algorithm for ParameterServer {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
+            // A pull of a worker that crashed since (or of its earlier life) is forgotten.
+            Event::Pull { worker, pull, .. }
+                if pull != self.workers[worker].pull || cx.is_down(worker) => {}
             Event::Pull {
                 worker,
                 shard,
                 clock,
+                pull,
             } => {
                 if self.may_serve(shard, clock) {
-                    self.serve(shard, worker, cx);
+                    self.serve(shard, worker, pull, cx);
                 } else {
-                    self.shards[shard].held.push((worker, clock));
+                    self.shards[shard].held.push((worker, clock, pull));
                     self.workers[worker].held += 1;
                     if self.workers[worker].held == 1 {
                         cx.block(worker);
                     }
                 }
             }
+            Event::Reply { worker, .. } if !cx.deliverable(worker) => {}
+            Event::Reply { worker, pull, .. } if pull != self.workers[worker].pull => {}
             Event::Reply { worker, .. } => {
                 let st = &mut self.workers[worker];
                 st.replies += 1;
                 if st.replies == self.servers {
                     st.started += 1;
-                    st.grad = Some(cx.start_step(worker, Event::ComputeDone(worker)));
+                    let life = st.life;
+                    st.grad = Some(cx.start_step(worker, Event::ComputeDone(worker, life)));
                 }
             }
-            Event::ComputeDone(w) => {
+            Event::ComputeDone(w, life) if life != self.workers[w].life => {}
+            Event::ComputeDone(w, _) => {
                 let grad = self.workers[w].grad.take().expect("a gradient in flight");
                 self.pending.insert(grad, self.servers);
                 for s in self.shard_order(w) {
                     let bytes = cx.world.net.payload_bytes(self.shards[s].block.len());
                     let node = self.shards[s].node;
-                    cx.send(
+                    self.post(
                         w,
                         node,
                         bytes,
@@ -317,11 +515,19 @@ impl Algorithm for ParameterServer {
                             shard: s,
                             grad,
                         },
+                        cx,
                     );
                 }
                 self.workers[w].clock += 1;
                 self.pull(w, cx);
             }
+            Event::Retransmit(id) => {
+                let m = self.lost.remove(&id).expect("a lost message");
+                self.retransmissions += 1;
+                self.post(m.src, m.dst, m.bytes, m.event, cx);
+            }
+            // The shard discards a push of a worker that is down.
+            Event::Push { worker, grad, .. } if cx.is_down(worker) => self.drop_push(grad, cx),
             Event::Push {
                 worker,
                 shard,
@@ -335,24 +541,18 @@ impl Algorithm for ParameterServer {
                 self.stats.record(sh.version - sh.read[worker]);
                 sh.version += 1;
                 sh.applied[worker] += 1;
-                let left = self.pending.get_mut(&grad).expect("a pushed gradient");
-                *left -= 1;
-                if *left == 0 {
-                    self.pending.remove(&grad);
-                    cx.world.store.release_gradient(grad);
-                    cx.step_done(worker);
-                }
+                self.push_done(grad, Some(worker), cx);
                 if self.bound.is_some() {
                     let held = std::mem::take(&mut self.shards[shard].held);
-                    for (w, clock) in held {
+                    for (w, clock, pull) in held {
                         if self.may_serve(shard, clock) {
-                            self.serve(shard, w, cx);
+                            self.serve(shard, w, pull, cx);
                             self.workers[w].held -= 1;
                             if self.workers[w].held == 0 {
                                 cx.unblock(w, worker, Activity::Communicate);
                             }
                         } else {
-                            self.shards[shard].held.push((w, clock));
+                            self.shards[shard].held.push((w, clock, pull));
                         }
                     }
                 }
@@ -360,10 +560,38 @@ impl Algorithm for ParameterServer {
         }
     }
 
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        match fault {
+            WorkerFault::Crash(w) => {
+                let st = &mut self.workers[w];
+                st.life += 1;
+                st.cut = None;
+                if let Some(g) = st.grad.take() {
+                    cx.world.store.release_gradient(g);
+                    self.gradients_dropped += 1;
+                }
+                // The shards forget its held pulls.
+                for shard in &mut self.shards {
+                    shard.held.retain(|h| h.0 != w);
+                }
+                self.workers[w].held = 0;
+            }
+            WorkerFault::Rejoin(w) => self.pull(w, cx),
+        }
+    }
+
+    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("retransmissions", self.retransmissions),
+            ("pushes_dropped", self.pushes_dropped),
+            ("gradients_dropped", self.gradients_dropped),
+        ]
+    }
+
     fn waiting(&self) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut out: Vec<String> = self.workers.iter().filter_map(|w| w.cut.clone()).collect();
         for (s, shard) in self.shards.iter().enumerate() {
-            for &(w, clock) in &shard.held {
+            for &(w, clock, _) in &shard.held {
                 let (slowest, applied) = shard
                     .applied
                     .iter()
@@ -412,6 +640,11 @@ impl AlgorithmSpec for PsConfig {
         self.servers
     }
 
+    fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
+        // Every kind: see the module's "Under faults" (shards are not workers: they never crash).
+        Ok(())
+    }
+
     fn run(
         &self,
         _kind: &'static str,
@@ -433,6 +666,10 @@ impl AlgorithmSpec for PsConfig {
             .hint("build the network with workers + AlgorithmConfig::extra_nodes() nodes")
             .into());
         }
-        run(&mut ParameterServer::new(self, n), world, run_cfg, observer)
+        let mut alg = ParameterServer::new(self, n);
+        if world.faults().configured() {
+            alg = alg.with_retransmit(self.retransmit(world));
+        }
+        run(&mut alg, world, run_cfg, observer)
     }
 }
