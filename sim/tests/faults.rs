@@ -969,3 +969,79 @@ fn ps_gives_up_on_a_link_down_for_good() {
     assert_eq!(out.worker_steps, 2);
     assert_eq!(out.faults.as_ref().unwrap().stats.lost_link_down, 2);
 }
+
+#[test]
+fn dasgd_counts_the_gradients_lost_and_its_staleness_keeps_them() {
+    // Four workers on a ring, gradients forwarded along each origin's breadth-first tree:
+    // origin 0's tree is 0 -> 1 -> 2 and 0 -> 3, origin 3's is 3 -> 0 -> 1 and 3 -> 2. Every
+    // message on 0 -> 1 is lost: each gradient of origin 0 never reaches 1 nor 2 (2 applications
+    // lost), each of origin 3 never reaches 1 (1 lost). Two rounds of 10 ms steps by 25 ms:
+    // 6 applications of 4 gradients lost.
+    let cfg = DasgdConfig {
+        broadcast: Broadcast::Topology,
+    };
+    let alg: AlgorithmConfig = cfg.clone().into();
+    let mut store = quadratic_store(4, 11);
+    let mut world = faulty_world(
+        &alg,
+        4,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        "[[faults]]\nkind = \"loss\"\nprobability = 1.0\nlinks = [\"0 -> 1\"]",
+    );
+    let mut a = Dasgd::new(&cfg, &world.topology).with_faults();
+    let mut points = Collect::default();
+    let out = run(&mut a, &mut world, &stop_at(0.025), &mut points).unwrap();
+    assert_eq!(out.worker_steps, 8);
+    let c = counts(&out);
+    assert_eq!((c["applications_lost"], c["gradients_lost"]), (6, 4));
+    assert_eq!(out.faults.as_ref().unwrap().stats.lost, 4);
+    // Model 1 lacks origins 0's and 3's gradients for good, model 2 origin 0's.
+    assert_eq!(a.counts()[1], vec![0, 2, 2, 0]);
+    assert_eq!(a.counts()[2], vec![0, 2, 2, 2]);
+    assert_eq!(a.staleness_between(1, 0), 4);
+    assert_eq!(a.staleness_between(2, 0), 2);
+    assert_eq!(a.staleness_between(1, 2), 2);
+    assert_eq!(a.lost_divergence_max(), 4);
+    // The series reports the floor at each point with applications since the previous one.
+    let last = points
+        .0
+        .iter()
+        .rev()
+        .find(|p| !p.series.is_empty())
+        .unwrap();
+    assert!(
+        last.series.contains(&("lost_divergence_max", 4.0)),
+        "{:?}",
+        last.series
+    );
+}
+
+#[test]
+fn dasgd_misses_what_lands_at_a_crashed_worker() {
+    // Three workers, every gradient sent to every other. Worker 2 is down over [5 ms, 15 ms):
+    // it abandons its first step and misses the first gradients of 0 and 1 (10 ms); its next
+    // step starts at 15 ms. By 22 ms: 0 and 1 made 2 steps, 2 none; model 2 applied the second
+    // gradients of 0 and 1 only.
+    let cfg = DasgdConfig::default();
+    let alg: AlgorithmConfig = cfg.clone().into();
+    let mut store = quadratic_store(3, 11);
+    let mut world = faulty_world(
+        &alg,
+        3,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        "[[faults]]\nkind = \"crash\"\nworkers = [2]\nat_s = 0.005\nrejoin_after_s = 0.01",
+    );
+    let mut a = Dasgd::new(&cfg, &world.topology).with_faults();
+    let out = run(&mut a, &mut world, &stop_at(0.022), &mut Collect::default()).unwrap();
+    assert_eq!(out.worker_steps, 4);
+    assert_eq!(out.faults.as_ref().unwrap().stats.dropped_down, 2);
+    assert_eq!(counts(&out)["applications_lost"], 2);
+    assert_eq!(a.counts()[2], vec![2, 2, 0]);
+    assert_eq!(a.staleness_between(2, 0), 2);
+    // Models 0 and 1 agree: each has both gradients of 0 and of 1.
+    assert_eq!(a.staleness_between(0, 1), 0);
+}

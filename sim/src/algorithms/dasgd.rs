@@ -41,13 +41,35 @@
 //! the mean and maximum of these measurements over the applications since the previous point
 //! (`S_avg` and `S_max` over time; nothing when there was none).
 //!
+//! ## Under faults
+//!
+//! The paper assumes every gradient reaches every worker. dasim accepts every fault kind, and
+//! nobody ever waits, so DASGD never stalls:
+//!
+//! - a gradient message lost on the network (`loss`, `link-down`) is never applied by its
+//!   receiver — nor, with `broadcast = "topology"`, by the receiver's subtree of the origin's
+//!   tree, which it would have reached through that link; a gradient landing at a crashed
+//!   worker is dropped (`messages_dropped_down`) with the same consequence. Each model that will
+//!   never apply a gradient counts one application lost (`applications_lost`; `gradients_lost`
+//!   counts the gradients missing from at least one model). Nothing retransmits: the models then
+//!   differ by those gradients for good.
+//! - the gradient sets become prefixes with holes: `G_i` for origin `o` is its first `c_i[o]`
+//!   gradients minus the ones lost for model `i`, `L_i[o]`. Every staleness above is computed on
+//!   these sets (`|G_i Δ G_j|`, and each application's `|G_j Δ R|`), so a lost gradient counts
+//!   in every later measurement between a model that has it and one that has not.
+//!   Once the gradients in flight have landed, `staleness_between(i, j)` can never fall below
+//!   `Σ_o |L_i[o] Δ L_j[o]|`; its maximum over pairs is reported at each evaluation point as the
+//!   series `lost_divergence_max` (runs with `[[faults]]` only).
+//! - a crashed worker abandons its step (that gradient is never computed nor sent), misses every
+//!   gradient that lands while it is down, and on rejoin starts a new step on the model it had.
+//!
 //! **Activities** ([`crate::record`]): a worker always computes; nobody waits.
 //!
 //! **Invariant**: every gradient is applied exactly once to every model, each origin's in order;
 //! with plain SGD (no momentum, no weight decay, constant rate) every model is `x_0 − η Σ_{g ∈
 //! G_i} g`, so the models agree whenever no gradient is in flight.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +77,7 @@ use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
 use crate::params::{GradId, ReplicaStore};
 
@@ -98,8 +121,9 @@ impl DasgdConfig {
 /// Events of DASGD.
 #[derive(Debug, Clone, Copy)]
 pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
+    /// `worker` finished computing its gradient (the second field: its crash count when the
+    /// step started; a step abandoned by a crash is ignored).
+    ComputeDone(usize, u64),
     /// Gradient `grad`, the `seq`-th of `origin`, reached `to`.
     Gradient {
         /// Receiver.
@@ -120,7 +144,30 @@ struct InFlight {
     /// The origin's counters when the step started (the gradient set of the model it was
     /// computed on).
     read: Vec<u64>,
+    /// Under faults: the origin's lost sets then (empty without faults).
+    read_lost: Vec<BTreeSet<u64>>,
 }
+
+/// `|A Δ B|` for `A = [0, a) \ la` and `B = [0, b) \ lb` (the lost sets may hold values past
+/// their bound, which do not count yet).
+fn sym_diff(a: u64, la: &BTreeSet<u64>, b: u64, lb: &BTreeSet<u64>) -> u64 {
+    if la.is_empty() && lb.is_empty() {
+        return a.abs_diff(b);
+    }
+    let size_a = a - la.range(..a).count() as u64;
+    let size_b = b - lb.range(..b).count() as u64;
+    let m = a.min(b);
+    let holes = la
+        .range(..m)
+        .chain(lb.range(..m))
+        .collect::<BTreeSet<_>>()
+        .len() as u64;
+    let both = m - holes;
+    size_a + size_b - 2 * both
+}
+
+/// A step under way: its gradient, and the counters and lost sets of the model it read.
+type Computing = (GradId, Vec<u64>, Vec<BTreeSet<u64>>);
 
 /// The state machine of DASGD.
 pub struct Dasgd {
@@ -129,11 +176,18 @@ pub struct Dasgd {
     children: Vec<Vec<Vec<usize>>>,
     /// `counts[i][o]`: gradients of origin `o` applied to model `i`.
     counts: Vec<Vec<u64>>,
-    grads: Vec<Option<(GradId, Vec<u64>)>>,
+    grads: Vec<Option<Computing>>,
     in_flight: BTreeMap<GradId, InFlight>,
     stats: StalenessStats,
     /// Since the last evaluation point: (applications, sum, max).
     window: (u64, u64, u64),
+    /// `lost[i][o]`: gradients of origin `o` that model `i` will never apply (faults only).
+    lost: Vec<Vec<BTreeSet<u64>>>,
+    /// Per worker: crashes so far.
+    life: Vec<u64>,
+    faulty: bool,
+    applications_lost: u64,
+    gradients_lost: BTreeSet<(usize, u64)>,
 }
 
 /// `children[v]` of a breadth-first tree of `topology` rooted at `root` (parent: the smallest
@@ -192,6 +246,71 @@ impl Dasgd {
             in_flight: BTreeMap::new(),
             stats: StalenessStats::default(),
             window: (0, 0, 0),
+            lost: vec![vec![BTreeSet::new(); n]; n],
+            life: vec![0; n],
+            faulty: false,
+            applications_lost: 0,
+            gradients_lost: BTreeSet::new(),
+        }
+    }
+
+    /// Reports the measures of lost gradients (`lost_divergence_max`; set for runs with
+    /// `[[faults]]`).
+    pub fn with_faults(mut self) -> Self {
+        self.faulty = true;
+        self
+    }
+
+    /// `lost[i][o]`: the gradients of origin `o` (by index) that model `i` will never apply.
+    pub fn lost(&self) -> &[Vec<BTreeSet<u64>>] {
+        &self.lost
+    }
+
+    /// `max_{i,j} Σ_o |L_i[o] Δ L_j[o]|`: once the gradients in flight have landed, the
+    /// staleness between two models can never fall below this (a gradient lost for one model
+    /// and not the other is applied to one of them only, for good).
+    pub fn lost_divergence_max(&self) -> u64 {
+        let n = self.counts.len();
+        let mut max = 0;
+        for i in 0..n {
+            for j in i + 1..n {
+                let d: u64 = (0..n)
+                    .map(|o| {
+                        self.lost[i][o]
+                            .symmetric_difference(&self.lost[j][o])
+                            .count() as u64
+                    })
+                    .sum();
+                max = max.max(d);
+            }
+        }
+        max
+    }
+
+    /// Gradient `seq` of `origin` will never reach `at`, nor `at`'s subtree of the origin's
+    /// tree: each of those models counts one application lost.
+    fn lose(
+        &mut self,
+        at: usize,
+        origin: usize,
+        seq: u64,
+        grad: GradId,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        let mut stack = vec![at];
+        let mut count = 0;
+        while let Some(v) = stack.pop() {
+            self.lost[v][origin].insert(seq);
+            count += 1;
+            stack.extend(self.children[origin][v].iter().copied());
+        }
+        self.applications_lost += count as u64;
+        self.gradients_lost.insert((origin, seq));
+        let f = self.in_flight.get_mut(&grad).expect("in flight");
+        f.left -= count;
+        if f.left == 0 {
+            self.in_flight.remove(&grad);
+            cx.world.store.release_gradient(grad);
         }
     }
 
@@ -207,10 +326,15 @@ impl Dasgd {
 
     /// `|G_i Δ G_j|`: the gradients one of models `i` and `j` has applied and the other has not.
     pub fn staleness_between(&self, i: usize, j: usize) -> u64 {
-        self.counts[i]
-            .iter()
-            .zip(&self.counts[j])
-            .map(|(a, b)| a.abs_diff(*b))
+        (0..self.counts.len())
+            .map(|o| {
+                sym_diff(
+                    self.counts[i][o],
+                    &self.lost[i][o],
+                    self.counts[j][o],
+                    &self.lost[j][o],
+                )
+            })
             .sum()
     }
 
@@ -220,26 +344,38 @@ impl Dasgd {
     }
 
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let grad = cx.start_step(w, Event::ComputeDone(w));
-        self.grads[w] = Some((grad, self.counts[w].clone()));
+        let grad = cx.start_step(w, Event::ComputeDone(w, self.life[w]));
+        let read_lost = if self.faulty {
+            self.lost[w].clone()
+        } else {
+            Vec::new()
+        };
+        self.grads[w] = Some((grad, self.counts[w].clone(), read_lost));
     }
 
-    /// Applies gradient `grad` of `origin` (computed on a model with counters `read`) to model
-    /// `j` and records its staleness.
+    /// Applies gradient `grad` of `origin` (computed on a model with counters `read` and lost
+    /// sets `read_lost`) to model `j` and records its staleness.
     fn apply(
         &mut self,
         j: usize,
         origin: usize,
         grad: GradId,
         read: &[u64],
+        read_lost: &[BTreeSet<u64>],
         cx: &mut Ctx<'_, '_, Event>,
     ) {
         let lr = cx.lr();
         cx.world.store.apply_gradient(j, grad, lr);
-        let s: u64 = self.counts[j]
-            .iter()
-            .zip(read)
-            .map(|(a, b)| a.abs_diff(*b))
+        let none = BTreeSet::new();
+        let s: u64 = (0..read.len())
+            .map(|o| {
+                sym_diff(
+                    self.counts[j][o],
+                    &self.lost[j][o],
+                    read[o],
+                    read_lost.get(o).unwrap_or(&none),
+                )
+            })
             .sum();
         self.stats.record(s);
         self.window.0 += 1;
@@ -249,7 +385,7 @@ impl Dasgd {
     }
 
     fn forward(
-        &self,
+        &mut self,
         at: usize,
         origin: usize,
         seq: u64,
@@ -257,8 +393,9 @@ impl Dasgd {
         cx: &mut Ctx<'_, '_, Event>,
     ) {
         let bytes = cx.world.model_bytes;
-        for &c in &self.children[origin][at] {
-            cx.send(
+        for k in 0..self.children[origin][at].len() {
+            let c = self.children[origin][at][k];
+            let sent = cx.send(
                 at,
                 c,
                 bytes,
@@ -269,6 +406,9 @@ impl Dasgd {
                     grad,
                 },
             );
+            if sent.lost.is_some() {
+                self.lose(c, origin, seq, grad, cx);
+            }
         }
     }
 }
@@ -288,14 +428,22 @@ impl Algorithm for Dasgd {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
-            Event::ComputeDone(w) => {
-                let (grad, read) = self.grads[w].take().expect("a gradient in flight");
+            Event::ComputeDone(w, life) if life != self.life[w] => {}
+            Event::ComputeDone(w, _) => {
+                let (grad, read, read_lost) = self.grads[w].take().expect("a gradient in flight");
                 let seq = self.counts[w][w];
-                self.apply(w, w, grad, &read, cx);
+                self.apply(w, w, grad, &read, &read_lost, cx);
                 cx.step_done(w);
                 let n = self.grads.len();
                 if n > 1 {
-                    self.in_flight.insert(grad, InFlight { left: n - 1, read });
+                    self.in_flight.insert(
+                        grad,
+                        InFlight {
+                            left: n - 1,
+                            read,
+                            read_lost,
+                        },
+                    );
                     self.forward(w, w, seq, grad, cx);
                 } else {
                     cx.world.store.release_gradient(grad);
@@ -307,10 +455,22 @@ impl Algorithm for Dasgd {
                 origin,
                 seq,
                 grad,
+            } if !cx.deliverable(to) => self.lose(to, origin, seq, grad, cx),
+            Event::Gradient {
+                to,
+                origin,
+                seq,
+                grad,
             } => {
-                debug_assert_eq!(seq, self.counts[to][origin], "per-origin FIFO order");
-                let read = self.in_flight[&grad].read.clone();
-                self.apply(to, origin, grad, &read, cx);
+                // Per-origin FIFO: the gradients skipped were lost on the way.
+                debug_assert!(
+                    (self.counts[to][origin]..seq).all(|k| self.lost[to][origin].contains(&k)),
+                    "per-origin FIFO order"
+                );
+                self.counts[to][origin] = seq;
+                let f = &self.in_flight[&grad];
+                let (read, read_lost) = (f.read.clone(), f.read_lost.clone());
+                self.apply(to, origin, grad, &read, &read_lost, cx);
                 self.forward(to, origin, seq, grad, cx);
                 let f = self.in_flight.get_mut(&grad).expect("in flight");
                 f.left -= 1;
@@ -320,6 +480,25 @@ impl Algorithm for Dasgd {
                 }
             }
         }
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        match fault {
+            WorkerFault::Crash(w) => {
+                self.life[w] += 1;
+                if let Some((g, _, _)) = self.grads[w].take() {
+                    cx.world.store.release_gradient(g);
+                }
+            }
+            WorkerFault::Rejoin(w) => self.begin(w, cx),
+        }
+    }
+
+    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("applications_lost", self.applications_lost),
+            ("gradients_lost", self.gradients_lost.len() as u64),
+        ]
     }
 
     fn waiting(&self) -> Vec<String> {
@@ -335,16 +514,25 @@ impl Algorithm for Dasgd {
         if count == 0 {
             return Vec::new();
         }
-        vec![
+        let mut out = vec![
             ("staleness_avg", sum as f64 / count as f64),
             ("staleness_max", max as f64),
-        ]
+        ];
+        if self.faulty {
+            out.push(("lost_divergence_max", self.lost_divergence_max() as f64));
+        }
+        out
     }
 }
 
 impl AlgorithmSpec for DasgdConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.topology, setup.path)
+    }
+
+    fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
+        // Every kind: see the module's "Under faults".
+        Ok(())
     }
 
     fn run(
@@ -355,6 +543,9 @@ impl AlgorithmSpec for DasgdConfig {
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
         let mut alg = Dasgd::new(self, &world.topology);
+        if world.faults().configured() {
+            alg = alg.with_faults();
+        }
         run(&mut alg, world, run_cfg, observer)
     }
 }
