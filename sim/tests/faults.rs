@@ -1045,3 +1045,136 @@ fn dasgd_misses_what_lands_at_a_crashed_worker() {
     // Models 0 and 1 agree: each has both gradients of 0 and of 1.
     assert_eq!(a.staleness_between(0, 1), 0);
 }
+
+#[test]
+fn dpsgd_stalls_when_a_neighbour_crashes_naming_who_waits_for_what() {
+    // Four workers on a ring, 10 ms steps, models sent when an iteration starts. Worker 2
+    // crashes at 15 ms, in iteration 1, after sending its models of iteration 1: its
+    // neighbours 1 and 3 finish iteration 1 at 20 ms and wait in iteration 2 for its model (the
+    // ones they sent it are dropped). Worker 0 has 1's and 3's models of iteration 2 and
+    // finishes it at 30 ms; in iteration 3 (40 ms) it waits for theirs. Steps: 4 + 3 + 1.
+    let alg: AlgorithmConfig = DpsgdConfig::default().into();
+    let mut store = quadratic_store(4, 11);
+    let mut world = faulty_world(
+        &alg,
+        4,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        "[[faults]]\nkind = \"crash\"\nworkers = [2]\nat_s = 0.015",
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.clone().expect("a stall");
+    assert_eq!(stall.time.as_nanos(), 40 * MS);
+    assert_eq!(out.worker_steps, 8);
+    assert_eq!(out.faults.as_ref().unwrap().stats.dropped_down, 2);
+    assert_eq!(
+        stall.waiting,
+        vec![
+            "worker 0 waits for the model of iteration 3 from worker 1",
+            "worker 0 waits for the model of iteration 3 from worker 3",
+            "worker 1 waits for the model of iteration 2 from worker 2 (down)",
+            "worker 3 waits for the model of iteration 2 from worker 2 (down)",
+            "worker 2 is down since 0.015 s and never rejoins",
+        ]
+    );
+}
+
+#[test]
+fn dpsgd_stalls_on_a_lost_model() {
+    // Worker 0's model of iteration 1 to worker 1 (sent at 10 ms) is lost: worker 1 waits for
+    // it from 20 ms; 0 and 2 finish iteration 1 and wait in iteration 2 for 1's model (30 ms);
+    // 3 finishes iteration 2 and waits in iteration 3 (40 ms). Steps: 4 + 3 + 1.
+    let alg: AlgorithmConfig = DpsgdConfig::default().into();
+    let mut store = quadratic_store(4, 11);
+    let mut world = faulty_world(
+        &alg,
+        4,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        "[[faults]]\nkind = \"loss\"\nprobability = 1.0\nlinks = [\"0 -> 1\"]\nstart_s = 0.01\nend_s = 0.011",
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.clone().expect("a stall");
+    assert_eq!(stall.time.as_nanos(), 40 * MS);
+    assert_eq!(out.worker_steps, 8);
+    assert_eq!(
+        stall.waiting,
+        vec![
+            "worker 0 waits for the model of iteration 2 from worker 1",
+            "worker 1 waits for the model of iteration 1 from worker 0 (lost on the way)",
+            "worker 2 waits for the model of iteration 2 from worker 1",
+            "worker 3 waits for the model of iteration 3 from worker 0",
+            "worker 3 waits for the model of iteration 3 from worker 2",
+        ]
+    );
+}
+
+#[test]
+fn local_sgd_stalls_at_the_model_all_reduce_after_a_crash() {
+    // H = 2: the model all-reduce follows every second step (20 ms). Worker 2 crashes at 15 ms
+    // in its second step; the others finish theirs and wait at the ring for good.
+    let alg = AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig {
+        h: 2,
+        warmup_steps: None,
+    }));
+    let mut store = quadratic_store(4, 11);
+    let mut world = faulty_world(
+        &alg,
+        4,
+        TopologyConfig::Ring {},
+        &mut store,
+        0.05,
+        "[[faults]]\nkind = \"crash\"\nworkers = [2]\nat_s = 0.015",
+    );
+    let out = run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+    let stall = out.stalled.clone().expect("a stall");
+    assert_eq!(stall.time.as_nanos(), 20 * MS);
+    assert_eq!(out.worker_steps, 7);
+    for (line, w) in stall.waiting.iter().zip([0, 1, 3]) {
+        assert_eq!(
+            line,
+            &format!(
+                "worker {w} waits for all-reduce 0, which cannot complete: worker 2 crashed at \
+                 0.015 s and never rejoins"
+            )
+        );
+    }
+    assert_eq!(stall.waiting.len(), 4);
+}
+
+#[test]
+fn which_algorithms_refuse_which_faults() {
+    let f = faults(
+        "[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 1.0\nrejoin_after_s = 1.0\n\
+         [[faults]]\nkind = \"loss\"\nprobability = 0.1",
+    );
+    let check = |alg: AlgorithmConfig| {
+        dasim_sim::fault::check_support(&alg, &f, "algorithms[0]").map_err(|e| e.path.to_string())
+    };
+    // Every kind: the asynchronous ones and push-sum.
+    check(AdPsgdConfig::default().into()).unwrap();
+    check(PsConfig::default().into()).unwrap();
+    check(DasgdConfig::default().into()).unwrap();
+    check(OverlapSgpConfig::default().into()).unwrap();
+    // No rejoin: the synchronous ones.
+    for alg in [
+        AlgorithmConfig::from(DpsgdConfig::default()),
+        AlgorithmKind::LocalSgd(LocalSgdConfig::default()).into(),
+        AllReduceConfig::default().into(),
+    ] {
+        assert_eq!(check(alg), Err("faults[0].kind".into()));
+    }
+    let loss_only = &f[1..];
+    for alg in [
+        AlgorithmConfig::from(DpsgdConfig::default()),
+        AlgorithmKind::LocalSgd(LocalSgdConfig::default()).into(),
+    ] {
+        dasim_sim::fault::check_support(&alg, loss_only, "algorithms[0]").unwrap();
+    }
+    // LAP-SGD refuses all three, saying why.
+    let lap: AlgorithmConfig = AlgorithmKind::LapSgd(LapSgdConfig::default()).into();
+    let e = dasim_sim::fault::check_support(&lap, loss_only, "algorithms[0]").unwrap_err();
+    assert!(e.message.contains("silent degradation"), "{}", e.message);
+}

@@ -32,6 +32,17 @@
 //! iteration apart, and every message a worker waits for is sent before its sender waits:
 //! D-PSGD cannot deadlock.
 //!
+//! **Under faults**: D-PSGD is neighbour-synchronous and has no recovery protocol (the paper's
+//! implementation waits for every neighbour's model, for ever). A model message lost on the
+//! network (`loss`, `link-down`) is never replaced, so its receiver waits for it for good; a
+//! crashed worker abandons its step, sends nothing more, and the models sent to it are dropped
+//! (`messages_dropped_down`), so its neighbours wait for its next model for good. Either way the
+//! wait spreads along the graph — a worker can lead a waiting neighbour by one iteration at most
+//! — until nobody can move; the run then stops as stalled, naming each waiting worker, the model
+//! it waits for and whether that model was lost or its sender is down. A crash with
+//! `rejoin_after_s` is refused: the models dropped while the worker was down would leave it
+//! waiting for them on its return.
+//!
 //! **Activities** ([`crate::record`]): a worker computes its gradient; then, while a neighbour's
 //! model of its iteration is missing, it is blocked if some missing model has not been sent yet
 //! (the wait attributed to the neighbour whose sending ends it) and communicates once every
@@ -43,7 +54,7 @@
 //! `mean_j (x^k − η g_j)`), and combine-then-adapt keeps the *average* replica on all-reduce
 //! SGD's trajectory whenever gradients are linear in the parameters (e.g. a quadratic).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +62,7 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
@@ -148,6 +160,10 @@ pub struct Dpsgd {
     /// `(W_ii, [(j, W_ij)])` per worker.
     weights: Vec<(f64, Vec<(usize, f64)>)>,
     workers: Vec<WorkerState>,
+    /// Under faults: workers down (they never rejoin), and the models lost on the way,
+    /// `(iteration, from, to)`.
+    down: BTreeSet<usize>,
+    lost: BTreeSet<(u64, usize, usize)>,
 }
 
 impl Dpsgd {
@@ -181,6 +197,8 @@ impl Dpsgd {
             neighbors,
             weights,
             workers: vec![WorkerState::default(); n],
+            down: BTreeSet::new(),
+            lost: BTreeSet::new(),
         }
     }
 
@@ -195,7 +213,7 @@ impl Dpsgd {
         for k in 0..self.neighbors[w].len() {
             let j = self.neighbors[w][k];
             let msg = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
-            cx.send(
+            let sent = cx.send(
                 w,
                 j,
                 bytes,
@@ -206,6 +224,10 @@ impl Dpsgd {
                     msg,
                 },
             );
+            if sent.lost.is_some() {
+                cx.world.store.release_msg(msg);
+                self.lost.insert((iter, w, j));
+            }
             if self.workers[j].ready {
                 self.wait(j, w, cx);
             }
@@ -312,6 +334,11 @@ impl Algorithm for Dpsgd {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
+            // A crashed worker's step is abandoned; what lands at it is dropped.
+            Event::ComputeDone(w) if cx.is_down(w) => {}
+            Event::Model { to, msg, .. } if !cx.deliverable(to) => {
+                cx.world.store.release_msg(msg);
+            }
             Event::ComputeDone(w) => {
                 // Ready (and, adapt-then-combine, sent: see `sent`) from here on.
                 self.workers[w].ready = true;
@@ -340,13 +367,20 @@ impl Algorithm for Dpsgd {
     fn waiting(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (w, st) in self.workers.iter().enumerate() {
-            if !st.ready {
+            if !st.ready || self.down.contains(&w) {
                 continue;
             }
             for &j in &self.neighbors[w] {
                 if !st.inbox.contains_key(&(st.iter, j)) {
+                    let why = if self.lost.contains(&(st.iter, j, w)) {
+                        " (lost on the way)"
+                    } else if self.down.contains(&j) {
+                        " (down)"
+                    } else {
+                        ""
+                    };
                     out.push(format!(
-                        "worker {w} waits for the model of iteration {} from worker {j}",
+                        "worker {w} waits for the model of iteration {} from worker {j}{why}",
                         st.iter
                     ));
                 }
@@ -354,11 +388,34 @@ impl Algorithm for Dpsgd {
         }
         out
     }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        if let WorkerFault::Crash(w) = fault {
+            self.down.insert(w);
+            let st = &mut self.workers[w];
+            st.ready = false;
+            st.blocked = false;
+            if let Some(g) = st.grad.take() {
+                cx.world.store.release_gradient(g);
+            }
+        }
+    }
 }
 
 impl AlgorithmSpec for DpsgdConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.topology, setup.path)
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        match fault {
+            FaultKind::Rejoin => Err(
+                "D-PSGD has no recovery protocol: the models sent to a crashed worker are dropped, \
+                 so on its return it would wait for them for ever (leave out rejoin_after_s to see \
+                 the stall)",
+            ),
+            _ => Ok(()),
+        }
     }
 
     fn run(

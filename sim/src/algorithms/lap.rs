@@ -65,6 +65,14 @@
 //! **Activities** ([`crate::record`]): a node always computes — its processes never wait; the
 //! averaging thread's all-reduces run beside them. Its steps are its processes' steps.
 //!
+//! **Under faults**: a crash or a lost chunk would break the averaging all-reduce for good, as
+//! it does for all-reduce SGD; but the processes never wait for the averaging thread, so the
+//! run would not stall: every other node would go on with local steps only, never averaging
+//! again, a silent degradation that the outputs do not report yet. So LAP-SGD and LPP-SGD
+//! refuse `crash`, `link-down` and `loss` entries at validation
+//! ([`AlgorithmSpec::fault_support`]); `delay` and `duplicate`, which every algorithm accepts,
+//! only change when the averaging's messages land.
+//!
 //! **Invariant**: the in-place averaging keeps the sum of the node models: over a round,
 //! `Σ_i (avg − snap_i) = 0`, so `Σ_i x_i` plus the corrections not yet applied changes only by
 //! the processes' optimizer steps; and the local updates a node made during the all-reduce are
@@ -541,6 +549,18 @@ impl Algorithm for LapSgd {
 }
 
 impl AlgorithmSpec for LapSgdConfig {
+    fn fault_support(
+        &self,
+        _kind: &'static str,
+        _fault: crate::fault::FaultKind,
+    ) -> crate::fault::FaultSupport {
+        Err(
+            "its processes never wait for the averaging, so a crash or a lost chunk would stop \
+             the averaging all-reduce for good while every node trains on alone: a silent \
+             degradation, not a stall that dasim could detect and report",
+        )
+    }
+
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)?;
         if setup.kind == "lpp-sgd"

@@ -30,18 +30,26 @@
 //! is blocked until every worker has contributed (the wait attributed to the last contributor),
 //! then communicates until the ring completes ([`super::ring::mark`]).
 //!
+//! **Under faults** (as all-reduce SGD, [`super::allreduce`]): a crashed worker abandons its
+//! step, and a crash or a chunk lost on the network (`loss`, `link-down`) breaks the ring for
+//! good: no all-reduce completes any more, not even one under way. The other workers go on
+//! with their local steps up to their next all-reduce and wait there; once nobody can move,
+//! the run stops as stalled, naming the waiting workers and the crashed one. A crash with
+//! `rejoin_after_s` is refused: the ring has no membership change.
+//!
 //! **Invariant**: replicas are equal after every all-reduce — during the warm-up at every step,
 //! then every `H` steps — so every worker's step `k` reads the same parameters whenever step
 //! `k − 1` ended with an all-reduce.
 
 use serde::{Deserialize, Serialize};
 
-use super::allreduce::bucket_bytes;
+use super::allreduce::{bucket_bytes, ring_support};
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Observer, Outcome, RunConfig, run};
 use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore};
 
 fn default_h() -> u32 {
@@ -130,6 +138,8 @@ pub struct LocalSgd {
     mean: Option<(u64, GradId, usize, f64)>,
     /// The last model-averaging round done.
     averaged: Option<u64>,
+    /// Workers down (crashed; they never rejoin). Empty until a crash.
+    down: Vec<bool>,
 }
 
 impl LocalSgd {
@@ -149,6 +159,7 @@ impl LocalSgd {
             ring: None,
             mean: None,
             averaged: None,
+            down: Vec::new(),
         }
     }
 
@@ -249,6 +260,9 @@ impl Algorithm for LocalSgd {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
+            // A crashed worker's step is abandoned; a broken ring completes no round.
+            Event::ComputeDone(w) if cx.is_down(w) => {}
+            Event::RingDone(_) if self.ring().is_broken() => {}
             Event::ComputeDone(w) => self.computed(w, cx),
             Event::RingDone(done) => {
                 self.ring().complete(done);
@@ -262,14 +276,33 @@ impl Algorithm for LocalSgd {
             return Vec::new();
         };
         (0..self.workers.len())
+            .filter(|&w| !self.down.get(w).copied().unwrap_or(false))
             .filter_map(|w| ring.waiting(w))
             .collect()
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        if let WorkerFault::Crash(w) = fault {
+            self.down.resize(self.workers.len(), false);
+            self.down[w] = true;
+            if self.workers[w].phase == Phase::Computing
+                && let Some(g) = self.workers[w].grad.take()
+            {
+                cx.world.store.release_gradient(g);
+            }
+            let now = cx.now();
+            self.ring().crash(w, now);
+        }
     }
 }
 
 impl AlgorithmSpec for LocalSgdConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path, setup.kind == "post-local-sgd")
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        ring_support(fault)
     }
 
     fn run(
