@@ -17,6 +17,9 @@
 //! - ```` ```csv,file=traces/v100.csv ```` (any language) is an attachment: before a chapter's
 //!   blocks are validated, the attachments of that chapter are written, at their relative paths,
 //!   next to the scenario file, so a snippet can name a trace or an edge list shown in the text.
+//! - ```` ```toml,base=scenarios/papers/side-by-side.toml ```` merges the fragment into that
+//!   scenario file (relative to the repository root) instead of [`BASE`], for a fragment that
+//!   needs a scenario's algorithms (claims naming them).
 //!
 //! Failures name the chapter file and the line of the block's opening fence.
 
@@ -93,6 +96,10 @@ impl Block {
 
     fn ignored(&self) -> bool {
         self.attrs.iter().any(|a| a == "ignore")
+    }
+
+    fn base(&self) -> Option<&str> {
+        self.attrs.iter().find_map(|a| a.strip_prefix("base="))
     }
 }
 
@@ -384,7 +391,16 @@ fn toml_blocks_parse_and_validate() {
             let (text, what) = if whole {
                 (b.text.clone(), "the scenario")
             } else {
-                let mut merged = base.clone();
+                let mut merged = match b.base() {
+                    None => base.clone(),
+                    Some(rel) => {
+                        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+                        std::fs::read_to_string(&path)
+                            .unwrap_or_else(|e| panic!("{at}: base={rel}: {e}"))
+                            .parse()
+                            .unwrap_or_else(|e| panic!("{at}: base={rel} does not parse: {e}"))
+                    }
+                };
                 merge(&mut merged, table);
                 (
                     toml::to_string(&merged).expect("a merged table serializes"),
@@ -435,4 +451,28 @@ fn the_block_scanner_finds_fences_and_markers() {
         ]
     );
     assert_eq!(link_targets("see [a](x.md#y) and `[b](z.md)`"), ["x.md#y"]);
+}
+
+/// The tutorial builds `scenarios/papers/side-by-side.toml`: its last toml block is that
+/// scenario (comments aside).
+#[test]
+fn the_tutorial_ends_at_the_shipped_scenario() {
+    let md = read(Path::new("tutorial.md"));
+    let last = blocks(&md)
+        .into_iter()
+        .rfind(|b| b.lang == "toml")
+        .expect("the tutorial has a toml block");
+    let shown: toml::Table = last.text.parse().expect("the tutorial's last block parses");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/papers/side-by-side.toml");
+    let shipped: toml::Table = std::fs::read_to_string(&path)
+        .unwrap()
+        .parse()
+        .expect("side-by-side.toml parses");
+    assert_eq!(
+        shown,
+        shipped,
+        "book/src/tutorial.md:{}: the tutorial's final scenario differs from {}",
+        last.line,
+        path.display()
+    );
 }
