@@ -1,0 +1,167 @@
+//! `[[faults]]` through the command line: a bad entry is a located error that writes nothing;
+//! an all-reduce run with a crashed worker stops as stalled, naming that worker, keeps its
+//! outputs and exits 3 (0 with `--keep-going`), while an algorithm that survives the crash
+//! (AD-PSGD) runs to its stop in the same scenario.
+
+mod common;
+
+use common::*;
+use dasim_reports::rundir::{RunData, Stopped};
+
+/// The quadratic on 8 workers (10 ms steps) on a ring, with `[run]`, the algorithms and the
+/// faults filled in.
+fn scenario_text(algorithms: &str, faults: &str) -> String {
+    format!(
+        r#"name = "faults"
+seed = 3
+
+[cluster]
+workers = 8
+step_time_ms = 10.0
+
+[network]
+bandwidth_gbps = 10.0
+latency_us = 5.0
+
+[topology]
+kind = "ring"
+
+[model]
+kind = "quadratic"
+dim = 16
+condition = 10.0
+noise = 0.1
+
+[optimizer]
+lr = 0.05
+
+[run]
+sim_time_s = 0.5
+eval_every_s = 0.02
+{algorithms}
+{faults}"#
+    )
+}
+
+const ALLREDUCE_AND_ADPSGD: &str =
+    "[[algorithms]]\nkind = \"allreduce\"\n\n[[algorithms]]\nkind = \"adpsgd\"\n";
+
+#[test]
+fn a_bad_fault_entry_is_located_and_nothing_is_written() {
+    let text = scenario_text(
+        "[[algorithms]]\nkind = \"allreduce\"\n",
+        "[[faults]]\nkind = \"loss\"\nprobability = 1.5\n",
+    );
+    let line = text.lines().position(|l| l == "probability = 1.5").unwrap() + 1;
+    let (dir, path) = scenario(&text, "bad.toml");
+    let out = dir.path().join("out");
+    for args in [
+        vec!["validate", path.to_str().unwrap()],
+        vec![
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--backend",
+            "flex",
+            "--quiet",
+        ],
+    ] {
+        let o = dasim(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("bad.toml:{line}:15")), "{err}");
+        assert!(
+            err.contains("faults[0].probability: a probability must be in [0, 1], got 1.5"),
+            "{err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    assert!(!out.exists(), "nothing is written");
+
+    // A kind the algorithm refuses is located at the entry's kind, naming the algorithm.
+    let text = scenario_text(
+        "[[algorithms]]\nkind = \"lap-sgd\"\n",
+        "[[faults]]\nkind = \"crash\"\nworkers = [3]\nat_s = 0.05\n",
+    );
+    let line = text.lines().position(|l| l == "kind = \"crash\"").unwrap() + 1;
+    let (_dir, path) = scenario(&text, "bad.toml");
+    let o = dasim(&["validate", path.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("bad.toml:{line}:8")), "{err}");
+    assert!(
+        err.contains(
+            "faults[0].kind: lap-sgd (algorithms[0], `lap-sgd`) does not handle crash faults"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_crashed_allreduce_worker_stalls_the_run_naming_it_and_exits_3() {
+    let text = scenario_text(
+        ALLREDUCE_AND_ADPSGD,
+        "[[faults]]\nkind = \"crash\"\nworkers = [3]\nat_s = 0.055\n",
+    );
+    let (dir, path) = scenario(&text, "crash.toml");
+    let out = dir.path().join("out");
+    let o = dasim_run_flex(&path, &out, &[]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("allreduce stalled at simulated time 0.06"),
+        "{err}"
+    );
+    assert!(
+        err.contains("worker 0 waits for all-reduce 5, which cannot complete: worker 3 crashed at 0.055 s and never rejoins"),
+        "{err}"
+    );
+    assert!(
+        err.contains("worker 3 is down since 0.055 s and never rejoins"),
+        "{err}"
+    );
+    assert!(
+        err.contains("its outputs up to that point are kept"),
+        "{err}"
+    );
+    let said = String::from_utf8_lossy(&o.stdout);
+    let line = said.lines().find(|l| l.starts_with("allreduce")).unwrap();
+    assert!(line.contains("STALLED"), "{line}");
+
+    let data = RunData::load(&out).unwrap();
+    let summary = data.summary.as_ref().unwrap();
+    let (ar, ad) = (&summary.runs[0], &summary.runs[1]);
+    // The stall ended the run just after the crash, long before the 0.5 s limit: five
+    // iterations of 10 ms (and a ring of about 70 µs each), then the others finish their sixth
+    // step and wait for worker 3.
+    assert_eq!(ar.stopped, Some(Stopped::Stalled));
+    assert!(ar.sim_time_s < 0.061, "{}", ar.sim_time_s);
+    assert_eq!(ar.worker_steps, 5 * 8);
+    let f = ar.faults.as_ref().unwrap();
+    assert_eq!((f.crashes, f.rejoins), (1, 0));
+    assert!(
+        f.down_time_s[3] > 0.0 && f.down_time_s[0] == 0.0,
+        "{:?}",
+        f.down_time_s
+    );
+    // Its metrics up to the stall are kept.
+    let rows: Vec<_> = data
+        .metrics
+        .iter()
+        .filter(|m| m.algorithm == "allreduce")
+        .collect();
+    assert!(rows.len() >= 3, "{}", rows.len());
+    assert!(rows.last().unwrap().time_s <= ar.sim_time_s);
+    // AD-PSGD survives: the active neighbours of worker 3 time out when they pick it and ask
+    // their other neighbour; it runs to the limit.
+    assert_eq!(ad.stopped, None);
+    assert_eq!(ad.sim_time_s, 0.5);
+    assert!(ad.faults.as_ref().unwrap().algorithm_counts["partner_timeouts"] > 0);
+
+    // --keep-going: the same run exits 0.
+    let out2 = dir.path().join("out2");
+    let o = dasim_run_flex(&path, &out2, &["--keep-going"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
