@@ -68,6 +68,34 @@ else
   echo "tests/run.sh: WARNING: no Slurm (or not root); the Slurm sweep test is skipped" >&2
 fi
 
+# The book (book/, mdBook) must build: includes such as {{#include ../../scenarios/papers/README.md}}
+# resolve and every chapter renders (links and TOML snippets are tested by tests/book.rs). mdbook
+# is installed from crates.io when missing, once, into ~/.cargo/bin (about 5 minutes on two
+# cores); where it cannot be installed (no network), the build is skipped with a warning. mdbook
+# reports a broken include as an ERROR but still exits with 0, so its log is checked too.
+MDBOOK_VERSION=0.4.52
+CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
+find_mdbook() { command -v mdbook 2>/dev/null || { [ -x "$CARGO_BIN/mdbook" ] && echo "$CARGO_BIN/mdbook"; }; }
+MDBOOK="$(find_mdbook || true)"
+if [ -z "$MDBOOK" ]; then
+  echo "tests/run.sh: installing mdbook $MDBOOK_VERSION from crates.io to build the book"
+  # Its own temporary target directory, not the project's.
+  env -u CARGO_TARGET_DIR cargo install mdbook --locked --version "$MDBOOK_VERSION" --quiet || true
+  MDBOOK="$(find_mdbook || true)"
+fi
+if [ -n "$MDBOOK" ]; then
+  book_log="$(mktemp)"
+  if ! "$MDBOOK" build book >"$book_log" 2>&1 || grep -E '\[(ERROR|WARN)\]' "$book_log" >/dev/null; then
+    cat "$book_log" >&2
+    echo "tests/run.sh: mdbook build book failed (the lines above marked ERROR or WARN)" >&2
+    exit 1
+  fi
+  rm -f "$book_log"
+  echo "tests/run.sh: the book builds (book/book/index.html)"
+else
+  echo "tests/run.sh: WARNING: mdbook could not be installed; the book is not built" >&2
+fi
+
 # lavapipe complains on stderr when XDG_RUNTIME_DIR is unset (harmless, but noisy).
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 
