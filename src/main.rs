@@ -500,11 +500,6 @@ fn execute(command: Command) -> dasim::Result<()> {
                     "proxy: the model trains for real; its steps and messages are timed as {t}"
                 );
             }
-            if let Some(t) = &summary.timed_as {
-                println!(
-                    "proxy: the model trains for real; its steps and messages are timed as {t}"
-                );
-            }
             for (r, t) in summary.runs.iter().zip(&summary.timings) {
                 // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
                 let mut accuracy = if r.final_accuracy.is_finite() {

@@ -9,6 +9,10 @@ use crate::error::ConfigError;
 
 pub use crate::cluster::stragglers::StragglerConfig;
 
+/// The most workers a cluster may have: 2^20. Every per-worker table is sized by it, so a typo
+/// such as `workers = 100000000` is refused at once instead of exhausting memory.
+pub const MAX_WORKERS: usize = 1 << 20;
+
 /// The base step time when the scenario gives none, in milliseconds.
 pub const DEFAULT_STEP_TIME_MS: f64 = 10.0;
 
@@ -140,6 +144,15 @@ impl ClusterConfig {
                 format!("workers must be at least 2, got {n}"),
             )
             .hint("a distributed run needs two or more workers"));
+        }
+        if n > MAX_WORKERS {
+            return Err(ConfigError::new(
+                "cluster.workers",
+                format!("workers must be at most {MAX_WORKERS} (2^20), got {n}"),
+            )
+            .hint(
+                "the papers' clusters have 16 to 256 workers; dasim's benchmarks go to 100,000",
+            ));
         }
         speed(self.step_time_ms, self.device_tflops, "cluster", false)?;
         if let Some(f) = self.flops_per_sample

@@ -148,6 +148,39 @@ impl RunConfig {
                 "run.eval_every_s",
             )?;
         }
+        // Every point evaluates the model and writes a row: a grid of billions of points is a
+        // typo that would never finish.
+        if let Some(t) = self.sim_time_s
+            && self.eval_every_s > 0.0
+            && t / self.eval_every_s > MAX_EVAL_POINTS as f64
+        {
+            return Err(ConfigError::new(
+                "run.eval_every_s",
+                format!(
+                    "sim_time_s / eval_every_s is {} evaluation points, more than {MAX_EVAL_POINTS}",
+                    num((t / self.eval_every_s).ceil())
+                ),
+            )
+            .hint(format!(
+                "evaluate less often: eval_every_s = {} gives 1,000 points",
+                num(t / 1000.0)
+            )));
+        }
+        if let (Some(steps), Some(every)) = (self.worker_steps, self.eval_every_steps)
+            && steps / every > MAX_EVAL_POINTS
+        {
+            return Err(ConfigError::new(
+                "run.eval_every_steps",
+                format!(
+                    "worker_steps / eval_every_steps is {} evaluation points, more than {MAX_EVAL_POINTS}",
+                    steps / every
+                ),
+            )
+            .hint(format!(
+                "evaluate less often: eval_every_steps = {} gives 1,000 points",
+                (steps / 1000).max(1)
+            )));
+        }
         Ok(())
     }
 }
@@ -396,6 +429,10 @@ impl DivergenceGuard {
 }
 
 const PROGRESS_EVERY: u64 = 512;
+
+/// The most evaluation points a run's stop rules may imply (`sim_time_s / eval_every_s`,
+/// `worker_steps / eval_every_steps`).
+pub const MAX_EVAL_POINTS: u64 = 1_000_000;
 
 /// Runs `alg` on `world` until a stop rule fires.
 pub fn run<A: Algorithm>(

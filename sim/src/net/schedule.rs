@@ -271,7 +271,9 @@ impl PeerSchedule {
 pub(crate) fn strong_components<Ty: petgraph::EdgeType>(
     g: &petgraph::Graph<(), (), Ty>,
 ) -> Vec<Vec<usize>> {
-    let mut comps: Vec<Vec<usize>> = petgraph::algo::tarjan_scc(g)
+    // Kosaraju's algorithm runs on explicit stacks; Tarjan's (petgraph's) recurses once per
+    // node and overflows the stack on a ring of a million workers.
+    let mut comps: Vec<Vec<usize>> = petgraph::algo::kosaraju_scc(g)
         .into_iter()
         .map(|c| {
             let mut v: Vec<usize> = c.into_iter().map(NodeIndex::index).collect();

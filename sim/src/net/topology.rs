@@ -275,6 +275,24 @@ impl Topology {
         let rng = || stream(env.seed, StreamKind::Topology, 0);
         // The key whose value made the graph what it is, for a connectivity error.
         let mut blame = "topology.kind";
+        let pairs = n as u128 * (n as u128).saturating_sub(1) / 2;
+        match cfg {
+            // The bipartite graph's count is checked once its sides are known.
+            TopologyConfig::Complete {} | TopologyConfig::RandomPeer {} => {
+                edge_budget(pairs, cfg, n, "topology.kind")?
+            }
+            // One draw per pair, whatever p.
+            TopologyConfig::ErdosRenyi { .. } if pairs > MAX_PAIR_DRAWS => {
+                return Err(ConfigError::new(
+                    "topology.kind",
+                    format!(
+                        "an Erdős–Rényi graph on {n} workers draws {pairs} pairs, more than {MAX_PAIR_DRAWS}"
+                    ),
+                )
+                .hint("use a random regular graph (kind = \"random-regular\") at this size"));
+            }
+            _ => {}
+        }
         let mut edges = Vec::new();
         let mut sides = None;
         match cfg {
@@ -384,12 +402,11 @@ impl Topology {
                     )
                     .hint("leave some workers out of `active`"));
                 }
-                for a in 0..n {
-                    for b in 0..n {
-                        if side[a] && !side[b] {
-                            edges.push((a, b));
-                        }
-                    }
+                let active_count = side.iter().filter(|&&s| s).count() as u128;
+                edge_budget(active_count * (n as u128 - active_count), cfg, n, blame)?;
+                let passive: Vec<usize> = (0..n).filter(|&b| !side[b]).collect();
+                for a in (0..n).filter(|&a| side[a]) {
+                    edges.extend(passive.iter().map(|&b| (a, b)));
                 }
                 sides = Some(side);
             }
@@ -465,14 +482,22 @@ impl Topology {
     }
 
     /// A graph over `n` nodes from an edge list; self-loops and duplicate edges are dropped.
+    /// Callers bound the edges ([`MAX_EDGES`]).
     /// Its schedule sends to every neighbour at every iteration.
     pub fn from_edges(n: usize, edges: impl IntoIterator<Item = (usize, usize)>) -> Self {
+        // Sorted and deduplicated as pairs: O(E log E), where testing each list for the edge
+        // was quadratic in the degree (a star's hub, a complete graph).
+        let mut pairs: Vec<(usize, usize)> = edges
+            .into_iter()
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| (a.min(b), a.max(b)))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
         let mut neighbors = vec![Vec::new(); n];
-        for (a, b) in edges {
-            if a != b && !neighbors[a].contains(&b) {
-                neighbors[a].push(b);
-                neighbors[b].push(a);
-            }
+        for &(a, b) in &pairs {
+            neighbors[a].push(b);
+            neighbors[b].push(a);
         }
         for list in &mut neighbors {
             list.sort_unstable();
@@ -648,6 +673,34 @@ fn threshold_hint(n: usize) -> String {
     format!(
         "G(n, p) is connected with high probability when p is well above ln(n)/n = {t:.3}; or change the seed"
     )
+}
+
+/// The most edges a graph may have: 2^25. A complete graph (or the complete bipartite graph,
+/// or the union of a random-peer schedule) is quadratic in the workers: at 1,048,576 workers it
+/// would need terabytes. Beyond this, building is refused with the count.
+pub const MAX_EDGES: u128 = 1 << 25;
+
+/// The most pairs an Erdős–Rényi graph may draw from (one draw per pair): 2^28.
+pub const MAX_PAIR_DRAWS: u128 = 1 << 28;
+
+/// An error when a graph of `cfg` on `n` workers would have more than [`MAX_EDGES`] edges.
+fn edge_budget(
+    edges: u128,
+    cfg: &TopologyConfig,
+    n: usize,
+    field: &str,
+) -> Result<(), ConfigError> {
+    if edges <= MAX_EDGES {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        field,
+        format!(
+            "the {} graph on {n} workers has {edges} edges, more than dasim holds ({MAX_EDGES})",
+            cfg.kind()
+        ),
+    )
+    .hint("use a sparse graph at this size: ring, torus, hypercube, exponential, random-regular, or the one-peer exponential schedule"))
 }
 
 #[cfg(test)]
