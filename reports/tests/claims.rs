@@ -26,7 +26,6 @@ fn facts() -> Facts {
         target_loss: false,
         eval_replicas: false,
         timing_only: false,
-        timed_as: None,
         sim_time_s: Some(0.3),
         unavailable: Vec::new(),
     }
@@ -212,6 +211,7 @@ fn results() -> Results {
             workers: 4,
             params: 10,
             timing_only: false,
+            timed_as: None,
             runs: vec![allreduce, adpsgd, osgp],
             checks: Vec::new(),
         },
