@@ -35,9 +35,9 @@ pub use read::{
 };
 pub use schema::{
     Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, FaultSummary,
-    GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow, SeriesRow,
-    StalenessRow, Stamp, Stopped, Summary, TimeToTarget, TimelineRow, Timings, Utilization,
-    UtilizationRow, WaitRow, files, measured, num, sha256_hex,
+    GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow,
+    SeriesRow, StalenessRow, Stamp, Stopped, Summary, TimeToTarget, TimelineRow, Timings,
+    Utilization, UtilizationRow, WaitRow, files, measured, num, sha256_hex,
 };
 pub use write::{
     CsvStream, EventLogs, RunWriter, Tables, write_atomic, write_csv, write_json, write_partition,

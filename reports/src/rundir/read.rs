@@ -188,11 +188,19 @@ impl RunData {
             // Every plot's title starts with the name: a timing run says there what it is not.
             Some(s) if s.timing_only => format!(
                 "{} (timing only: no gradient computed)",
-                if s.scenario.is_empty() { "run" } else { &s.scenario }
+                if s.scenario.is_empty() {
+                    "run"
+                } else {
+                    &s.scenario
+                }
             ),
             Some(s) if s.timed_as.is_some() => format!(
                 "{} (timed as {})",
-                if s.scenario.is_empty() { "run" } else { &s.scenario },
+                if s.scenario.is_empty() {
+                    "run"
+                } else {
+                    &s.scenario
+                },
                 s.timed_as
                     .as_deref()
                     .and_then(|t| t.split(" (").next())

@@ -7,9 +7,8 @@ pub mod rng;
 pub mod time;
 
 pub use driver::{
-    Collect, DIVERGENCE_FACTOR, Divergence, EvalPoint, FaultReport, Observer, Outcome, ReplicaEvals,
-    RunConfig,
-    RunProgress, Spread, run, run_inspect,
+    Collect, DIVERGENCE_FACTOR, Divergence, EvalPoint, FaultReport, Observer, Outcome,
+    ReplicaEvals, RunConfig, RunProgress, Spread, run, run_inspect,
 };
 pub use queue::EventQueue;
 pub use time::SimTime;
