@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use dasim_reports::rundir::RunData;
+use dasim_reports::rundir::{CheckResult, RunData};
 
 fn paper(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -214,6 +214,10 @@ fn run(text: &str, name: &str) -> (tempfile::TempDir, PathBuf, RunData) {
     let out = dir.path().join("out");
     run_flex(&path, &out);
     let data = RunData::load(&out).unwrap();
+    // The scenario's own claims ([[expect]]) hold.
+    for check in &data.summary.as_ref().unwrap().checks {
+        assert_eq!(check.result, CheckResult::Pass, "{name}: {check:?}");
+    }
     (dir, out, data)
 }
 
@@ -298,4 +302,28 @@ fn every_paper_scenario_has_its_section_in_the_readme() {
             );
         }
     }
+}
+
+#[test]
+fn on_resnet50s_clock_overlap_sgp_reaches_the_target_before_allreduce() {
+    let (_dir, _out, data) = run(
+        &set(&paper("sgp-proxy.toml"), "sim_time_s", "8.0"),
+        "sgp-proxy.toml",
+    );
+    let summary = data.summary.as_ref().unwrap();
+    assert!(
+        summary
+            .timed_as
+            .as_deref()
+            .is_some_and(|t| t.starts_with("resnet50"))
+    );
+    let reached = |label: &str| {
+        summary
+            .run(label)
+            .unwrap()
+            .time_to_target
+            .accuracy_s
+            .unwrap_or(f64::INFINITY)
+    };
+    assert!(reached("overlap-sgp") < reached("sgp") && reached("sgp") < reached("allreduce"));
 }
