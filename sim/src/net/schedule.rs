@@ -90,6 +90,31 @@ impl PeerSchedule {
         }
     }
 
+    /// The exponential graph of SGP's reference implementation (`DynamicDirectedExponentialGraph`
+    /// of facebookresearch/stochastic_gradient_push, `--graph_type 0` in its job scripts): each
+    /// node's phone book holds the peers `2^i` hops ahead and `2^i` hops behind, for
+    /// `i = 0 … ⌊log2(n − 1)⌋`, in the order `+1, −1, +2, −2, +4, −4, …` without repeats; it
+    /// sends to `per` of them per iteration, rotating through the book.
+    pub fn bidirectional_exponential(n: usize, per: usize) -> Self {
+        let mut book: Vec<usize> = Vec::new();
+        for m in 0..digits(n, 2) {
+            let step = (1usize << m) % n;
+            for d in [step, (n - step) % n] {
+                if d != 0 && !book.contains(&d) {
+                    book.push(d);
+                }
+            }
+        }
+        PeerSchedule {
+            n,
+            kind: Kind::Rotating {
+                name: "bidirectional-exponential",
+                book,
+                per: per.max(1),
+            },
+        }
+    }
+
     /// SGP's two-peer exponential schedule over `n` nodes.
     pub fn two_peer_exponential(n: usize) -> Self {
         let mut book: Vec<usize> = Vec::new();
@@ -288,6 +313,26 @@ pub(crate) fn strong_components<Ty: petgraph::EdgeType>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bidirectional_book_is_the_reference_phone_book() {
+        // The reference's phone book of rank 0 (DynamicDirectedExponentialGraph._make_graph):
+        // forward then backward 2^i for i = 0 ..= floor(log2(n - 1)), repeats skipped.
+        let peers = |n: usize| -> Vec<usize> {
+            let s = PeerSchedule::bidirectional_exponential(n, 1);
+            (0..16).map(|k| s.out_peers(0, k)[0]).take(16).collect()
+        };
+        assert_eq!(peers(8)[..5], [1, 7, 2, 6, 4]);
+        assert_eq!(peers(8)[5], 1, "period 5");
+        assert_eq!(peers(9)[..6], [1, 8, 2, 7, 4, 5]);
+        assert_eq!(peers(2)[..2], [1, 1]);
+        assert_eq!(peers(16)[..8], [1, 15, 2, 14, 4, 12, 8, 1]);
+        // Two peers per iteration: (+1, -1), then (+2, -2), ...
+        let two = PeerSchedule::bidirectional_exponential(16, 2);
+        assert_eq!(two.out_peers(3, 0), [4, 2]);
+        assert_eq!(two.out_peers(3, 1), [5, 1]);
+        assert!(two.is_strongly_connected());
+    }
 
     #[test]
     fn digits_count_without_floats() {

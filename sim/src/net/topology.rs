@@ -112,8 +112,23 @@ pub enum TopologyConfig {
     OnePeerExponential {},
     /// SGP's two-peer time-varying directed exponential schedule.
     TwoPeerExponential {},
+    /// The exponential graph of SGP's reference implementation: peers `2^i` hops ahead and
+    /// behind, `peers` of them per iteration in turn.
+    BidirectionalExponential {
+        /// Peers per iteration (default 1).
+        #[serde(default = "one")]
+        peers: usize,
+    },
+    /// AD-PSGD's bipartite exponential graph (its reference's `DynamicBipartiteExponentialGraph`):
+    /// the even workers are passive, each odd worker is linked to the workers `1` and
+    /// `1 + 2^i` hops ahead and behind; `n` must be even.
+    BipartiteExponential {},
     /// One random peer per node and iteration.
     RandomPeer {},
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for TopologyConfig {
@@ -138,6 +153,8 @@ impl TopologyConfig {
             TopologyConfig::EdgeList { .. } => "edge-list",
             TopologyConfig::OnePeerExponential {} => "one-peer-exponential",
             TopologyConfig::TwoPeerExponential {} => "two-peer-exponential",
+            TopologyConfig::BidirectionalExponential { .. } => "bidirectional-exponential",
+            TopologyConfig::BipartiteExponential {} => "bipartite-exponential",
             TopologyConfig::RandomPeer {} => "random-peer",
         }
     }
@@ -410,6 +427,32 @@ impl Topology {
                 }
                 sides = Some(side);
             }
+            TopologyConfig::BipartiteExponential {} => {
+                if n % 2 == 1 {
+                    return Err(ConfigError::new(
+                        "topology.kind",
+                        format!(
+                            "the bipartite exponential graph needs an even number of workers (odd ones active, even ones passive), got {n}"
+                        ),
+                    ));
+                }
+                // The reference's phone book of an active (odd) rank: 1 and 1 + 2^i hops ahead
+                // and behind, for i = 1 ..= floor(log2(n - 1)); every offset is odd, so every
+                // peer is passive.
+                let mut offsets = vec![1usize];
+                let mut m = 1;
+                while m < usize::BITS && (1usize << m) < n {
+                    offsets.push(1 + (1usize << m));
+                    m += 1;
+                }
+                for a in (1..n).step_by(2) {
+                    for &d in &offsets {
+                        edges.push((a, (a + d) % n));
+                        edges.push((a, (a + n - d % n) % n));
+                    }
+                }
+                sides = Some((0..n).map(|i| i % 2 == 1).collect());
+            }
             TopologyConfig::EdgeList { file } => {
                 blame = "topology.file";
                 let path = env.resolve(file);
@@ -427,10 +470,20 @@ impl Topology {
             }
             TopologyConfig::OnePeerExponential {}
             | TopologyConfig::TwoPeerExponential {}
+            | TopologyConfig::BidirectionalExponential { .. }
             | TopologyConfig::RandomPeer {} => {
-                let schedule = match cfg {
+                let schedule = match *cfg {
                     TopologyConfig::OnePeerExponential {} => PeerSchedule::one_peer_exponential(n),
                     TopologyConfig::TwoPeerExponential {} => PeerSchedule::two_peer_exponential(n),
+                    TopologyConfig::BidirectionalExponential { peers } => {
+                        if peers == 0 {
+                            return Err(ConfigError::new(
+                                "topology.peers",
+                                "peers must be at least 1",
+                            ));
+                        }
+                        PeerSchedule::bidirectional_exponential(n, peers)
+                    }
                     _ => PeerSchedule::random_peer(n, env.seed),
                 };
                 if schedule.period().is_some() {
@@ -709,6 +762,30 @@ mod tests {
 
     fn build(cfg: &TopologyConfig, n: usize) -> Result<Topology, ConfigError> {
         Topology::build(cfg, n, &BuildEnv::new(1))
+    }
+
+    #[test]
+    fn the_bipartite_exponential_graph_is_the_references() {
+        // The reference (DynamicBipartiteExponentialGraph) at n = 16: an active (odd) rank r
+        // has the peers r ± 1, r ± 3, r ± 5, r ± 9: 1 + 2^i for i = 1 ..= floor(log2 15) = 3.
+        let t = build(&TopologyConfig::BipartiteExponential {}, 16).unwrap();
+        assert_eq!(t.neighbors(1), [0, 2, 4, 6, 8, 10, 12, 14]);
+        assert_eq!(t.neighbors(5), [0, 2, 4, 6, 8, 10, 12, 14]);
+        assert_eq!(t.neighbors(7), [0, 2, 4, 6, 8, 10, 12, 14]);
+        // A passive rank hears from the actives for which it is one of those offsets.
+        assert_eq!(t.neighbors(0), [1, 3, 5, 7, 9, 11, 13, 15]);
+        let sides = t.bipartition().unwrap();
+        assert!(
+            (0..16).all(|i| sides[i] == (i % 2 == 1)),
+            "odd ranks active"
+        );
+        assert!(t.is_connected());
+        // At 64 workers the degree is 2 · (1 + 5) = 12, far below n / 2.
+        let t = build(&TopologyConfig::BipartiteExponential {}, 64).unwrap();
+        assert_eq!(t.neighbors(1).len(), 12);
+        assert_eq!(t.neighbors(1)[..4], [0, 2, 4, 6]);
+        let e = build(&TopologyConfig::BipartiteExponential {}, 15).unwrap_err();
+        assert!(e.message.contains("even number of workers"), "{e}");
     }
 
     #[test]
