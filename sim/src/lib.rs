@@ -443,7 +443,7 @@ pub mod prelude {
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, Averaging, Broadcast, Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd,
         LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer,
-        Partner, PsConfig, Sgp, SgpConfig, UpdateOrder,
+        Partner, PsConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};

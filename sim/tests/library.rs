@@ -801,6 +801,7 @@ fn adpsgd_thread_mode_keeps_the_sum_counting_replies_in_flight_at_every_event() 
 /// every event; returns the outcome, the algorithm and the store.
 fn run_sgp(
     tau: Option<u64>,
+    send: SendRule,
     n: usize,
     topology: TopologyConfig,
     stragglers: &[(usize, f64)],
@@ -808,7 +809,9 @@ fn run_sgp(
 ) -> (Outcome, Sgp, Checked) {
     let cfg = match tau {
         None => AlgorithmConfig::from(AlgorithmKind::Sgp(SgpConfig::default())),
-        Some(tau) => AlgorithmConfig::from(AlgorithmKind::OverlapSgp(OverlapSgpConfig { tau })),
+        Some(tau) => {
+            AlgorithmConfig::from(AlgorithmKind::OverlapSgp(OverlapSgpConfig { tau, send }))
+        }
     };
     let opt = optimizer(0.05, 0.5);
     let mut store = store_with(n, &opt, SEED);
@@ -848,13 +851,36 @@ fn run_sgp(
 
 #[test]
 fn sgp_conserves_push_sum_weight_and_numerators_at_every_event() {
-    for (tau, topology) in [
-        (None, TopologyConfig::TwoPeerExponential {}),
-        (None, TopologyConfig::Ring {}),
-        (Some(1), TopologyConfig::TwoPeerExponential {}),
-        (Some(3), TopologyConfig::OnePeerExponential {}),
+    for (tau, send, topology) in [
+        (
+            None,
+            SendRule::EveryIteration,
+            TopologyConfig::TwoPeerExponential {},
+        ),
+        (None, SendRule::EveryIteration, TopologyConfig::Ring {}),
+        (
+            Some(1),
+            SendRule::EveryIteration,
+            TopologyConfig::TwoPeerExponential {},
+        ),
+        (
+            Some(3),
+            SendRule::EveryIteration,
+            TopologyConfig::OnePeerExponential {},
+        ),
+        (Some(0), SendRule::AfterMix, TopologyConfig::Ring {}),
+        (
+            Some(1),
+            SendRule::AfterMix,
+            TopologyConfig::TwoPeerExponential {},
+        ),
+        (
+            Some(3),
+            SendRule::AfterMix,
+            TopologyConfig::OnePeerExponential {},
+        ),
     ] {
-        let (outcome, alg, _) = run_sgp(tau, 10, topology, &[(4, 3.0)], 0.4);
+        let (outcome, alg, _) = run_sgp(tau, send, 10, topology, &[(4, 3.0)], 0.4);
         assert!(outcome.worker_steps > 100, "{} steps", outcome.worker_steps);
         assert!(alg.mixed_messages() > 100, "{} mixed", alg.mixed_messages());
         // Two peers, or a straggler: the weights move away from 1.
@@ -905,7 +931,8 @@ fn overlap_sgp_never_mixes_a_message_older_than_tau() {
             TopologyConfig::Ring {},
             TopologyConfig::OnePeerExponential {},
         ] {
-            let (_, alg, _) = run_sgp(Some(tau), n, topology.clone(), &[(5, 8.0)], 0.5);
+            let send = SendRule::EveryIteration;
+            let (_, alg, _) = run_sgp(Some(tau), send, n, topology.clone(), &[(5, 8.0)], 0.5);
             assert!(
                 alg.max_mixed_age() <= tau,
                 "τ = {tau}: age {}",
@@ -920,7 +947,8 @@ fn overlap_sgp_never_mixes_a_message_older_than_tau() {
     // On a static ring a node blocks on each neighbour's messages of τ iterations ago, so it can
     // lead a node h hops away by at most h·(τ + 1) iterations — checked at every event.
     for tau in [1u64, 3] {
-        let c = OverlapSgpConfig { tau };
+        let send = SendRule::EveryIteration;
+        let c = OverlapSgpConfig { tau, send };
         let cfg = AlgorithmConfig::from(AlgorithmKind::OverlapSgp(c.clone()));
         let opt = optimizer(0.05, 0.5);
         let mut store = store_with(n, &opt, SEED);
@@ -977,7 +1005,10 @@ fn overlap_sgp_with_tau_zero_is_synchronous_sgp() {
         SgpConfig::default(),
     )));
     let overlap0 = go(AlgorithmConfig::from(AlgorithmKind::OverlapSgp(
-        OverlapSgpConfig { tau: 0 },
+        OverlapSgpConfig {
+            tau: 0,
+            send: SendRule::EveryIteration,
+        },
     )));
     assert_eq!(sync, overlap0);
     let overlap1 = go(AlgorithmConfig::from(AlgorithmKind::OverlapSgp(
@@ -1281,7 +1312,10 @@ fn overlap_sgp_keeps_only_a_bounded_lead_over_a_persistent_straggler() {
     )));
     let tau = |tau| {
         slowdown_ratio(&AlgorithmConfig::from(AlgorithmKind::OverlapSgp(
-            OverlapSgpConfig { tau },
+            OverlapSgpConfig {
+                tau,
+                send: SendRule::EveryIteration,
+            },
         )))
     };
     let (t1, t4) = (tau(1), tau(4));

@@ -640,7 +640,11 @@ fn link_totals_sum_to_the_network_totals_and_logs_match_the_histograms() {
 fn overlap_sgp_records_every_mixed_messages_age() {
     let n = 8;
     let tau = 2;
-    let c = OverlapSgpConfig { tau };
+    // The paper's rule bounds the age of what a node mixes by τ (the reference's does not).
+    let c = OverlapSgpConfig {
+        tau,
+        send: SendRule::EveryIteration,
+    };
     let mut store = quadratic_store(n, SEED);
     let (o, alg, _) = run_alg(
         &AlgorithmConfig::from(AlgorithmKind::OverlapSgp(c.clone())),

@@ -53,7 +53,7 @@ pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
 pub use ps::{ParameterServer, PsConfig};
-pub use sgp::{OverlapSgpConfig, Sgp, SgpConfig};
+pub use sgp::{OverlapSgpConfig, SendRule, Sgp, SgpConfig};
 
 /// What an entry's checks and its construction know besides its own options.
 #[derive(Clone, Copy, Debug)]

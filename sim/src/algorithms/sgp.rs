@@ -19,7 +19,46 @@
 //! ```
 //!
 //! `sgp` is the synchronous variant, `τ = 0`: a node waits for its in-peers' messages of its
-//! own iteration. `overlap-sgp` has a delay bound `τ ≥ 1` (default 1): sending overlaps the next
+//! own iteration. The pseudo-code above is also `overlap-sgp` with `send = "every-iteration"`.
+//!
+//! **Overlap-SGP, `send = "after-mix"` (the default): the reference implementation's rule.** In
+//! facebookresearch/stochastic_gradient_push (`gossip_module/distributed.py`, `--overlap True`,
+//! `--synch_freq s`) a gossip thread runs one push-sum exchange at a time: it pushes the
+//! shares it was handed to the out-peers of its own gossip round (the graph rotates once per
+//! gossip, not per training iteration), receives its in-peers' messages of that round, waits
+//! for its own sends to complete, and hands the sum of what it received back. At each
+//! iteration's forward pre-hook the training thread (a) mixes that sum in if the gossip has
+//! completed (and resets its counter `num_updates`), else blocks on it if
+//! `num_updates ≥ synch_freq`, else counts one more update; then (b) if the last gossip has been
+//! mixed, scales `(x_i, w_i)` by `1/(d+1)` and hands a copy to the gossip thread (a new gossip),
+//! else sends nothing this iteration. dasim does the same at the end of each step (the
+//! pre-hook of the next), with `τ = synch_freq + 1`, the number of the node's own steps a gossip
+//! may overlap:
+//!
+//! ```text
+//! start: push gossip 0 (shares to out_peers(i, 0)); updates ← 1
+//! after a step:
+//!   if the gossip is complete (every in-peer's message of its round arrived, every own
+//!   message landed): mix it in; updates ← 0; push the next gossip
+//!   else if updates + 1 ≥ τ: block until it is complete, then the same
+//!   else: updates ← updates + 1 (and send nothing)
+//! ```
+//!
+//! So a node has at most one gossip in flight. `updates ← 1` at the start is the reference's
+//! count of its first pre-hook, which finds no gossip running: the first gossip overlaps at most
+//! `max(1, τ − 1)` steps. With `τ = 0` (the reference without `--overlap`) a node pushes right
+//! after its step and blocks until that gossip completes, then mixes: like `sgp`, but it also
+//! waits for its own messages to land. Where dasim differs from the reference: a gossip ends when
+//! its last message *lands* (the reference waits for its sends' completion, slightly earlier);
+//! rounds are matched by number (the reference relies on FIFO point-to-point receives, which
+//! gives the same matching); no epoch-end synchronization (the reference queries the gossip at
+//! `eval()`); with faults, see below (the reference has no failure handling). Under a
+//! persistent straggler a node's rounds are paced by the slowest node's, but it makes up to `τ`
+//! steps per round: the fast nodes run at up to `τ` times the straggler's rate, and the age of
+//! the information they mix (their iteration minus the sender's) is not bounded by `τ`.
+//!
+//! **Overlap-SGP, `send = "every-iteration"`: the paper's Algorithm 2.** A delay bound `τ ≥ 1`
+//! (default 1): sending overlaps the next
 //! computation, a node mixes whatever has arrived, and blocks only when a message sent to it `τ`
 //! iterations ago is still missing. Messages of a later iteration than the node's own (from a
 //! peer that is ahead) wait in its inbox until the node reaches that iteration, so with `τ = 0`
@@ -33,17 +72,23 @@
 //! consensus distance and the replica evaluations use the de-biased `z_i`
 //! ([`Algorithm::replica_scales`]); [`Algorithm::series`] reports the range of the weights,
 //! `weight_min` and `weight_max`. Every mixed message's age in iterations (the receiver's
-//! iteration minus the sender's) is recorded ([`crate::algorithm::Ctx::message_age`]).
+//! iteration minus the sender's, 0 when the sender is ahead, which only `after-mix` allows) is
+//! recorded ([`crate::algorithm::Ctx::message_age`]). With `after-mix` a node's iteration is its
+//! number of steps completed, so in lockstep a message pushed after step `k` and mixed after
+//! step `k + τ` is `τ` old, as with `every-iteration`.
 //!
 //! **Activities** ([`crate::record`]): a node computes its gradient; sending overlaps the next
 //! computation. When it must wait to mix, it is blocked while a message it needs has not been
 //! sent yet (the wait attributed to the node whose push ends it), and communicates once every
-//! message it needs is in flight.
+//! message it needs is in flight (with `after-mix`: the messages of its gossip's round, its own
+//! included).
 //!
 //! **Invariants**: the total push-sum weight of the nodes plus the messages in flight is `n` at
 //! all times (up to rounding), and the sum of the numerators of the nodes and the messages in
-//! flight changes only by optimizer steps (pushing and mixing preserve it). A node never mixes a
-//! message sent more than `τ` iterations before its own. On a schedule where every node has one
+//! flight changes only by optimizer steps (pushing and mixing preserve it). With
+//! `every-iteration` a node never mixes a message sent more than `τ` iterations before its own;
+//! with `after-mix` a node has at most one gossip in flight, all of whose own messages land
+//! before it sends again. On a schedule where every node has one
 //! in-peer and one out-peer per iteration (the one-peer exponential graph), synchronous SGP keeps
 //! every `w_i = 1` exactly.
 //!
@@ -57,6 +102,9 @@
 //! loss). A crashed node abandons its step, stops pushing and mixing; its out-peers wait for its
 //! next message, so synchronous SGP stalls (and Overlap-SGP once `τ` iterations have passed)
 //! unless it rejoins: it then resumes its iteration with the numerator, weight and inbox it had.
+//! With `after-mix` a lost or dropped message also counts as landed for its sender (which learns
+//! of it at the same moment), so the sender's gossip completes; a crashed node's gossip in
+//! flight stays, and its out-peers wait for its next round (stalled runs name the round).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,18 +128,41 @@ fn default_tau() -> u64 {
     1
 }
 
+/// When an Overlap-SGP node starts a new gossip (`send` in the scenario).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SendRule {
+    /// The reference implementation's rule (the default): a node sends again only once its
+    /// previous gossip has been mixed, so it has at most one gossip in flight; `τ` is the number
+    /// of its own steps a gossip may overlap before the node blocks on it.
+    #[default]
+    AfterMix,
+    /// The paper's Algorithm 2: a push at every iteration; a node mixes whatever has arrived and
+    /// blocks on a message sent to it `τ` iterations ago.
+    EveryIteration,
+}
+
 /// Options of Overlap-SGP.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverlapSgpConfig {
-    /// The delay bound τ in iterations (default 1; 0 is synchronous SGP).
+    /// The delay bound τ in iterations (default 1). With `send = "after-mix"`: how many of its
+    /// own steps a gossip may overlap (the reference's `synch_freq + 1`; 0: no overlap). With
+    /// `send = "every-iteration"`: the age of the oldest message a node may still be missing
+    /// (0 is synchronous SGP).
     #[serde(default = "default_tau")]
     pub tau: u64,
+    /// When a node starts a new gossip (default `after-mix`, the reference's rule).
+    #[serde(default)]
+    pub send: SendRule,
 }
 
 impl Default for OverlapSgpConfig {
     fn default() -> Self {
-        OverlapSgpConfig { tau: default_tau() }
+        OverlapSgpConfig {
+            tau: default_tau(),
+            send: SendRule::default(),
+        }
     }
 }
 
@@ -109,6 +180,9 @@ pub enum Event {
         to: usize,
         /// The sender's iteration.
         iter: u64,
+        /// The sender's gossip round (its gossips started before this one; with
+        /// `send = "every-iteration"` it is `iter`).
+        round: u64,
         /// The numerator share.
         msg: MsgId,
         /// The weight share.
@@ -121,8 +195,8 @@ pub enum Event {
         from: usize,
         /// Receiver.
         to: usize,
-        /// The sender's iteration.
-        iter: u64,
+        /// The sender's gossip round (with `send = "every-iteration"`, its iteration).
+        round: u64,
     },
 }
 
@@ -133,12 +207,19 @@ struct Node {
     grad: Option<GradId>,
     /// Pushed this iteration and waiting to mix.
     blocked: bool,
-    /// Arrived and not yet mixed, by `(iteration, sender)`.
-    inbox: BTreeMap<(u64, usize), (MsgId, f64)>,
-    /// Iterations `< complete` have had every message arrive.
+    /// Arrived and not yet mixed, by `(round, sender)`: the numerator share, the weight and
+    /// the sender's iteration.
+    inbox: BTreeMap<(u64, usize), (MsgId, f64, u64)>,
+    /// Rounds `< complete` have had every message arrive.
     complete: u64,
-    /// Messages arrived of iterations `≥ complete`.
+    /// Messages arrived of rounds `≥ complete`.
     arrived: BTreeSet<(u64, usize)>,
+    /// `after-mix`: gossips started.
+    rounds: u64,
+    /// `after-mix`: the gossip in flight (started, not mixed).
+    gossip: Option<Gossip>,
+    /// `after-mix`: the reference's `num_updates`, steps since the last mix that did not mix.
+    updates: u64,
     /// Waiting to mix for a message not sent yet.
     stalled: bool,
     /// Crashes so far (a `ComputeDone` of an earlier life is ignored).
@@ -147,10 +228,21 @@ struct Node {
     down: bool,
 }
 
+/// A node's gossip in flight (`send = "after-mix"`).
+#[derive(Debug, Clone, Copy)]
+struct Gossip {
+    /// Its round.
+    round: u64,
+    /// Its own messages not yet landed (delivered, dropped or known lost).
+    out_pending: usize,
+}
+
 /// The state machine of SGP and Overlap-SGP.
 pub struct Sgp {
     kind: &'static str,
     tau: u64,
+    /// `send = "after-mix"` (only `overlap-sgp`).
+    after_mix: bool,
     schedule: PeerSchedule,
     nodes: Vec<Node>,
     /// The weight of every message not yet mixed (in flight or in an inbox).
@@ -164,19 +256,21 @@ pub struct Sgp {
 impl Sgp {
     /// Synchronous SGP on `schedule`.
     pub fn synchronous(_cfg: &SgpConfig, schedule: &PeerSchedule) -> Self {
-        Sgp::with_tau("sgp", 0, schedule)
+        Sgp::with_tau("sgp", 0, false, schedule)
     }
 
     /// Overlap-SGP on `schedule`.
     pub fn overlap(cfg: &OverlapSgpConfig, schedule: &PeerSchedule) -> Self {
-        Sgp::with_tau("overlap-sgp", cfg.tau, schedule)
+        let after_mix = cfg.send == SendRule::AfterMix;
+        Sgp::with_tau("overlap-sgp", cfg.tau, after_mix, schedule)
     }
 
-    fn with_tau(kind: &'static str, tau: u64, schedule: &PeerSchedule) -> Self {
+    fn with_tau(kind: &'static str, tau: u64, after_mix: bool, schedule: &PeerSchedule) -> Self {
         let n = schedule.len();
         Sgp {
             kind,
             tau,
+            after_mix,
             schedule: schedule.clone(),
             nodes: vec![
                 Node {
@@ -190,6 +284,9 @@ impl Sgp {
                     stalled: false,
                     life: 0,
                     down: false,
+                    rounds: 0,
+                    gossip: None,
+                    updates: 0,
                 };
                 n
             ],
@@ -205,14 +302,29 @@ impl Sgp {
         self.nodes.iter().map(|n| n.w).collect()
     }
 
-    /// Which nodes have pushed this iteration and not yet mixed (waiting, or about to mix).
+    /// Which nodes have pushed this iteration and not yet mixed (waiting, or about to mix);
+    /// with `send = "after-mix"`, which nodes are blocked on their gossip in flight.
     pub fn blocked(&self) -> Vec<bool> {
         self.nodes.iter().map(|n| n.blocked).collect()
     }
 
-    /// The iteration every node is in.
+    /// The iteration every node is in (with `send = "after-mix"`: its steps completed).
     pub fn iterations(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| n.iter).collect()
+    }
+
+    /// `send = "after-mix"`: the gossips every node has started (its next round); otherwise 0.
+    pub fn rounds(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.rounds).collect()
+    }
+
+    /// `send = "after-mix"`: the round of every node's gossip in flight (started, not yet
+    /// mixed), if it has one; at most one each.
+    pub fn gossips_in_flight(&self) -> Vec<Option<u64>> {
+        self.nodes
+            .iter()
+            .map(|n| n.gossip.map(|g| g.round))
+            .collect()
     }
 
     /// The messages in flight or waiting in an inbox (not yet mixed), with their weights: the
@@ -238,12 +350,22 @@ impl Sgp {
         cx.after(d, Event::ComputeDone(i, self.nodes[i].life));
     }
 
-    fn push(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+    /// Pushes node `i`'s shares of round `round` (with `send = "every-iteration"`, its
+    /// iteration) to its out-peers of that round, and keeps one share.
+    fn push(&mut self, i: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
         let k = self.nodes[i].iter;
-        let peers = self.schedule.out_peers(i, k);
+        let peers = self.schedule.out_peers(i, round);
         let share = 1.0 / (peers.len() + 1) as f64;
         let weight = self.nodes[i].w * share;
         let bytes = cx.world.model_bytes;
+        if self.after_mix {
+            // Sent from here on (see `sent`), for the receivers' waits.
+            self.nodes[i].rounds = round + 1;
+            self.nodes[i].gossip = Some(Gossip {
+                round,
+                out_pending: peers.len(),
+            });
+        }
         for &j in &peers {
             let msg = cx.world.store.new_msg(&[(Slot::Row(i), share)]);
             self.in_flight.insert(msg, weight);
@@ -258,6 +380,7 @@ impl Sgp {
                     from: i,
                     to: j,
                     iter: k,
+                    round,
                     msg,
                     weight,
                 },
@@ -269,7 +392,7 @@ impl Sgp {
                     Event::Lost {
                         from: i,
                         to: j,
-                        iter: k,
+                        round,
                     },
                 );
             }
@@ -285,41 +408,56 @@ impl Sgp {
         cx.world.store.release_msg(msg);
     }
 
-    /// Node `to` will not get the message of iteration `iter` from `from`: it counts as arrived
+    /// Node `to` will not get the message of round `round` from `from`: it counts as arrived
     /// (with nothing to mix), so `to` does not wait for it.
-    fn missed(&mut self, from: usize, to: usize, iter: u64, cx: &mut Ctx<'_, '_, Event>) {
-        self.nodes[to].arrived.insert((iter, from));
+    fn missed(&mut self, from: usize, to: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        self.nodes[to].arrived.insert((round, from));
         self.advance_complete(to);
-        if self.nodes[to].blocked && !self.nodes[to].down && self.may_mix(to) {
+        if self.after_mix {
+            self.landed(from, round);
+            self.try_finish(to, cx);
+            self.try_finish(from, cx);
+        } else if self.nodes[to].blocked && !self.nodes[to].down && self.may_mix(to) {
             self.mix(to, cx);
         }
     }
 
-    /// Whether node `i` at its iteration may mix: every message of iterations `≤ k − τ` arrived.
+    /// `every-iteration`: whether node `i` at its iteration may mix: every message of
+    /// iterations `≤ k − τ` arrived.
     fn may_mix(&self, i: usize) -> bool {
         let node = &self.nodes[i];
         node.iter < self.tau || node.complete > node.iter - self.tau
     }
 
-    /// Whether node `j` has pushed its messages of iteration `s` (it pushes them, then waits
-    /// to mix, then moves to `s + 1`).
+    /// Whether node `j` has pushed its messages of round `s`. With `every-iteration` it pushes
+    /// them, then waits to mix, then moves to `s + 1`; with `after-mix` it has started gossip
+    /// `s`.
     fn sent(&self, j: usize, s: u64) -> bool {
         let node = &self.nodes[j];
+        if self.after_mix {
+            return node.rounds > s;
+        }
         node.iter > s || (node.iter == s && node.blocked)
     }
 
-    /// Node `i` waits to mix: blocked while a message of an iteration `≤ k − τ` it needs has
-    /// not been sent, communicating once all are in flight (`by` ended the blocked part, if it
-    /// did).
+    /// Node `i` waits to mix: blocked while a message it needs has not been sent (of an
+    /// iteration `≤ k − τ`; with `after-mix`, of its gossip's round), communicating once all are
+    /// in flight (`by` ended the blocked part, if it did).
     fn wait(&mut self, i: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
         let node = &self.nodes[i];
-        let last = node.iter.saturating_sub(self.tau);
-        let unsent = (node.complete..=last).any(|s| {
+        let missing = |s: u64| {
             self.schedule
                 .in_peers(i, s)
                 .iter()
                 .any(|&j| !node.arrived.contains(&(s, j)) && !self.sent(j, s))
-        });
+        };
+        let unsent = if self.after_mix {
+            node.gossip
+                .is_some_and(|g| node.complete <= g.round && missing(g.round))
+        } else {
+            let last = node.iter.saturating_sub(self.tau);
+            (node.complete..=last).any(missing)
+        };
         match (unsent, node.stalled) {
             (true, false) => {
                 self.nodes[i].stalled = true;
@@ -349,32 +487,113 @@ impl Sgp {
         }
     }
 
+    /// Adds the messages `msgs` into node `i`'s numerator and weight, records their ages
+    /// (node `i`'s iteration minus the sender's, 0 for a sender that is ahead) and frees them.
+    fn mix_in(
+        &mut self,
+        i: usize,
+        msgs: BTreeMap<(u64, usize), (MsgId, f64, u64)>,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        if msgs.is_empty() {
+            return;
+        }
+        let k = self.nodes[i].iter;
+        let mut terms = Vec::with_capacity(msgs.len() + 1);
+        terms.push((Slot::Row(i), 1.0));
+        let mut w = self.nodes[i].w;
+        for &(m, weight, s) in msgs.values() {
+            terms.push((Slot::Msg(m), 1.0));
+            w += weight;
+            let age = k.saturating_sub(s);
+            self.max_age = self.max_age.max(age);
+            self.mixed += 1;
+            cx.message_age(i, age);
+        }
+        cx.world.store.mix(i, &terms);
+        for &(m, _, _) in msgs.values() {
+            cx.world.store.release_msg(m);
+            self.in_flight.remove(&m);
+        }
+        self.nodes[i].w = w;
+    }
+
+    /// `every-iteration`: node `i` mixes every arrived message of an iteration `≤ k` and moves
+    /// to its next iteration.
     fn mix(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
         let k = self.nodes[i].iter;
         let later = self.nodes[i].inbox.split_off(&(k + 1, 0));
         let now = std::mem::replace(&mut self.nodes[i].inbox, later);
-        if !now.is_empty() {
-            let mut terms = Vec::with_capacity(now.len() + 1);
-            terms.push((Slot::Row(i), 1.0));
-            let mut w = self.nodes[i].w;
-            for (&(s, _), &(m, weight)) in &now {
-                terms.push((Slot::Msg(m), 1.0));
-                w += weight;
-                self.max_age = self.max_age.max(k - s);
-                self.mixed += 1;
-                cx.message_age(i, k - s);
-            }
-            cx.world.store.mix(i, &terms);
-            for &(m, _) in now.values() {
-                cx.world.store.release_msg(m);
-                self.in_flight.remove(&m);
-            }
-            self.nodes[i].w = w;
-        }
+        self.mix_in(i, now, cx);
         self.nodes[i].blocked = false;
         self.nodes[i].stalled = false;
         self.nodes[i].iter += 1;
         self.begin(i, cx);
+    }
+
+    /// `after-mix`: whether node `i`'s gossip in flight is complete: every in-peer's message of
+    /// its round arrived (or is known lost) and every message of its own landed.
+    fn gossip_done(&self, i: usize) -> bool {
+        let node = &self.nodes[i];
+        node.gossip
+            .is_some_and(|g| g.out_pending == 0 && node.complete > g.round)
+    }
+
+    /// `after-mix`: a message of node `from`'s gossip `round` landed (or was dropped, or is
+    /// known lost).
+    fn landed(&mut self, from: usize, round: u64) {
+        let g = self.nodes[from]
+            .gossip
+            .as_mut()
+            .expect("a node's messages belong to its gossip in flight");
+        debug_assert_eq!(g.round, round);
+        g.out_pending -= 1;
+    }
+
+    /// `after-mix`: node `i`, blocked on its gossip, goes on if the gossip is complete.
+    fn try_finish(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if self.nodes[i].blocked && !self.nodes[i].down && self.gossip_done(i) {
+            self.finish(i, cx);
+        }
+    }
+
+    /// `after-mix`: node `i`'s gossip is complete: it mixes the round's residuals in, starts its
+    /// next gossip (with overlap, `τ ≥ 1`) and its next step.
+    fn finish(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.nodes[i].gossip.take().expect("a gossip in flight");
+        let later = self.nodes[i].inbox.split_off(&(g.round + 1, 0));
+        let now = std::mem::replace(&mut self.nodes[i].inbox, later);
+        self.mix_in(i, now, cx);
+        let node = &mut self.nodes[i];
+        node.blocked = false;
+        node.stalled = false;
+        node.updates = 0;
+        if self.tau >= 1 {
+            let r = node.rounds;
+            self.push(i, r, cx);
+        }
+        self.begin(i, cx);
+    }
+
+    /// `after-mix`: node `i` finished a step (the reference's forward pre-hook of the next
+    /// one): without overlap it sends first; it mixes its gossip if complete, else blocks on it
+    /// once it has overlapped `τ` steps, else goes on computing.
+    fn boundary(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+        self.nodes[i].iter += 1;
+        if self.tau == 0 {
+            let r = self.nodes[i].rounds;
+            self.push(i, r, cx);
+        }
+        if self.gossip_done(i) {
+            self.finish(i, cx);
+        } else if self.nodes[i].updates + 1 >= self.tau {
+            // The reference blocks when `num_updates >= synch_freq`, and `synch_freq = τ − 1`.
+            self.nodes[i].blocked = true;
+            self.wait(i, i, cx);
+        } else {
+            self.nodes[i].updates += 1;
+            self.begin(i, cx);
+        }
     }
 }
 
@@ -388,6 +607,12 @@ impl Algorithm for Sgp {
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         for i in 0..self.nodes.len() {
             self.advance_complete(i);
+            if self.after_mix && self.tau >= 1 {
+                self.push(i, 0, cx);
+                // The reference's first forward pre-hook finds no gossip running, counts an
+                // update, then starts the first gossip.
+                self.nodes[i].updates = 1;
+            }
             self.begin(i, cx);
         }
     }
@@ -401,9 +626,14 @@ impl Algorithm for Sgp {
                 cx.world.store.apply_gradient(i, g, lr);
                 cx.world.store.release_gradient(g);
                 cx.step_done(i);
+                if self.after_mix {
+                    self.boundary(i, cx);
+                    return;
+                }
                 // Pushed from here on (see `sent`), for the receivers' waits.
                 self.nodes[i].blocked = true;
-                self.push(i, cx);
+                let k = self.nodes[i].iter;
+                self.push(i, k, cx);
                 if self.may_mix(i) {
                     self.mix(i, cx);
                 } else {
@@ -413,26 +643,32 @@ impl Algorithm for Sgp {
             Event::Push {
                 from,
                 to,
-                iter,
+                round,
                 msg,
                 weight,
+                ..
             } if !cx.deliverable(to) => {
                 self.lose(msg, weight, cx);
-                self.missed(from, to, iter, cx);
+                self.missed(from, to, round, cx);
             }
-            Event::Lost { from, to, iter } => self.missed(from, to, iter, cx),
+            Event::Lost { from, to, round } => self.missed(from, to, round, cx),
             Event::Push {
                 from,
                 to,
                 iter,
+                round,
                 msg,
                 weight,
             } => {
                 let node = &mut self.nodes[to];
-                node.inbox.insert((iter, from), (msg, weight));
-                node.arrived.insert((iter, from));
+                node.inbox.insert((round, from), (msg, weight, iter));
+                node.arrived.insert((round, from));
                 self.advance_complete(to);
-                if self.nodes[to].blocked && self.may_mix(to) {
+                if self.after_mix {
+                    self.landed(from, round);
+                    self.try_finish(to, cx);
+                    self.try_finish(from, cx);
+                } else if self.nodes[to].blocked && self.may_mix(to) {
                     self.mix(to, cx);
                 }
             }
@@ -445,12 +681,16 @@ impl Algorithm for Sgp {
             if !node.blocked || node.down {
                 continue;
             }
-            let s = node.complete;
+            let (s, what) = match node.gossip {
+                Some(g) if self.after_mix && node.complete <= g.round => (g.round, "gossip round"),
+                _ if self.after_mix => continue,
+                _ => (node.complete, "iteration"),
+            };
             for j in self.schedule.in_peers(i, s) {
                 if !node.arrived.contains(&(s, j)) {
                     let down = if self.nodes[j].down { " (down)" } else { "" };
                     out.push(format!(
-                        "node {i} (iteration {}) waits for the push-sum message of iteration {s} from node {j}{down}",
+                        "node {i} (iteration {}) waits for the push-sum message of {what} {s} from node {j}{down}",
                         node.iter
                     ));
                 }
@@ -474,6 +714,12 @@ impl Algorithm for Sgp {
                 self.nodes[i].down = false;
                 if !self.nodes[i].blocked {
                     self.begin(i, cx);
+                } else if self.after_mix {
+                    if self.gossip_done(i) {
+                        self.finish(i, cx);
+                    } else {
+                        self.wait(i, i, cx);
+                    }
                 } else if self.may_mix(i) {
                     self.mix(i, cx);
                 } else {
