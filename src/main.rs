@@ -456,14 +456,28 @@ fn execute(command: Command) -> dasim::Result<()> {
                 0 => String::new(),
                 k => format!(", {k} claim(s)"),
             };
+            // A model without data says what it is instead of "0 training / 0 test samples".
+            let data = if !problem.computes() {
+                "timing only: no gradient computed".to_owned()
+            } else if !problem.has_data() {
+                "no data (the quadratic)".to_owned()
+            } else {
+                format!(
+                    "{} training / {} test samples",
+                    problem.split.train.len(),
+                    problem.split.test.len()
+                )
+            };
+            let timed = s
+                .timed_as
+                .as_ref()
+                .map_or_else(String::new, |t| format!(", timed as {}", t.describe()));
             println!(
-                "{}: ok — {} workers, {} algorithm(s), model with {} parameters, {} training / {} test samples{claims}",
+                "{}: ok — {} workers, {} algorithm(s), model with {} parameters, {data}{timed}{claims}",
                 scenario.display(),
                 s.cluster.workers,
                 s.algorithms.len(),
                 problem.model.num_params(),
-                problem.split.train.len(),
-                problem.split.test.len()
             );
             Ok(())
         }
