@@ -105,7 +105,8 @@ pub fn gradient_row(algorithm: &str, g: &GradientRecord) -> GradientRow {
         row: g.row as u64,
         read_s: secs(g.read),
         apply_s: secs(g.apply),
-        staleness: g.staleness,
+        row_staleness: g.row_staleness,
+        global_staleness: g.global_staleness,
     }
 }
 
@@ -121,15 +122,19 @@ pub fn message_row(algorithm: &str, m: &MessageRecord) -> MessageRow {
     }
 }
 
-/// The table rows a finished algorithm adds: staleness and message-age histograms per worker,
+/// The table rows a finished algorithm adds: the histograms per worker of the global and row
+/// staleness (`global`, `row`), the message ages and the oldest age per mixing step
+/// (`message_age`, `mix_age`),
 /// utilization per worker, waits per worker and peer, traffic per link, and the timeline by
 /// worker and start.
 pub fn tables(algorithm: &str, r: &RunRecord) -> Tables {
     let a = || algorithm.to_owned();
     let mut t = Tables::default();
     for (measure, hs) in [
-        ("gradient", &r.gradient_staleness),
+        ("global", &r.global_staleness),
+        ("row", &r.row_staleness),
         ("message_age", &r.message_age),
+        ("mix_age", &r.mix_age),
     ] {
         for (w, h) in hs.iter().enumerate() {
             for (value, count) in h.iter() {

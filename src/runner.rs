@@ -641,8 +641,10 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
             bytes: outcome.network.bytes,
             gradient_flushes: stats.flushes,
             gradient_requests: stats.requests,
-            staleness: int_stats(&record.staleness()),
+            global_staleness: int_stats(&record.all_global_staleness()),
+            row_staleness: int_stats(&record.all_row_staleness()),
             message_age: int_stats(&record.message_ages()),
+            mix_age: int_stats(&record.mix_ages()),
             dasgd: outcome
                 .staleness
                 .filter(|_| alg.kind() == "dasgd")

@@ -309,7 +309,7 @@ fn every_kind_of_bad_expectation_is_refused_with_its_position_before_anything_ru
         &[
             "expect[0].metric",
             "unknown metric `staleness.maen`",
-            "did you mean `staleness.mean`",
+            "did you mean `row_staleness.mean`",
         ],
     );
     // An algorithm label that is not in the scenario.

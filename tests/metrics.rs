@@ -81,7 +81,7 @@ const CONTRACT: &[(&str, &str)] = &[
     ),
     (
         "gradients.csv",
-        "algorithm,worker,row,read_s,apply_s,staleness",
+        "algorithm,worker,row,read_s,apply_s,row_staleness,global_staleness",
     ),
     ("messages.csv", "algorithm,src,dst,bytes,send_s,arrive_s"),
     ("partition.csv", "worker,samples,class_0"),
@@ -175,7 +175,8 @@ fn a_run_directory_follows_the_contract() {
             "bytes",
             "gradient_flushes",
             "gradient_requests",
-            "staleness",
+            "global_staleness",
+            "row_staleness",
             "final_consensus",
             "time_to_target",
             "utilization",
@@ -183,8 +184,10 @@ fn a_run_directory_follows_the_contract() {
             assert!(r.get(key).is_some(), "run lacks {key}: {r}");
         }
         for key in ["count", "mean", "p99", "max"] {
-            assert!(r["staleness"][key].is_number(), "{r}");
+            assert!(r["global_staleness"][key].is_number(), "{r}");
+            assert!(r["row_staleness"][key].is_number(), "{r}");
         }
+        assert!(r.get("staleness").is_none(), "the measure is named: {r}");
         // A loss of 0.01 is out of reach in 0.2 s.
         assert!(r["time_to_target"]["loss_s"].is_null(), "{r}");
         let u = &r["utilization"];
@@ -207,6 +210,11 @@ fn a_run_directory_follows_the_contract() {
             > 0
     );
     assert!(by_kind("ps").get("message_age").is_none());
+    // One step's oldest message is one of the messages: at most as many, never older.
+    let osgp = by_kind("overlap-sgp");
+    assert!(osgp["mix_age"]["count"].as_u64() <= osgp["message_age"]["count"].as_u64());
+    assert_eq!(osgp["mix_age"]["max"], osgp["message_age"]["max"]);
+    assert!(by_kind("ps").get("mix_age").is_none());
     // Each run records the `[[algorithms]]` entry it ran, every default filled in, so that no
     // reader parses `scenario.toml` for labels, kinds or options.
     for r in runs {
@@ -218,13 +226,16 @@ fn a_run_directory_follows_the_contract() {
     }
     assert_eq!(
         by_kind("overlap-sgp")["options"],
-        serde_json::json!({"kind": "overlap-sgp", "tau": 1})
+        serde_json::json!({"kind": "overlap-sgp", "send": "after-mix", "tau": 1})
     );
     assert!(by_kind("dasgd")["dasgd"]["mean"].as_f64().unwrap() > 0.0);
     // The parameter server's 4 workers, one 3× slower: about 3 updates between pull and push
     // for the healthy ones, about 3·3 for the straggler.
-    let ps = by_kind("ps")["staleness"]["mean"].as_f64().unwrap();
-    assert!((2.5..5.0).contains(&ps), "ps staleness {ps}");
+    let ps = &by_kind("ps");
+    let row = ps["row_staleness"]["mean"].as_f64().unwrap();
+    assert!((2.5..5.0).contains(&row), "ps staleness {row}");
+    // One server model: every gradient application is a server update, so both measures agree.
+    assert_eq!(ps["global_staleness"], ps["row_staleness"]);
 
     // The files agree with each other and with the summary.
     for r in runs {
@@ -257,13 +268,22 @@ fn a_run_directory_follows_the_contract() {
             mine("messages.csv").len() as u64,
             r["messages"].as_u64().unwrap()
         );
-        let staleness: f64 = mine("staleness.csv")
-            .iter()
-            .filter(|s| s["measure"] == "gradient")
-            .map(|s| f(s, "count"))
-            .sum();
-        assert_eq!(staleness as u64, r["staleness"]["count"].as_u64().unwrap());
-        assert_eq!(mine("gradients.csv").len() as u64, staleness as u64);
+        let gradients = mine("gradients.csv");
+        for measure in ["global", "row"] {
+            let staleness = mine("staleness.csv");
+            let bins: Vec<_> = staleness
+                .iter()
+                .filter(|s| s["measure"] == measure)
+                .collect();
+            let count: f64 = bins.iter().map(|s| f(s, "count")).sum();
+            let key = format!("{measure}_staleness");
+            assert_eq!(count as u64, r[&key]["count"].as_u64().unwrap());
+            assert_eq!(gradients.len() as u64, count as u64);
+            // The log's column sums to the histogram's total.
+            let total: f64 = bins.iter().map(|s| f(s, "value") * f(s, "count")).sum();
+            let logged: f64 = gradients.iter().map(|g| f(g, &key)).sum();
+            assert_eq!(total, logged, "{alg} {measure}");
+        }
         // The timeline covers [0, 0.1] for every worker.
         for w in 0..4 {
             let ivs: Vec<_> = mine("timeline.csv")

@@ -70,16 +70,35 @@ fn every_scenario_trains_every_algorithm() {
                 );
             }
             if matches!(r.kind.as_str(), "ps" | "dasgd") {
-                let st = r.staleness.as_ref().unwrap_or_else(|| {
-                    panic!("{}: {} reports no staleness", file.display(), r.algorithm)
+                let st = r.row_staleness.as_ref().unwrap_or_else(|| {
+                    panic!(
+                        "{}: {} reports no row staleness",
+                        file.display(),
+                        r.algorithm
+                    )
                 });
                 assert!(st.count > 0 && st.mean > 0.0, "{}: {st:?}", r.algorithm);
             }
+            // Every algorithm that applied a gradient has a global staleness, measured at the
+            // same applications as the row staleness.
+            let global = r.global_staleness.as_ref().unwrap_or_else(|| {
+                panic!(
+                    "{}: {} reports no global staleness",
+                    file.display(),
+                    r.algorithm
+                )
+            });
+            assert_eq!(
+                Some(global.count),
+                r.row_staleness.map(|s| s.count),
+                "{}: one measurement of each per application",
+                r.algorithm
+            );
             if r.algorithm == "ps" {
                 // A fully asynchronous server with n workers sees about n − 1 updates between a
                 // worker's pull and its push.
                 let n = loaded.scenario.cluster.workers as f64;
-                let mean = r.staleness.as_ref().unwrap().mean;
+                let mean = r.row_staleness.as_ref().unwrap().mean;
                 assert!(
                     (mean - (n - 1.0)).abs() < 1.0,
                     "ps staleness {mean}, n = {n}"

@@ -377,12 +377,15 @@ fn two_jobs_merge_to_the_same_results_as_one_and_plots_are_drawn() {
         "merge",
         one.to_str().unwrap(),
         "--metric",
-        "staleness_mean",
+        "global_staleness_mean",
         "--x",
         "cluster.stragglers[0].factor",
     ]);
     ok(&m, "merge --metric");
-    assert!(one.join("plots/staleness_mean-vs-factor.png").is_file());
+    assert!(
+        one.join("plots/global_staleness_mean-vs-factor.png")
+            .is_file()
+    );
     let m = dasim(&["sweep", "merge", one.to_str().unwrap(), "--metric", "speed"]);
     assert_eq!(m.status.code(), Some(2), "{}", stderr(&m));
 }

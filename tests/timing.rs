@@ -108,8 +108,10 @@ fn a_timing_model_runs_the_schedule_of_the_model_it_stands_for() {
             "{}",
             r.algorithm
         );
-        assert_eq!(r.staleness, t.staleness, "{}", r.algorithm);
+        assert_eq!(r.global_staleness, t.global_staleness, "{}", r.algorithm);
+        assert_eq!(r.row_staleness, t.row_staleness, "{}", r.algorithm);
         assert_eq!(r.message_age, t.message_age, "{}", r.algorithm);
+        assert_eq!(r.mix_age, t.mix_age, "{}", r.algorithm);
         assert!(r.final_loss.is_finite(), "{}", r.algorithm);
         assert!(
             t.final_loss.is_nan() && t.final_accuracy.is_nan() && t.final_consensus.is_nan(),

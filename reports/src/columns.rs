@@ -54,7 +54,8 @@ pub const GRADIENTS: &[&str] = &[
     "row",
     "read_s",
     "apply_s",
-    "staleness",
+    "row_staleness",
+    "global_staleness",
 ];
 /// The columns of `messages.csv`.
 pub const MESSAGES: &[&str] = &["algorithm", "src", "dst", "bytes", "send_s", "arrive_s"];

@@ -160,7 +160,7 @@ impl StalenessHistogram {
     }
 }
 
-/// The histograms of `measure` (`gradient` or `message_age`) in `staleness.csv`, one per
+/// The histograms of `measure` (`global`, `row`, `message_age`, `mix_age`) in `staleness.csv`, one per
 /// algorithm of `algorithms` that has a nonzero count, the per-worker rows summed.
 pub fn staleness_histograms(
     rows: &[StalenessRow],

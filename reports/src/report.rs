@@ -182,8 +182,10 @@ struct Column {
     epochs: Option<f64>,
     final_loss: Option<f64>,
     final_accuracy: Option<f64>,
-    staleness: Option<IntStats>,
+    global_staleness: Option<IntStats>,
+    row_staleness: Option<IntStats>,
     message_age: Option<IntStats>,
+    mix_age: Option<IntStats>,
     dasgd: Option<AlgorithmStaleness>,
     final_consensus: Option<f64>,
     final_suboptimality: Option<f64>,
@@ -209,8 +211,10 @@ impl Column {
             epochs: finite(r.epochs),
             final_loss: finite(r.final_loss),
             final_accuracy: finite(r.final_accuracy),
-            staleness: r.staleness,
+            global_staleness: r.global_staleness,
+            row_staleness: r.row_staleness,
             message_age: r.message_age,
+            mix_age: r.mix_age,
             dasgd: r.dasgd,
             final_consensus: finite(r.final_consensus),
             final_suboptimality: r.final_suboptimality.and_then(finite),
@@ -285,12 +289,21 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
         ("final test accuracy", |c| {
             c.final_accuracy.map(|a| format!("{:.2}%", a * 100.0))
         }),
-        ("staleness, mean / p99 / max (updates)", |c| {
-            stats(c.staleness)
-        }),
+        (
+            "global staleness, mean / p99 / max (global iterations between a gradient's read and its application)",
+            |c| stats(c.global_staleness),
+        ),
+        (
+            "row staleness, mean / p99 / max (updates of the target row between a gradient's read and its application)",
+            |c| stats(c.row_staleness),
+        ),
         ("message age, mean / p99 / max (iterations)", |c| {
             stats(c.message_age)
         }),
+        (
+            "oldest message per mixing step, mean / p99 / max (iterations)",
+            |c| stats(c.mix_age),
+        ),
         ("DASGD staleness between models", |c| {
             let d = c.dasgd?;
             let mean = finite(d.mean).map_or_else(|| "null".into(), fmt_num);

@@ -15,7 +15,7 @@
 //! | `pushsum_weights` | `series.csv` | push-sum weight range over workers (`weight_min`..`weight_max`) |
 //! | `dasgd_staleness` | `series.csv` | DASGD's S_avg (solid) and S_max (dashed) |
 //! | `series_<name>` | `series.csv` | any other named quantity |
-//! | `staleness`, `message_age` | `staleness.csv` | histograms, one panel per algorithm, with count, mean, p99 and max |
+//! | `staleness`, `row_staleness`, `message_age`, `mix_age` | `staleness.csv` | histograms, one panel per algorithm, with count, mean, p99 and max: the global staleness (`staleness`, the one to compare across algorithms), the row staleness, every mixed message's age and the oldest per mixing step |
 //! | `steps` | `utilization.csv` | local steps per worker, one bar per algorithm; beyond [`PER_WORKER_BARS`](crate::PER_WORKER_BARS) workers, per bin of consecutive workers (mean, with a min–max whisker) |
 //! | `utilization` | `utilization.csv` | each worker's time split into compute, communicate, blocked and idle, one panel per algorithm; binned like `steps` (mean shares) |
 //! | `timeline_<algorithm>` | `timeline.csv` | Gantt chart of the timeline window, one row per worker up to [`GANTT_MAX_ROWS`](crate::GANTT_MAX_ROWS) workers, else that many: the slowest, the fastest and an even sample ([`sample_lanes`](crate::sample_lanes)) |
@@ -296,12 +296,20 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
     // Staleness histograms.
     for (measure, stem, heading, x_label, y_label, note) in [
         (
-            "gradient",
+            "global",
             "staleness",
-            "Staleness of applied gradients",
-            "staleness (updates between a gradient's read and its application)",
-            "gradients",
-            "updates the target model received between the read a gradient was computed on and its application; summed over workers",
+            "Global staleness of applied gradients",
+            "global staleness (global iterations between a gradient's read and its application)",
+            "applications",
+            "global staleness: gradients applied anywhere in the cluster (each counted once, at its first application) between the read a gradient was computed on and its application; summed over workers",
+        ),
+        (
+            "row",
+            "row_staleness",
+            "Row staleness of applied gradients",
+            "row staleness (updates of the target row between a gradient's read and its application)",
+            "applications",
+            "row staleness: updates the target row received between the read a gradient was computed on and its application (not comparable across algorithms); summed over workers",
         ),
         (
             "message_age",
@@ -310,6 +318,14 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             "message age (iterations)",
             "messages",
             "age in iterations of each mixed message, counted at the receiver; summed over workers",
+        ),
+        (
+            "mix_age",
+            "mix_age",
+            "Oldest message per mixing step",
+            "age of the oldest message mixed in (receiver's iterations)",
+            "steps",
+            "at each step that mixed messages in, the age in the receiver's iterations of the oldest one; summed over workers",
         ),
     ] {
         let histograms = staleness_histograms(&data.staleness, algs, measure);

@@ -75,13 +75,20 @@ fn run(label: &str, kind: &str) -> AlgorithmSummary {
         bytes: 4800,
         gradient_flushes: 10,
         gradient_requests: 120,
-        staleness: Some(IntStats {
+        global_staleness: Some(IntStats {
+            count: 120,
+            mean: 0.0,
+            p99: 0,
+            max: 0,
+        }),
+        row_staleness: Some(IntStats {
             count: 120,
             mean: 0.0,
             p99: 0,
             max: 0,
         }),
         message_age: None,
+        mix_age: None,
         dasgd: None,
         final_consensus: 0.0,
         final_suboptimality: None,
@@ -126,7 +133,13 @@ fn results() -> Results {
     let allreduce = run("allreduce", "allreduce");
     let adpsgd = AlgorithmSummary {
         steps_per_sim_s: 800.0,
-        staleness: Some(IntStats {
+        global_staleness: Some(IntStats {
+            count: 240,
+            mean: 3.5,
+            p99: 7,
+            max: 9,
+        }),
+        row_staleness: Some(IntStats {
             count: 240,
             mean: 1.25,
             p99: 4,
@@ -182,7 +195,7 @@ fn results() -> Results {
         .into_iter()
         .map(|(value, count)| StalenessRow {
             algorithm: "adpsgd".into(),
-            measure: "gradient".into(),
+            measure: "row".into(),
             worker: 1,
             value,
             count,
@@ -500,7 +513,7 @@ fn bad_expectations_name_their_key_and_column() {
             expect("stalenes.max", None, Op::Le, num(1.0)),
             "metric",
             None,
-            "did you mean `staleness.max`",
+            "did you mean `row_staleness.max`",
         ),
         (
             expect("staleness.max", Some("adpsgdd"), Op::Le, num(1.0)),

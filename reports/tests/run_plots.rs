@@ -100,7 +100,7 @@ fn convergence_series_are_the_metrics_columns() {
 #[test]
 fn staleness_histograms_sum_over_workers() {
     let data = RunData::load(fixture("run-a")).unwrap();
-    let gradient = staleness_histograms(&data.staleness, &data.algorithms, "gradient");
+    let gradient = staleness_histograms(&data.staleness, &data.algorithms, "global");
     let names: Vec<&str> = gradient.iter().map(|h| h.algorithm.as_str()).collect();
     assert_eq!(names, ["allreduce", "adpsgd", "sgp", "dasgd"]);
     assert_eq!(gradient[0].bins, [(0, 40)]);
@@ -118,6 +118,12 @@ fn staleness_histograms_sum_over_workers() {
     assert_eq!(age.len(), 1);
     assert_eq!(age[0].algorithm, "sgp");
     assert_eq!(age[0].bins, [(1, 11), (2, 5)]);
+
+    // run-b was written before the global measure: its `gradient` rows are the row staleness.
+    let old = RunData::load(fixture("run-b")).unwrap();
+    assert!(old.staleness.iter().all(|r| r.measure != "gradient"));
+    assert!(!staleness_histograms(&old.staleness, &old.algorithms, "row").is_empty());
+    assert!(staleness_histograms(&old.staleness, &old.algorithms, "global").is_empty());
 }
 
 #[test]
@@ -310,7 +316,11 @@ fn plot_run_writes_every_plot_with_data() {
     );
     // One bar per histogram bin: 1 + 4 + 1 + 3 (plus the counts above them).
     let staleness = svg("staleness");
-    assert!(staleness.contains("adpsgd: 28 gradients, mean 0.64, p99 3, max 3"));
+    assert!(staleness.contains("adpsgd: 28 applications, mean 0.64, p99 3, max 3"));
+    assert!(
+        staleness.contains("global staleness"),
+        "the plot names its measure"
+    );
     for count in [">\n40\n<", ">\n15\n<", ">\n10\n<", ">\n6\n<"] {
         assert!(staleness.contains(count), "{count}");
     }

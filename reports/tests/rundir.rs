@@ -79,7 +79,8 @@ fn gradient_rows() -> Vec<GradientRow> {
         row: 4,
         read_s: 0.01,
         apply_s: 0.0325,
-        staleness: 2,
+        row_staleness: 2,
+        global_staleness: 5,
     }]
 }
 
@@ -99,7 +100,7 @@ fn tables() -> Tables {
         staleness: vec![
             StalenessRow {
                 algorithm: "ps".into(),
-                measure: "gradient".into(),
+                measure: "global".into(),
                 worker: 0,
                 value: 3,
                 count: 17,
@@ -193,7 +194,13 @@ fn summary() -> Summary {
                 bytes: 384_000,
                 gradient_flushes: 10,
                 gradient_requests: 130,
-                staleness: Some(IntStats {
+                global_staleness: Some(IntStats {
+                    count: 40,
+                    mean: 1.5,
+                    p99: 3,
+                    max: 4,
+                }),
+                row_staleness: Some(IntStats {
                     count: 40,
                     mean: 0.25,
                     p99: 1,
@@ -202,6 +209,12 @@ fn summary() -> Summary {
                 message_age: Some(IntStats {
                     count: 16,
                     mean: 1.3125,
+                    p99: 2,
+                    max: 2,
+                }),
+                mix_age: Some(IntStats {
+                    count: 8,
+                    mean: 1.5,
                     p99: 2,
                     max: 2,
                 }),
@@ -243,8 +256,10 @@ fn summary() -> Summary {
                 bytes: 0,
                 gradient_flushes: 3,
                 gradient_requests: 256,
-                staleness: None,
+                global_staleness: None,
+                row_staleness: None,
                 message_age: None,
+                mix_age: None,
                 dasgd: Some(AlgorithmStaleness {
                     count: 17,
                     mean: 1.0,

@@ -281,6 +281,12 @@ impl<E> Ctx<'_, '_, E> {
     pub fn message_age(&mut self, receiver: usize, age: u64) {
         self.world.recorder.message_age(receiver, age);
     }
+
+    /// Records that `receiver` mixed messages in at one step, the oldest of them `age` of its
+    /// iterations old (push-sum: called once per step that mixes at least one message).
+    pub fn mix_age(&mut self, receiver: usize, age: u64) {
+        self.world.recorder.mix_age(receiver, age);
+    }
 }
 
 /// Staleness statistics an algorithm measures (what "staleness" counts is the algorithm's own

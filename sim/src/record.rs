@@ -17,12 +17,15 @@
 //! - **Timeline.** The intervals of every worker's activity inside a window (clipped to it) are
 //!   kept for a Gantt chart: by default from the start until every worker has completed 20 steps
 //!   ([`DEFAULT_TIMELINE_STEPS`]), or `[metrics] timeline_s = [start, end]`.
-//! - **Message ages** ([`crate::algorithm::Ctx::message_age`]): a histogram per receiving worker.
+//! - **Message ages** ([`crate::algorithm::Ctx::message_age`]): a histogram per receiving worker
+//!   of every mixed message's age; and, per mixing step of a push-sum method
+//!   ([`crate::algorithm::Ctx::mix_age`]), the age of the oldest message mixed in at that step.
 //! - **Per-event logs** (off by default): every message ([`MessageRecord`]) and, from the store
 //!   layer ([`crate::params::tracked`]), every applied gradient ([`GradientRecord`]), buffered during an
 //!   event and handed to the [`crate::engine::Observer`] after it.
 //!
-//! Gradient staleness is measured in the store layer ([`crate::params::tracked::Tracked`]) and link
+//! Gradient staleness (global and per row) is measured in the store layer
+//! ([`crate::params::tracked::Tracked`]) and link
 //! totals in the network ([`crate::net::Network::link_stats`]); a finished run gathers all of
 //! it in a [`RunRecord`].
 
@@ -214,9 +217,12 @@ pub struct GradientRecord {
     pub read: SimTime,
     /// When it was applied.
     pub apply: SimTime,
-    /// Updates the row received between the read and the application
+    /// Row staleness: updates the row received between the read and the application
     /// ([`crate::params::tracked`]).
-    pub staleness: u64,
+    pub row_staleness: u64,
+    /// Global staleness: global iterations (gradients applied anywhere, each counted once)
+    /// between the read and the application ([`crate::params::tracked`]).
+    pub global_staleness: u64,
 }
 
 /// One message (the per-event log `messages.csv`).
@@ -326,6 +332,7 @@ pub struct Recorder {
     current: Vec<(Activity, SimTime)>,
     waits: BTreeMap<(usize, usize), SimTime>,
     message_age: Vec<Histogram>,
+    mix_age: Vec<Histogram>,
     window: TimelineWindow,
     timeline: Vec<Interval>,
     messages: Option<Vec<MessageRecord>>,
@@ -339,6 +346,7 @@ impl Recorder {
             current: vec![(Activity::Idle, SimTime::ZERO); workers],
             waits: BTreeMap::new(),
             message_age: vec![Histogram::default(); workers],
+            mix_age: vec![Histogram::default(); workers],
             window: TimelineWindow {
                 start: SimTime::ZERO,
                 end: None,
@@ -450,6 +458,13 @@ impl Recorder {
         }
     }
 
+    /// `receiver` mixed messages in one step, the oldest `age` iterations old.
+    pub fn mix_age(&mut self, receiver: usize, age: u64) {
+        if let Some(h) = self.mix_age.get_mut(receiver) {
+            h.record(age);
+        }
+    }
+
     /// A message was sent (kept only when the message log is on).
     pub fn message(&mut self, record: MessageRecord) {
         if let Some(m) = &mut self.messages {
@@ -506,9 +521,11 @@ impl Recorder {
             usage: self.usage.clone(),
             waits: self.waits.clone(),
             message_age: self.message_age.clone(),
+            mix_age: self.mix_age.clone(),
             timeline: std::mem::take(&mut self.timeline),
             timeline_window: (self.window.start, end),
-            gradient_staleness: Vec::new(),
+            row_staleness: Vec::new(),
+            global_staleness: Vec::new(),
             links: BTreeMap::new(),
         }
     }
@@ -521,11 +538,18 @@ pub struct RunRecord {
     pub usage: Vec<WorkerUsage>,
     /// `(worker, peer)`: the time `worker` was blocked on `peer`.
     pub waits: BTreeMap<(usize, usize), SimTime>,
-    /// Per worker: the staleness of the gradients it computed, at every application
-    /// ([`crate::params::tracked`]).
-    pub gradient_staleness: Vec<Histogram>,
+    /// Per worker: the global staleness of the gradients it computed, at every application
+    /// ([`crate::params::tracked`]): global iterations between the read and the application.
+    pub global_staleness: Vec<Histogram>,
+    /// Per worker: the row staleness of the gradients it computed, at every application
+    /// ([`crate::params::tracked`]): updates of the target row between the read and the
+    /// application.
+    pub row_staleness: Vec<Histogram>,
     /// Per receiving worker: the age in iterations of the messages it mixed (SGP).
     pub message_age: Vec<Histogram>,
+    /// Per receiving worker: at every step that mixed messages in, the age in iterations of the
+    /// oldest one (SGP).
+    pub mix_age: Vec<Histogram>,
     /// Per ordered pair of nodes that carried traffic.
     pub links: BTreeMap<(usize, usize), LinkStats>,
     /// The activity intervals inside the window, clipped to it, in the order they ended.
@@ -535,9 +559,19 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    /// Every gradient's staleness, all workers together.
-    pub fn staleness(&self) -> Histogram {
-        merged(&self.gradient_staleness)
+    /// Every application's global staleness, all workers together.
+    pub fn all_global_staleness(&self) -> Histogram {
+        merged(&self.global_staleness)
+    }
+
+    /// Every application's row staleness, all workers together.
+    pub fn all_row_staleness(&self) -> Histogram {
+        merged(&self.row_staleness)
+    }
+
+    /// The age of the oldest message of every mixing step, all receivers together.
+    pub fn mix_ages(&self) -> Histogram {
+        merged(&self.mix_age)
     }
 
     /// Every mixed message's age, all receivers together.

@@ -152,7 +152,7 @@ fn ps_staleness_settles_at_n_minus_1_and_matches_the_servers_counter() {
                 &MetricsConfig::default(),
                 |_| ParameterServer::new(&c, n),
             );
-            let h = outcome.record.staleness();
+            let h = outcome.record.all_row_staleness();
             let own = outcome.staleness.unwrap();
             // The generic measure counts exactly what the server counts, block by block.
             assert_eq!(h.count(), own.count, "n = {n}, servers = {servers}");
@@ -192,7 +192,7 @@ fn a_straggler_s_times_slower_computes_gradients_about_n_minus_1_times_s_stale()
         &MetricsConfig::default(),
         |_| ParameterServer::new(&c, n),
     );
-    let slow = &outcome.record.gradient_staleness[2];
+    let slow = &outcome.record.row_staleness[2];
     let expected = (n as f64 - 1.0) * s;
     // While the straggler computes one step (4 step times plus a round trip of a few µs), each
     // of the 5 others completes 4 steps: 20 updates, give or take the phase of the first step
@@ -206,7 +206,7 @@ fn a_straggler_s_times_slower_computes_gradients_about_n_minus_1_times_s_stale()
     );
     // The healthy workers see the other n − 2 healthy ones and the straggler a quarter of the
     // time: n − 2 + 1/s.
-    let healthy = &outcome.record.gradient_staleness[0];
+    let healthy = &outcome.record.row_staleness[0];
     let want = n as f64 - 2.0 + 1.0 / s;
     assert!(
         (healthy.mean() - want).abs() < 0.1,
@@ -235,7 +235,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
             &stop,
             &metrics,
         );
-        let h = o.record.staleness();
+        let h = o.record.all_row_staleness();
         assert!(h.count() >= 400, "{}", cfg.kind());
         assert_eq!(
             h.max(),
@@ -258,7 +258,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
         &stop,
         &metrics,
     );
-    let m = o.record.staleness().mean();
+    let m = o.record.all_row_staleness().mean();
     assert!((m - 2.0).abs() < 0.1, "LAP-SGD with 3 processes: {m}");
     // DASGD: a gradient applied at the origin is stale by what arrived during its computation.
     let (o, _) = run_cfg(
@@ -268,7 +268,7 @@ fn synchronous_methods_measure_zero_and_asynchronous_ones_their_delays() {
         &stop,
         &metrics,
     );
-    assert!(o.record.staleness().mean() > 1.0);
+    assert!(o.record.all_row_staleness().mean() > 1.0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -625,7 +625,7 @@ fn link_totals_sum_to_the_network_totals_and_logs_match_the_histograms() {
         assert!(obs.messages.iter().all(|m| m.arrive > m.send));
         assert_eq!(
             obs.gradients.len() as u64,
-            o.record.staleness().count(),
+            o.record.all_row_staleness().count(),
             "{}",
             cfg.kind()
         );

@@ -39,11 +39,26 @@ pub const METRICS: &[(&str, Getter)] = &[
     ("final_consensus", |r| Some(r.final_consensus)),
     ("messages", |r| Some(r.messages as f64)),
     ("bytes", |r| Some(r.bytes as f64)),
-    ("staleness_mean", |r| r.staleness.map(|s| s.mean)),
-    ("staleness_p99", |r| r.staleness.map(|s| s.p99 as f64)),
-    ("staleness_max", |r| r.staleness.map(|s| s.max as f64)),
+    ("global_staleness_mean", |r| {
+        r.global_staleness.map(|s| s.mean)
+    }),
+    ("global_staleness_p99", |r| {
+        r.global_staleness.map(|s| s.p99 as f64)
+    }),
+    ("global_staleness_max", |r| {
+        r.global_staleness.map(|s| s.max as f64)
+    }),
+    ("row_staleness_mean", |r| r.row_staleness.map(|s| s.mean)),
+    ("row_staleness_p99", |r| {
+        r.row_staleness.map(|s| s.p99 as f64)
+    }),
+    ("row_staleness_max", |r| {
+        r.row_staleness.map(|s| s.max as f64)
+    }),
     ("message_age_mean", |r| r.message_age.map(|s| s.mean)),
     ("message_age_max", |r| r.message_age.map(|s| s.max as f64)),
+    ("mix_age_mean", |r| r.mix_age.map(|s| s.mean)),
+    ("mix_age_max", |r| r.mix_age.map(|s| s.max as f64)),
     ("dasgd_staleness_mean", |r| r.dasgd.map(|s| s.mean)),
     ("dasgd_staleness_max", |r| r.dasgd.map(|s| s.max as f64)),
     ("time_to_target_accuracy_s", |r| r.time_to_target.accuracy_s),

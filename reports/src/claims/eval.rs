@@ -97,7 +97,8 @@ impl<'a> RunView<'a> {
                                 [r.compute_s, r.communicate_s, r.blocked_s, r.idle_s],
                             )
                         }),
-                    staleness: hist("gradient"),
+                    global_staleness: hist("global"),
+                    row_staleness: hist("row"),
                     message_age: hist("message_age"),
                 };
                 f(&data)

@@ -5,12 +5,12 @@
 //!
 //! Three shapes:
 //!
-//! - **scalars** of `summary.json` (`staleness.max`, `final_loss`, `utilization.blocked`, …):
+//! - **scalars** of `summary.json` (`global_staleness.max`, `final_loss`, `utilization.blocked`, …):
 //!   one number per run;
 //! - **time series** of `metrics.csv` and `series.csv` (`loss`, `consensus`,
 //!   `pushsum_weight.min`, …): one number per evaluation point, reduced by the expectation's
 //!   `over` (`final`, `max`, `min`, `mean`) or `at`;
-//! - **per-worker** scalars (`worker[5].steps_per_sim_s`, `worker[5].staleness.mean`), read from
+//! - **per-worker** scalars (`worker[5].steps_per_sim_s`, `worker[5].global_staleness.mean`), read from
 //!   `utilization.csv` and `staleness.csv`.
 
 use crate::rundir::{AlgorithmSummary, IntStats, MetricRow};
@@ -67,8 +67,10 @@ pub struct WorkerData {
     /// Its row of `utilization.csv`: steps, then seconds in compute, communicate, blocked and
     /// idle; `None` when the file has no row for it.
     pub utilization: Option<(u64, [f64; 4])>,
-    /// Gradient staleness histogram: `(value, count)` by increasing value.
-    pub staleness: Vec<(u64, u64)>,
+    /// Global staleness histogram: `(value, count)` by increasing value.
+    pub global_staleness: Vec<(u64, u64)>,
+    /// Row staleness histogram: `(value, count)` by increasing value.
+    pub row_staleness: Vec<(u64, u64)>,
     /// Message-age histogram (as receiver): `(value, count)` by increasing value.
     pub message_age: Vec<(u64, u64)>,
 }
@@ -165,8 +167,22 @@ impl std::fmt::Display for MetricRef {
     }
 }
 
-/// Finds the metric `name` (`staleness.max`, `worker[5].steps_per_sim_s`).
+/// The names of the row staleness before the global measure existed: `staleness.…` and
+/// `worker[i].staleness.…` are read as `row_staleness.…`.
+const LEGACY_STALENESS: &str = "staleness.";
+
+/// Finds the metric `name` (`global_staleness.max`, `worker[5].steps_per_sim_s`). The old
+/// names of the row staleness, `staleness.…` and `worker[i].staleness.…`, find
+/// `row_staleness.…`.
 pub fn lookup(name: &str) -> Option<MetricRef> {
+    if let Some(stat) = name.strip_prefix(LEGACY_STALENESS) {
+        return lookup(&format!("row_{LEGACY_STALENESS}{stat}"));
+    }
+    if let Some((head, stat)) = name.split_once(&format!("].{LEGACY_STALENESS}"))
+        && head.starts_with("worker[")
+    {
+        return lookup(&format!("{head}].row_{LEGACY_STALENESS}{stat}"));
+    }
     if let Some(rest) = name.strip_prefix("worker[") {
         let (index, tail) = rest.split_once(']')?;
         if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
@@ -195,12 +211,23 @@ pub fn suggest(name: &str) -> Option<&'static str> {
     } else {
         name.to_string()
     };
+    // Each metric by its name and, for the row staleness, by its old name too (a typo of the
+    // old name suggests the new one).
     METRICS
         .iter()
-        .map(|d| (edit_distance(&generic, d.name), d.name))
-        .filter(|&(d, m)| d <= 3.max(m.len() / 4))
-        .min_by_key(|&(d, _)| d)
-        .map(|(_, m)| m)
+        .flat_map(|d| {
+            let old = d
+                .name
+                .contains("row_staleness.")
+                .then(|| d.name.replace("row_staleness.", LEGACY_STALENESS));
+            std::iter::once(d.name.to_string())
+                .chain(old)
+                .map(move |n| (n, d.name))
+        })
+        .map(|(n, m)| (edit_distance(&generic, &n), n.len(), m))
+        .filter(|&(d, len, _)| d <= 3.max(len / 4))
+        .min_by_key(|&(d, _, _)| d)
+        .map(|(_, _, m)| m)
 }
 
 /// Levenshtein distance, in characters.
@@ -392,36 +419,68 @@ pub static METRICS: &[MetricDef] = &[
     ),
     // Staleness (summary.json).
     m!(
-        "staleness.count",
-        "gradients",
+        "global_staleness.count",
+        "applications",
         None,
         &[],
-        Source::Summary(|r| Ok(r.staleness.map_or(0.0, |s| s.count as f64))),
-        "gradients whose staleness was measured"
+        Source::Summary(|r| Ok(r.global_staleness.map_or(0.0, |s| s.count as f64))),
+        "applications of a gradient whose staleness was measured"
     ),
     m!(
-        "staleness.mean",
+        "global_staleness.mean",
+        "iterations",
+        None,
+        &[],
+        Source::Summary(|r| stat(r.global_staleness, |s| s.mean, "global staleness")),
+        "mean global staleness: global iterations (gradients applied anywhere, each once) between a gradient's read and its application; compare with AD-PSGD's `T` and A-PSGD's `τ`"
+    ),
+    m!(
+        "global_staleness.p99",
+        "iterations",
+        None,
+        &[],
+        Source::Summary(|r| stat(r.global_staleness, |s| s.p99 as f64, "global staleness")),
+        "99th percentile (nearest rank) of the global staleness"
+    ),
+    m!(
+        "global_staleness.max",
+        "iterations",
+        None,
+        &[],
+        Source::Summary(|r| stat(r.global_staleness, |s| s.max as f64, "global staleness")),
+        "largest global staleness of an applied gradient"
+    ),
+    m!(
+        "row_staleness.count",
+        "applications",
+        None,
+        &[],
+        Source::Summary(|r| Ok(r.row_staleness.map_or(0.0, |s| s.count as f64))),
+        "applications of a gradient whose row staleness was measured"
+    ),
+    m!(
+        "row_staleness.mean",
         "updates",
         None,
         &[],
-        Source::Summary(|r| stat(r.staleness, |s| s.mean, "gradient staleness")),
-        "mean staleness of the applied gradients"
+        Source::Summary(|r| stat(r.row_staleness, |s| s.mean, "row staleness")),
+        "mean row staleness: updates of the target row between a gradient's read and its application (`staleness.mean` before the global measure existed)"
     ),
     m!(
-        "staleness.p99",
+        "row_staleness.p99",
         "updates",
         None,
         &[],
-        Source::Summary(|r| stat(r.staleness, |s| s.p99 as f64, "gradient staleness")),
-        "99th percentile (nearest rank) of the staleness"
+        Source::Summary(|r| stat(r.row_staleness, |s| s.p99 as f64, "row staleness")),
+        "99th percentile (nearest rank) of the row staleness"
     ),
     m!(
-        "staleness.max",
+        "row_staleness.max",
         "updates",
         None,
         &[],
-        Source::Summary(|r| stat(r.staleness, |s| s.max as f64, "gradient staleness")),
-        "largest staleness of an applied gradient"
+        Source::Summary(|r| stat(r.row_staleness, |s| s.max as f64, "row staleness")),
+        "largest row staleness of an applied gradient"
     ),
     m!(
         "message_age.count",
@@ -454,6 +513,22 @@ pub static METRICS: &[MetricDef] = &[
         &[],
         Source::Summary(|r| stat(r.message_age, |s| s.max as f64, "message age")),
         "oldest mixed message"
+    ),
+    m!(
+        "mix_age.mean",
+        "iterations",
+        Some(SGP),
+        &[],
+        Source::Summary(|r| stat(r.mix_age, |s| s.mean, "mix age")),
+        "mean over mixing steps of the age of the oldest message mixed in"
+    ),
+    m!(
+        "mix_age.max",
+        "iterations",
+        Some(SGP),
+        &[],
+        Source::Summary(|r| stat(r.mix_age, |s| s.max as f64, "mix age")),
+        "oldest information a node mixed in at one step (equals `message_age.max`)"
     ),
     m!(
         "dasgd.s_avg",
@@ -647,36 +722,68 @@ pub static METRICS: &[MetricDef] = &[
         "worker `i`'s steps per simulated second"
     ),
     m!(
-        "worker[i].staleness.count",
-        "gradients",
+        "worker[i].global_staleness.count",
+        "applications",
         None,
         &[],
-        Source::Worker(|w| Ok(hist_stats(&w.staleness).map_or(0.0, |s| s.0 as f64))),
-        "gradients of worker `i` whose staleness was measured (`staleness.csv`)"
+        Source::Worker(|w| Ok(hist_stats(&w.global_staleness).map_or(0.0, |s| s.0 as f64))),
+        "applications of worker `i`'s gradients whose global staleness was measured (`staleness.csv`)"
     ),
     m!(
-        "worker[i].staleness.mean",
+        "worker[i].global_staleness.mean",
+        "iterations",
+        None,
+        &[],
+        Source::Worker(|w| worker_hist(&w.global_staleness, |s| s.1, "applied gradient")),
+        "mean global staleness of worker `i`'s gradients"
+    ),
+    m!(
+        "worker[i].global_staleness.p99",
+        "iterations",
+        None,
+        &[],
+        Source::Worker(|w| worker_hist(&w.global_staleness, |s| s.2 as f64, "applied gradient")),
+        "99th percentile of worker `i`'s global staleness"
+    ),
+    m!(
+        "worker[i].global_staleness.max",
+        "iterations",
+        None,
+        &[],
+        Source::Worker(|w| worker_hist(&w.global_staleness, |s| s.3 as f64, "applied gradient")),
+        "largest global staleness of worker `i`'s gradients"
+    ),
+    m!(
+        "worker[i].row_staleness.count",
+        "applications",
+        None,
+        &[],
+        Source::Worker(|w| Ok(hist_stats(&w.row_staleness).map_or(0.0, |s| s.0 as f64))),
+        "applications of worker `i`'s gradients whose row staleness was measured (`staleness.csv`)"
+    ),
+    m!(
+        "worker[i].row_staleness.mean",
         "updates",
         None,
         &[],
-        Source::Worker(|w| worker_hist(&w.staleness, |s| s.1, "applied gradient")),
-        "mean staleness of worker `i`'s gradients"
+        Source::Worker(|w| worker_hist(&w.row_staleness, |s| s.1, "applied gradient")),
+        "mean row staleness of worker `i`'s gradients"
     ),
     m!(
-        "worker[i].staleness.p99",
+        "worker[i].row_staleness.p99",
         "updates",
         None,
         &[],
-        Source::Worker(|w| worker_hist(&w.staleness, |s| s.2 as f64, "applied gradient")),
-        "99th percentile of worker `i`'s staleness"
+        Source::Worker(|w| worker_hist(&w.row_staleness, |s| s.2 as f64, "applied gradient")),
+        "99th percentile of worker `i`'s row staleness"
     ),
     m!(
-        "worker[i].staleness.max",
+        "worker[i].row_staleness.max",
         "updates",
         None,
         &[],
-        Source::Worker(|w| worker_hist(&w.staleness, |s| s.3 as f64, "applied gradient")),
-        "largest staleness of worker `i`'s gradients"
+        Source::Worker(|w| worker_hist(&w.row_staleness, |s| s.3 as f64, "applied gradient")),
+        "largest row staleness of worker `i`'s gradients"
     ),
     m!(
         "worker[i].message_age.mean",
@@ -778,6 +885,16 @@ mod tests {
             assert_eq!(r.to_string(), name);
         }
         assert_eq!(lookup("worker[12].staleness.max").unwrap().worker, Some(12));
+        // The row staleness's old names.
+        for (old, new) in [
+            ("staleness.max", "row_staleness.max"),
+            ("staleness.count", "row_staleness.count"),
+            ("worker[4].staleness.mean", "worker[4].row_staleness.mean"),
+        ] {
+            assert_eq!(lookup(old).unwrap().to_string(), new);
+        }
+        assert!(lookup("staleness.maxx").is_none());
+        assert!(lookup("worker[1].global_staleness.max").is_some());
         assert!(lookup("worker[].steps").is_none());
         assert!(lookup("worker[1].final_loss").is_none());
         assert!(lookup("steps").is_none());
@@ -785,11 +902,12 @@ mod tests {
 
     #[test]
     fn suggestions_fix_typos() {
-        assert_eq!(suggest("stalenes.mean"), Some("staleness.mean"));
+        assert_eq!(suggest("stalenes.mean"), Some("row_staleness.mean"));
         assert_eq!(
             suggest("worker[3].staleness.maxx"),
-            Some("worker[i].staleness.max")
+            Some("worker[i].row_staleness.max")
         );
+        assert_eq!(suggest("global_stalenes.p99"), Some("global_staleness.p99"));
         assert_eq!(suggest("completely different"), None);
     }
 

@@ -274,13 +274,19 @@ impl CsvRow for SeriesRow {
 pub struct StalenessRow {
     /// The algorithm's label.
     pub algorithm: String,
-    /// `gradient` or `message_age`.
+    /// Which measure: `global` (global staleness: global iterations between a gradient's read
+    /// and its application), `row` (row staleness: updates of the target row between them),
+    /// `message_age` (every mixed message's age in iterations) or `mix_age` (per mixing step,
+    /// the oldest message's age). Files written before the global measure call `row`
+    /// `gradient`; it is read as `row`.
     pub measure: String,
-    /// The worker that computed the gradient (`gradient`) or received the message (`message_age`).
+    /// The worker that computed the gradient (`global`, `row`) or received the message
+    /// (`message_age`, `mix_age`).
     pub worker: u64,
-    /// The staleness, in updates (or the age, in iterations).
+    /// The staleness, in global iterations (`global`) or updates of the row (`row`); the age,
+    /// in the receiver's iterations.
     pub value: u64,
-    /// How many gradients (messages) had it.
+    /// How many applications (messages, mixing steps) had it.
     pub count: u64,
 }
 
@@ -301,7 +307,10 @@ impl CsvRow for StalenessRow {
     fn read(r: &Cells) -> Result<Self> {
         Ok(StalenessRow {
             algorithm: r.text("algorithm")?.to_owned(),
-            measure: r.text("measure")?.to_owned(),
+            measure: match r.text("measure")? {
+                "gradient" => "row".to_owned(),
+                m => m.to_owned(),
+            },
             worker: r.req("worker")?,
             value: r.req("value")?,
             count: r.req("count")?,
@@ -543,8 +552,11 @@ pub struct GradientRow {
     pub read_s: f64,
     /// When it was applied, in simulated seconds.
     pub apply_s: f64,
-    /// Updates the row received between the read and the application.
-    pub staleness: u64,
+    /// Row staleness: updates the row received between the read and the application.
+    pub row_staleness: u64,
+    /// Global staleness: global iterations (gradients applied anywhere, each counted at its
+    /// first application) between the read and the application.
+    pub global_staleness: u64,
 }
 
 impl CsvRow for GradientRow {
@@ -558,7 +570,8 @@ impl CsvRow for GradientRow {
             self.row.to_string(),
             num(self.read_s),
             num(self.apply_s),
-            self.staleness.to_string(),
+            self.row_staleness.to_string(),
+            self.global_staleness.to_string(),
         ]
     }
 
@@ -569,7 +582,8 @@ impl CsvRow for GradientRow {
             row: r.req("row")?,
             read_s: r.req("read_s")?,
             apply_s: r.req("apply_s")?,
-            staleness: r.req("staleness")?,
+            row_staleness: r.req("row_staleness")?,
+            global_staleness: r.req("global_staleness")?,
         })
     }
 }
@@ -891,14 +905,24 @@ pub struct AlgorithmSummary {
     pub gradient_flushes: u64,
     /// Gradients requested.
     pub gradient_requests: u64,
-    /// Staleness of every applied gradient: the updates the target model received between the
-    /// read the gradient was computed on and its application; absent when no gradient was
-    /// applied.
+    /// Global staleness of every application of a gradient: the global iterations (gradients
+    /// applied anywhere, each counted once, at its first application) between the read the
+    /// gradient was computed on and this application; absent when no gradient was applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub staleness: Option<IntStats>,
+    pub global_staleness: Option<IntStats>,
+    /// Row staleness of every application of a gradient: the updates the target row received
+    /// between the read the gradient was computed on and this application; absent when no
+    /// gradient was applied. (Named `staleness` before the global measure existed; read under
+    /// either name.)
+    #[serde(default, alias = "staleness", skip_serializing_if = "Option::is_none")]
+    pub row_staleness: Option<IntStats>,
     /// Age in iterations of every mixed message (SGP, Overlap-SGP); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_age: Option<IntStats>,
+    /// Per mixing step, the age in the receiver's iterations of the oldest message mixed in
+    /// (SGP, Overlap-SGP); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix_age: Option<IntStats>,
     /// DASGD's own staleness between models (`|G_j Δ R|` at every application); absent for
     /// the other algorithms.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -502,6 +502,9 @@ impl Sgp {
         let mut terms = Vec::with_capacity(msgs.len() + 1);
         terms.push((Slot::Row(i), 1.0));
         let mut w = self.nodes[i].w;
+        // The oldest message's age.
+        let oldest = msgs.values().map(|&(_, _, s)| k.saturating_sub(s)).max();
+        cx.mix_age(i, oldest.unwrap_or(0));
         for &(m, weight, s) in msgs.values() {
             terms.push((Slot::Msg(m), 1.0));
             w += weight;

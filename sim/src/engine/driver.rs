@@ -631,7 +631,8 @@ pub fn run_inspect<A: Algorithm>(
         counts: alg.fault_counts(),
     });
     let mut record = world.recorder.finish(now);
-    record.gradient_staleness = world.store.staleness().to_vec();
+    record.global_staleness = world.store.global_staleness().to_vec();
+    record.row_staleness = world.store.row_staleness().to_vec();
     record.links = world.net.link_stats();
     Ok(Outcome {
         sim_time: now,

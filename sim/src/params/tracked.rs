@@ -1,11 +1,36 @@
 //! Gradient staleness, measured in the store layer for every algorithm alike.
 //!
 //! [`Tracked`] wraps the run's [`ReplicaStore`]: it forwards every operation unchanged and keeps
-//! versions beside it, so no algorithm needs to count anything.
+//! versions beside it, so no algorithm needs to count anything. It measures two things at every
+//! application of a gradient: its **global staleness** and its **row staleness**.
 //!
-//! # Definition
+//! # Global staleness
 //!
-//! The staleness of a gradient applied to row `t` is the number of updates row `t` received
+//! The global staleness of a gradient applied to a row is the number of *global iterations*
+//! between the read of the model the gradient was computed on and this application. A global
+//! iteration is one gradient (a worker's, or a mean of several) entering the training: the
+//! counter advances once per gradient handle, at its first application, wherever that is. So
+//! all-reduce SGD, which applies one averaged gradient to every replica, advances it once per
+//! round; DASGD, which applies each gradient at every model, once per gradient (at its origin);
+//! a parameter server, once per push (at the first shard that applies it); every other
+//! algorithm, once per worker step. This is the iteration counter of the analyses: AD-PSGD's
+//! `T_k` counts updates of the global iterate, one per worker step (Lian et al. 2018), and
+//! asynchronous parallel SGD's `τ` counts server updates (Lian et al. 2015).
+//!
+//! - **Read**: the instant the values the gradient was computed on were current — the request
+//!   for a row that holds its own values; for a row (or a block of it) that is a pure copy of
+//!   another row or of a message buffer (see *Lineage* below), the instant the copy was taken
+//!   from its source. A parameter-server worker's gradient is thus read when the server served
+//!   the pull. A mean of several gradients is read at its oldest part.
+//! - **Application** of gradient `g` to a block: the global iterations after the read (of the
+//!   parts of the lineage that overlap the block), not counting `g`'s own. Updates handled at
+//!   the same simulated instant count in the order the engine handles them: if `n` workers apply
+//!   their own gradients, all read at one instant, at one later instant, they measure
+//!   `0, 1, …, n − 1`.
+//!
+//! # Row staleness
+//!
+//! The row staleness of a gradient applied to row `t` is the number of updates row `t` received
 //! between the read the gradient was computed on and its application. In detail:
 //!
 //! - **Writes.** Every operation that writes a row is an update of that row: an optimizer step
@@ -37,12 +62,14 @@
 //! replica received while the gradient was computed (AD-PSGD's averaging, LAP-SGD's concurrent
 //! processes, D-PSGD's mixing between read and step); all-reduce and local SGD measure 0.
 //!
-//! Histograms are kept per worker (the worker that computed the gradient); with
+//! Both measures are taken at every application (a gradient applied to `n` rows, or block by
+//! block, is measured `n` times, or once per block). Histograms are kept per worker (the worker
+//! that computed the gradient; for a mean applied to a worker's row, that worker); with
 //! [`Tracked::log_gradients`] every application is also kept as a [`GradientRecord`] until the
 //! run loop hands it to the observer. Old writes are forgotten once no lineage, buffer or pending
 //! gradient can refer to them, so memory stays bounded.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
 use crate::engine::time::SimTime;
@@ -223,7 +250,14 @@ pub struct Tracked<'s> {
     grads: GradTable,
     /// Parameters per row (constant).
     params: usize,
-    staleness: Vec<Histogram>,
+    row_staleness: Vec<Histogram>,
+    global_staleness: Vec<Histogram>,
+    /// The write number of every global iteration not yet forgotten, increasing.
+    iterations: VecDeque<u64>,
+    /// The live gradients that were applied at least once (their global iteration counted).
+    counted: BTreeSet<GradId>,
+    /// Global iterations so far.
+    global_total: u64,
     log: Option<Vec<GradientRecord>>,
     logged_writes: usize,
     next_prune: usize,
@@ -250,7 +284,11 @@ impl<'s> Tracked<'s> {
             msgs: BTreeMap::new(),
             grads: GradTable::default(),
             params: p,
-            staleness: vec![Histogram::default(); workers],
+            row_staleness: vec![Histogram::default(); workers],
+            global_staleness: vec![Histogram::default(); workers],
+            iterations: VecDeque::new(),
+            counted: BTreeSet::new(),
+            global_total: 0,
             log: None,
             logged_writes: 0,
             next_prune: FIRST_PRUNE,
@@ -278,9 +316,19 @@ impl<'s> Tracked<'s> {
         self.log.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    /// Per worker: the staleness of every application of the gradients it computed.
-    pub fn staleness(&self) -> &[Histogram] {
-        &self.staleness
+    /// Per worker: the row staleness of every application of the gradients it computed.
+    pub fn row_staleness(&self) -> &[Histogram] {
+        &self.row_staleness
+    }
+
+    /// Per worker: the global staleness of every application of the gradients it computed.
+    pub fn global_staleness(&self) -> &[Histogram] {
+        &self.global_staleness
+    }
+
+    /// Global iterations so far: gradients applied at least once.
+    pub fn global_iterations(&self) -> u64 {
+        self.global_total
     }
 
     fn full(&self) -> Range<usize> {
@@ -389,11 +437,30 @@ impl<'s> Tracked<'s> {
             v.writes.drain(..cut);
             left += v.writes.len();
         }
+        let cut = self.iterations.partition_point(|s| *s <= keep_after);
+        self.iterations.drain(..cut);
         self.logged_writes = left;
         self.next_prune = (2 * left).max(FIRST_PRUNE);
     }
 
-    /// The staleness of `grad` applied to `block` of row `t`, and the worker that computed it.
+    /// The global staleness of `grad` applied to `block`: the global iterations after the
+    /// oldest read of the parts that overlap `block`, `grad`'s own not counted.
+    fn measure_global(&self, grad: GradId, block: &Range<usize>) -> Option<u64> {
+        let reads = self.grads.get(grad)?.as_slice();
+        let p = self.params;
+        let oldest = reads
+            .iter()
+            .flat_map(|r| r.lineage.pieces(p))
+            .filter(|(b, _, _)| b.start < block.end && block.start < b.end)
+            .map(|(_, _, s)| s)
+            .min()?;
+        let after = self.iterations.len() - self.iterations.partition_point(|s| *s <= oldest);
+        let own = usize::from(self.counted.contains(&grad));
+        Some(after.saturating_sub(own) as u64)
+    }
+
+    /// The row staleness of `grad` applied to `block` of row `t`, the worker that computed it
+    /// and when it was read.
     fn measure(
         &self,
         grad: GradId,
@@ -523,6 +590,7 @@ impl ReplicaStore for Tracked<'_> {
         let g = self.inner.mean_gradient(grads);
         let mut reads = Vec::new();
         for id in grads {
+            self.counted.remove(id);
             match self.grads.remove(*id) {
                 Some(Reads::One(r)) => reads.push(r),
                 Some(Reads::Many(v)) => reads.extend(v),
@@ -537,8 +605,12 @@ impl ReplicaStore for Tracked<'_> {
         if !block.is_empty()
             && let Some((worker, stale, read)) = self.measure(grad, row, &block)
         {
-            if let Some(h) = self.staleness.get_mut(worker) {
+            let global = self.measure_global(grad, &block).unwrap_or(0);
+            if let Some(h) = self.row_staleness.get_mut(worker) {
                 h.record(stale);
+            }
+            if let Some(h) = self.global_staleness.get_mut(worker) {
+                h.record(global);
             }
             if let Some(log) = &mut self.log {
                 log.push(GradientRecord {
@@ -546,7 +618,8 @@ impl ReplicaStore for Tracked<'_> {
                     row,
                     read,
                     apply: self.now,
-                    staleness: stale,
+                    row_staleness: stale,
+                    global_staleness: global,
                 });
             }
         }
@@ -554,6 +627,10 @@ impl ReplicaStore for Tracked<'_> {
             .apply_gradient_block(row, grad, lr, block.clone());
         if !block.is_empty() {
             self.bump();
+            if self.grads.get(grad).is_some() && self.counted.insert(grad) {
+                self.iterations.push_back(self.seq);
+                self.global_total += 1;
+            }
             self.write(row, block, None);
             self.maybe_prune();
         }
@@ -561,6 +638,7 @@ impl ReplicaStore for Tracked<'_> {
 
     fn release_gradient(&mut self, grad: GradId) {
         self.grads.remove(grad);
+        self.counted.remove(&grad);
         self.inner.release_gradient(grad);
     }
 
@@ -655,7 +733,11 @@ mod tests {
     }
 
     fn only(t: &Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
-        t.staleness()[worker].iter().collect()
+        t.row_staleness()[worker].iter().collect()
+    }
+
+    fn global(t: &Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
+        t.global_staleness()[worker].iter().collect()
     }
 
     #[test]
@@ -674,6 +756,12 @@ mod tests {
         t.apply_gradient_block(server, g0, 0.1, 2..4);
         assert_eq!(only(&t, 0), vec![(0, 1), (2, 1)]);
         assert_eq!(only(&t, 1), vec![(0, 1), (1, 1)]);
+        // Globally: g1's first application is one iteration, its second is not another. g0's
+        // first half was served before it, its second half too (both count g1); g0's second
+        // application does not count g0's first.
+        assert_eq!(global(&t, 0), vec![(1, 2)]);
+        assert_eq!(global(&t, 1), vec![(0, 2)]);
+        assert_eq!(t.global_iterations(), 2);
     }
 
     #[test]
@@ -690,6 +778,27 @@ mod tests {
         t.apply_gradient(1, mean, 0.1);
         assert_eq!(only(&t, 0), vec![(0, 1)]);
         assert_eq!(only(&t, 1), vec![(1, 1)]);
+        // One mean is one global iteration: fresh on both rows (the mix is no gradient).
+        assert_eq!(global(&t, 0), vec![(0, 1)]);
+        assert_eq!(global(&t, 1), vec![(0, 1)]);
+        assert_eq!(t.global_iterations(), 1);
+    }
+
+    #[test]
+    fn every_gradient_applied_meanwhile_anywhere_counts_globally() {
+        let mut inner = store();
+        let mut t = Tracked::new(&mut inner);
+        let g0 = t.request_gradient(0);
+        // Worker 1 takes three steps on its own row while worker 0 computes.
+        for _ in 0..3 {
+            let g = t.request_gradient(1);
+            t.apply_gradient(1, g, 0.1);
+            t.release_gradient(g);
+        }
+        t.apply_gradient(0, g0, 0.1);
+        assert_eq!(only(&t, 0), vec![(0, 1)], "row 0 was not written");
+        assert_eq!(global(&t, 0), vec![(3, 1)]);
+        assert_eq!(global(&t, 1), vec![(0, 3)]);
     }
 
     #[test]
@@ -752,6 +861,8 @@ mod tests {
             t.release_gradient(g);
         }
         assert!(t.logged_writes < FIRST_PRUNE);
+        assert!(t.iterations.len() < FIRST_PRUNE);
         assert_eq!(only(&t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
+        assert_eq!(global(&t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
     }
 }
