@@ -37,6 +37,19 @@
 //! centralized asynchronous SGD). [`Algorithm::staleness`] reports their mean `S_avg` and maximum
 //! `S_max` over every application.
 //!
+//! The measurement is exact and does not walk all `n` origins:
+//! `|G_j Δ R| = |G_j| − |R| + 2·|R \ G_j|`, where `|G_j|` is a running total per model, `|R|`
+//! is stored with the read, and `|R \ G_j| = Σ_o max(0, r[o] − c_j[o])` can only count origins
+//! with `r[o] > 0`. A read therefore stores `|R|` and the counters of the origins its model had
+//! heard of (not `n` of them), and an application costs that many lookups; the origin's own
+//! application costs nothing (`R ⊆ G_o`). Under faults the lost sets below `r[o]` are final when
+//! the model reads (a gradient's fate is settled before its origin's next one arrives, links
+//! being FIFO), so the read does not copy them. Counters are a flat `n × n` table of `u32`
+//! whose zeroed pages are only touched where a model has heard of an origin; forwarding trees
+//! are a table of parents, children being found among a node's neighbours.
+//! `tests/dasgd_staleness.rs` checks every measurement against the definition on random
+//! schedules.
+//!
 //! At each evaluation point, [`Algorithm::series`] reports `staleness_avg` and `staleness_max`:
 //! the mean and maximum of these measurements over the applications since the previous point
 //! (`S_avg` and `S_max` over time; nothing when there was none).
@@ -137,15 +150,24 @@ pub enum Event {
     },
 }
 
+/// The gradient set `R` of the model a gradient was computed on: its origin's, when the step
+/// started. Stored as its size and the origins' counters that are not zero, so a snapshot costs
+/// what the model has heard of, not `n`.
+#[derive(Debug, Clone, Default)]
+struct Read {
+    /// `|R|`: the gradients applied to the origin's model by then.
+    total: u64,
+    /// `(o, r[o])` for every origin `o` with `r[o] > 0` (in the order the model first heard of
+    /// them).
+    counts: Box<[(u32, u32)]>,
+}
+
 #[derive(Debug, Clone)]
 struct InFlight {
     /// Workers that have yet to apply it.
     left: usize,
-    /// The origin's counters when the step started (the gradient set of the model it was
-    /// computed on).
-    read: Vec<u64>,
-    /// Under faults: the origin's lost sets then (empty without faults).
-    read_lost: Vec<BTreeSet<u64>>,
+    /// The gradient set of the model it was computed on.
+    read: Read,
 }
 
 /// `|A Δ B|` for `A = [0, a) \ la` and `B = [0, b) \ lb` (the lost sets may hold values past
@@ -166,35 +188,98 @@ fn sym_diff(a: u64, la: &BTreeSet<u64>, b: u64, lb: &BTreeSet<u64>) -> u64 {
     size_a + size_b - 2 * both
 }
 
-/// A step under way: its gradient, and the counters and lost sets of the model it read.
-type Computing = (GradId, Vec<u64>, Vec<BTreeSet<u64>>);
+/// `|R_o \ G_j|` restricted to one origin: `R_o = [0, r) \ lr`, `G_j = [0, c) \ lc` (a lost set
+/// may hold values past its bound, which do not count).
+fn missing_one(r: u64, lr: Option<&BTreeSet<u64>>, c: u64, lc: Option<&BTreeSet<u64>>) -> u64 {
+    let in_lr = |k: &u64| lr.is_some_and(|l| l.contains(k));
+    // Those of [c, r) that R has.
+    let beyond = if r > c {
+        r - c - lr.map_or(0, |l| l.range(c..r).count() as u64)
+    } else {
+        0
+    };
+    // Those below both bounds that R has and G_j lost.
+    let holes = lc.map_or(0, |l| {
+        l.range(..r.min(c)).filter(|k| !in_lr(k)).count() as u64
+    });
+    beyond + holes
+}
+
+/// A step under way: its gradient, and the gradient set of the model it read.
+type Computing = (GradId, Read);
+
+/// Who forwards a gradient to whom.
+enum Trees {
+    /// The origin sends to every other worker.
+    All,
+    /// Breadth-first trees of the topology: `parent[o · n + v]` is `v`'s parent in origin `o`'s
+    /// tree (`NONE` for the root), so a child list is found among `v`'s neighbours instead of
+    /// being stored (`n²` small integers rather than `n²` lists).
+    Bfs {
+        neighbors: Vec<Vec<usize>>,
+        parent: Parents,
+    },
+}
+
+/// The parent table, in 16-bit entries where the workers fit.
+enum Parents {
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
+}
+
+impl Parents {
+    fn get(&self, i: usize) -> usize {
+        match self {
+            Parents::Narrow(p) if p[i] == u16::MAX => usize::MAX,
+            Parents::Narrow(p) => p[i] as usize,
+            Parents::Wide(p) if p[i] == u32::MAX => usize::MAX,
+            Parents::Wide(p) => p[i] as usize,
+        }
+    }
+}
 
 /// The state machine of DASGD.
+///
+/// The staleness bookkeeping costs, per application of a gradient computed on a model that had
+/// heard of `h` origins, `O(h)` (see [`Dasgd::staleness_between`] and the module's
+/// "Staleness"): with `|G_j Δ R| = |G_j| − |R| + 2·|R \ G_j|`, only the origins in `R` can
+/// count, and a model's size `|G_j|` is a running total.
 pub struct Dasgd {
     broadcast: Broadcast,
-    /// `children[o][v]`: where `v` forwards the gradients of origin `o`.
-    children: Vec<Vec<Vec<usize>>>,
-    /// `counts[i][o]`: gradients of origin `o` applied to model `i`.
-    counts: Vec<Vec<u64>>,
+    n: usize,
+    trees: Trees,
+    /// `counts[i · n + o]`: gradients of origin `o` applied to model `i` (or skipped as lost).
+    /// Zeroed pages are only touched where a model hears of an origin.
+    counts: Vec<u32>,
+    /// Per model: the origins with a counter above zero, in the order it heard of them.
+    heard: Vec<Vec<u32>>,
+    /// Per model: `|G_i|`, the gradients applied to it.
+    total: Vec<u64>,
     grads: Vec<Option<Computing>>,
     in_flight: BTreeMap<GradId, InFlight>,
     stats: StalenessStats,
     /// Since the last evaluation point: (applications, sum, max).
     window: (u64, u64, u64),
-    /// `lost[i][o]`: gradients of origin `o` that model `i` will never apply (faults only).
-    lost: Vec<Vec<BTreeSet<u64>>>,
+    /// `lost[(i, o)]`: gradients of origin `o` that model `i` will never apply (faults only;
+    /// no entry where there is none).
+    lost: BTreeMap<(u32, u32), BTreeSet<u64>>,
+    /// Per model: whether it has lost anything.
+    lossy: Vec<bool>,
     /// Per worker: crashes so far.
     life: Vec<u64>,
     faulty: bool,
     applications_lost: u64,
     gradients_lost: BTreeSet<(usize, u64)>,
+    /// Scratch list of children.
+    kids: Vec<usize>,
 }
 
-/// `children[v]` of a breadth-first tree of `topology` rooted at `root` (parent: the smallest
-/// neighbour one hop closer to the root).
-fn bfs_children(topology: &Topology, root: usize) -> Vec<Vec<usize>> {
+/// The parent of every node in a breadth-first tree of `topology` rooted at `root` (the smallest
+/// — first listed — neighbour one hop closer to the root), written into `out` (`usize::MAX` for
+/// the root and unreachable nodes).
+fn bfs_parents(topology: &Topology, root: usize, dist: &mut [usize], out: &mut [usize]) {
     let n = topology.len();
-    let mut dist = vec![usize::MAX; n];
+    dist.fill(usize::MAX);
     dist[root] = 0;
     let mut order = vec![root];
     let mut head = 0;
@@ -208,49 +293,68 @@ fn bfs_children(topology: &Topology, root: usize) -> Vec<Vec<usize>> {
             }
         }
     }
-    let mut children = vec![Vec::new(); n];
     for v in 0..n {
-        if v == root || dist[v] == usize::MAX {
-            continue;
-        }
-        let parent = topology
-            .neighbors(v)
-            .iter()
-            .copied()
-            .find(|&u| dist[u] + 1 == dist[v])
-            .expect("a node at distance d > 0 has a neighbour at d − 1");
-        children[parent].push(v);
+        out[v] = if v == root || dist[v] == usize::MAX {
+            usize::MAX
+        } else {
+            topology
+                .neighbors(v)
+                .iter()
+                .copied()
+                .find(|&u| dist[u] + 1 == dist[v])
+                .expect("a node at distance d > 0 has a neighbour at d − 1")
+        };
     }
-    children
 }
 
 impl Dasgd {
     /// A new instance on `topology`'s workers.
     pub fn new(cfg: &DasgdConfig, topology: &Topology) -> Self {
         let n = topology.len();
-        let children = match cfg.broadcast {
-            Broadcast::All => (0..n)
-                .map(|o| {
-                    let mut c = vec![Vec::new(); n];
-                    c[o] = (0..n).filter(|&j| j != o).collect();
-                    c
-                })
-                .collect(),
-            Broadcast::Topology => (0..n).map(|o| bfs_children(topology, o)).collect(),
+        let trees = match cfg.broadcast {
+            Broadcast::All => Trees::All,
+            Broadcast::Topology => {
+                let mut dist = vec![0; n];
+                let mut row = vec![0; n];
+                let narrow = n < u16::MAX as usize;
+                let mut p16 = Vec::new();
+                let mut p32 = Vec::new();
+                for o in 0..n {
+                    bfs_parents(topology, o, &mut dist, &mut row);
+                    if narrow {
+                        p16.extend(row.iter().map(|&p| p.try_into().unwrap_or(u16::MAX)));
+                    } else {
+                        p32.extend(row.iter().map(|&p| p.try_into().unwrap_or(u32::MAX)));
+                    }
+                }
+                Trees::Bfs {
+                    neighbors: (0..n).map(|v| topology.neighbors(v).to_vec()).collect(),
+                    parent: if narrow {
+                        Parents::Narrow(p16)
+                    } else {
+                        Parents::Wide(p32)
+                    },
+                }
+            }
         };
         Dasgd {
             broadcast: cfg.broadcast,
-            children,
-            counts: vec![vec![0; n]; n],
+            n,
+            trees,
+            counts: vec![0; n * n],
+            heard: vec![Vec::new(); n],
+            total: vec![0; n],
             grads: vec![None; n],
             in_flight: BTreeMap::new(),
             stats: StalenessStats::default(),
             window: (0, 0, 0),
-            lost: vec![vec![BTreeSet::new(); n]; n],
+            lost: BTreeMap::new(),
+            lossy: vec![false; n],
             life: vec![0; n],
             faulty: false,
             applications_lost: 0,
             gradients_lost: BTreeSet::new(),
+            kids: Vec::new(),
         }
     }
 
@@ -261,26 +365,78 @@ impl Dasgd {
         self
     }
 
-    /// `lost[i][o]`: the gradients of origin `o` (by index) that model `i` will never apply.
-    pub fn lost(&self) -> &[Vec<BTreeSet<u64>>] {
-        &self.lost
+    /// Where `v` forwards the gradients of `origin`, in increasing order, into `out`.
+    fn children_into(&self, origin: usize, v: usize, out: &mut Vec<usize>) {
+        out.clear();
+        match &self.trees {
+            Trees::All if v == origin => out.extend((0..self.n).filter(|&j| j != origin)),
+            Trees::All => {}
+            Trees::Bfs { neighbors, parent } => {
+                let base = origin * self.n;
+                out.extend(
+                    neighbors[v]
+                        .iter()
+                        .copied()
+                        .filter(|&u| parent.get(base + u) == v),
+                );
+                out.sort_unstable();
+            }
+        }
+    }
+
+    /// `L_i[o]`: the gradients of origin `o` (by index) that model `i` will never apply (`None`
+    /// when there is none).
+    pub fn lost(&self, i: usize, o: usize) -> Option<&BTreeSet<u64>> {
+        self.lost.get(&(i as u32, o as u32))
+    }
+
+    /// Every `(o, L_i[o])` of model `i` with `L_i[o]` not empty, by origin.
+    fn lost_of(&self, i: usize) -> impl Iterator<Item = (u32, &BTreeSet<u64>)> {
+        let i = i as u32;
+        self.lost
+            .range((i, 0)..=(i, u32::MAX))
+            .map(|(&(_, o), l)| (o, l))
     }
 
     /// `max_{i,j} Σ_o |L_i[o] Δ L_j[o]|`: once the gradients in flight have landed, the
     /// staleness between two models can never fall below this (a gradient lost for one model
     /// and not the other is applied to one of them only, for good).
     pub fn lost_divergence_max(&self) -> u64 {
-        let n = self.counts.len();
-        let mut max = 0;
-        for i in 0..n {
-            for j in i + 1..n {
-                let d: u64 = (0..n)
-                    .map(|o| {
-                        self.lost[i][o]
-                            .symmetric_difference(&self.lost[j][o])
-                            .count() as u64
-                    })
-                    .sum();
+        let lossy: Vec<usize> = (0..self.n).filter(|&i| self.lossy[i]).collect();
+        let size = |i: usize| self.lost_of(i).map(|(_, l)| l.len() as u64).sum::<u64>();
+        // Against a model that lost nothing, a lossy model differs by all it lost.
+        let mut max = if lossy.len() < self.n {
+            lossy.iter().map(|&i| size(i)).max().unwrap_or(0)
+        } else {
+            0
+        };
+        for (a, &i) in lossy.iter().enumerate() {
+            for &j in &lossy[a + 1..] {
+                let mut d = 0;
+                let mut li = self.lost_of(i).peekable();
+                let mut lj = self.lost_of(j).peekable();
+                loop {
+                    match (li.peek(), lj.peek()) {
+                        (None, None) => break,
+                        (Some(&(oi, x)), Some(&(oj, y))) if oi == oj => {
+                            d += x.symmetric_difference(y).count() as u64;
+                            li.next();
+                            lj.next();
+                        }
+                        (Some(&(oi, x)), Some(&(oj, _))) if oi < oj => {
+                            d += x.len() as u64;
+                            li.next();
+                        }
+                        (Some(&(_, x)), None) => {
+                            d += x.len() as u64;
+                            li.next();
+                        }
+                        (_, Some(&(_, y))) => {
+                            d += y.len() as u64;
+                            lj.next();
+                        }
+                    }
+                }
                 max = max.max(d);
             }
         }
@@ -298,11 +454,17 @@ impl Dasgd {
         cx: &mut Ctx<'_, '_, Event>,
     ) {
         let mut stack = vec![at];
+        let mut kids = Vec::new();
         let mut count = 0;
         while let Some(v) = stack.pop() {
-            self.lost[v][origin].insert(seq);
+            self.lost
+                .entry((v as u32, origin as u32))
+                .or_default()
+                .insert(seq);
+            self.lossy[v] = true;
             count += 1;
-            stack.extend(self.children[origin][v].iter().copied());
+            self.children_into(origin, v, &mut kids);
+            stack.extend_from_slice(&kids);
         }
         self.applications_lost += count as u64;
         self.gradients_lost.insert((origin, seq));
@@ -319,20 +481,38 @@ impl Dasgd {
         self.broadcast
     }
 
-    /// `counts[i][o]`: the gradients of origin `o` applied to model `i`.
-    pub fn counts(&self) -> &[Vec<u64>] {
-        &self.counts
+    /// `counts()[i][o]`: the gradients of origin `o` applied to model `i` (lost ones skipped
+    /// included).
+    pub fn counts(&self) -> Vec<Vec<u64>> {
+        self.counts
+            .chunks(self.n.max(1))
+            .take(self.n)
+            .map(|row| row.iter().map(|&c| c as u64).collect())
+            .collect()
+    }
+
+    fn count(&self, i: usize, o: usize) -> u64 {
+        self.counts[i * self.n + o] as u64
+    }
+
+    fn set_count(&mut self, i: usize, o: usize, value: u64) {
+        let c = &mut self.counts[i * self.n + o];
+        if *c == 0 && value > 0 {
+            self.heard[i].push(o as u32);
+        }
+        *c = value.try_into().expect("fewer than 2³² steps per worker");
     }
 
     /// `|G_i Δ G_j|`: the gradients one of models `i` and `j` has applied and the other has not.
     pub fn staleness_between(&self, i: usize, j: usize) -> u64 {
-        (0..self.counts.len())
+        (0..self.n)
             .map(|o| {
+                let none = BTreeSet::new();
                 sym_diff(
-                    self.counts[i][o],
-                    &self.lost[i][o],
-                    self.counts[j][o],
-                    &self.lost[j][o],
+                    self.count(i, o),
+                    self.lost(i, o).unwrap_or(&none),
+                    self.count(j, o),
+                    self.lost(j, o).unwrap_or(&none),
                 )
             })
             .sum()
@@ -345,43 +525,66 @@ impl Dasgd {
 
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let grad = cx.start_step(w, Event::ComputeDone(w, self.life[w]));
-        let read_lost = if self.faulty {
-            self.lost[w].clone()
-        } else {
-            Vec::new()
+        let row = &self.counts[w * self.n..(w + 1) * self.n];
+        let read = Read {
+            total: self.total[w],
+            counts: self.heard[w]
+                .iter()
+                .map(|&o| (o, row[o as usize]))
+                .collect(),
         };
-        self.grads[w] = Some((grad, self.counts[w].clone(), read_lost));
+        self.grads[w] = Some((grad, read));
     }
 
-    /// Applies gradient `grad` of `origin` (computed on a model with counters `read` and lost
-    /// sets `read_lost`) to model `j` and records its staleness.
+    /// `|G_j Δ R|` for the gradient set `R` that `origin`'s model had when it read (`read`):
+    /// `|G_j| − |R| + 2·|R \ G_j|`, where only the origins `R` has count in the last term.
+    ///
+    /// A lost gradient's fate is settled before its origin's next gradient reaches the model
+    /// (links are FIFO), so the lost sets of `origin`'s model below `R`'s counters are those it
+    /// had when it read.
+    fn measure(&self, j: usize, origin: usize, read: &Read) -> u64 {
+        let row = &self.counts[j * self.n..(j + 1) * self.n];
+        let missing: u64 = if j == origin {
+            // R ⊆ G_j: a model's set only grows.
+            0
+        } else if !self.lossy[origin] && !self.lossy[j] {
+            read.counts
+                .iter()
+                .map(|&(o, r)| r.saturating_sub(row[o as usize]) as u64)
+                .sum()
+        } else {
+            read.counts
+                .iter()
+                .map(|&(o, r)| {
+                    missing_one(
+                        r as u64,
+                        self.lost(origin, o as usize),
+                        row[o as usize] as u64,
+                        self.lost(j, o as usize),
+                    )
+                })
+                .sum()
+        };
+        self.total[j] + 2 * missing - read.total
+    }
+
+    /// Applies gradient `grad` of `origin` to model `j` and records its staleness `s`.
     fn apply(
         &mut self,
         j: usize,
         origin: usize,
         grad: GradId,
-        read: &[u64],
-        read_lost: &[BTreeSet<u64>],
+        s: u64,
         cx: &mut Ctx<'_, '_, Event>,
     ) {
         let lr = cx.lr();
         cx.world.store.apply_gradient(j, grad, lr);
-        let none = BTreeSet::new();
-        let s: u64 = (0..read.len())
-            .map(|o| {
-                sym_diff(
-                    self.counts[j][o],
-                    &self.lost[j][o],
-                    read[o],
-                    read_lost.get(o).unwrap_or(&none),
-                )
-            })
-            .sum();
         self.stats.record(s);
         self.window.0 += 1;
         self.window.1 += s;
         self.window.2 = self.window.2.max(s);
-        self.counts[j][origin] += 1;
+        self.set_count(j, origin, self.count(j, origin) + 1);
+        self.total[j] += 1;
     }
 
     fn forward(
@@ -393,8 +596,9 @@ impl Dasgd {
         cx: &mut Ctx<'_, '_, Event>,
     ) {
         let bytes = cx.world.model_bytes;
-        for k in 0..self.children[origin][at].len() {
-            let c = self.children[origin][at][k];
+        let mut kids = std::mem::take(&mut self.kids);
+        self.children_into(origin, at, &mut kids);
+        for &c in &kids {
             let sent = cx.send(
                 at,
                 c,
@@ -410,6 +614,7 @@ impl Dasgd {
                 self.lose(c, origin, seq, grad, cx);
             }
         }
+        self.kids = kids;
     }
 }
 
@@ -430,20 +635,14 @@ impl Algorithm for Dasgd {
         match event {
             Event::ComputeDone(w, life) if life != self.life[w] => {}
             Event::ComputeDone(w, _) => {
-                let (grad, read, read_lost) = self.grads[w].take().expect("a gradient in flight");
-                let seq = self.counts[w][w];
-                self.apply(w, w, grad, &read, &read_lost, cx);
+                let (grad, read) = self.grads[w].take().expect("a gradient in flight");
+                let seq = self.count(w, w);
+                let s = self.measure(w, w, &read);
+                self.apply(w, w, grad, s, cx);
                 cx.step_done(w);
-                let n = self.grads.len();
+                let n = self.n;
                 if n > 1 {
-                    self.in_flight.insert(
-                        grad,
-                        InFlight {
-                            left: n - 1,
-                            read,
-                            read_lost,
-                        },
-                    );
+                    self.in_flight.insert(grad, InFlight { left: n - 1, read });
                     self.forward(w, w, seq, grad, cx);
                 } else {
                     cx.world.store.release_gradient(grad);
@@ -464,13 +663,13 @@ impl Algorithm for Dasgd {
             } => {
                 // Per-origin FIFO: the gradients skipped were lost on the way.
                 debug_assert!(
-                    (self.counts[to][origin]..seq).all(|k| self.lost[to][origin].contains(&k)),
+                    (self.count(to, origin)..seq)
+                        .all(|k| self.lost(to, origin).is_some_and(|l| l.contains(&k))),
                     "per-origin FIFO order"
                 );
-                self.counts[to][origin] = seq;
-                let f = &self.in_flight[&grad];
-                let (read, read_lost) = (f.read.clone(), f.read_lost.clone());
-                self.apply(to, origin, grad, &read, &read_lost, cx);
+                self.set_count(to, origin, seq);
+                let s = self.measure(to, origin, &self.in_flight[&grad].read);
+                self.apply(to, origin, grad, s, cx);
                 self.forward(to, origin, seq, grad, cx);
                 let f = self.in_flight.get_mut(&grad).expect("in flight");
                 f.left -= 1;
@@ -486,7 +685,7 @@ impl Algorithm for Dasgd {
         match fault {
             WorkerFault::Crash(w) => {
                 self.life[w] += 1;
-                if let Some((g, _, _)) = self.grads[w].take() {
+                if let Some((g, _)) = self.grads[w].take() {
                     cx.world.store.release_gradient(g);
                 }
             }
