@@ -82,6 +82,10 @@ impl ReplicaStore for NullStore {
 }
 
 fn simulate(alg: &AlgorithmConfig, workers: usize) -> u64 {
+    simulate_steps(alg, workers, 100_000)
+}
+
+fn simulate_steps(alg: &AlgorithmConfig, workers: usize, steps: u64) -> u64 {
     let cluster = ClusterConfig::new(workers)
         .with_step_time_ms(10.0)
         .with_straggler(StragglerConfig::fixed([1], 4.0));
@@ -102,7 +106,7 @@ fn simulate(alg: &AlgorithmConfig, workers: usize) -> u64 {
     let stop = RunConfig {
         sim_time_s: None,
         epochs: None,
-        worker_steps: Some(100_000),
+        worker_steps: Some(steps),
         eval_every_s: 1e9,
         eval_every_steps: None,
         divergence_loss: None,
@@ -157,4 +161,19 @@ fn dasgd(bencher: Bencher, workers: usize) {
         AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
         workers,
     );
+}
+
+/// DASGD forwarding along the ring (`broadcast = "topology"`): 20 worker steps per worker, so
+/// every gradient crosses `n − 1` links and is applied `n` times (events per second; the
+/// staleness of an application costs one lookup per origin its model had heard of).
+#[divan::bench(args = [16, 64, 256], sample_count = 3)]
+fn dasgd_topology(bencher: Bencher, workers: usize) {
+    let alg = AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig {
+        broadcast: Broadcast::Topology,
+    }));
+    let steps = 20 * workers as u64;
+    let events = simulate_steps(&alg, workers, steps);
+    bencher
+        .counter(ItemsCount::new(events))
+        .bench(|| simulate_steps(&alg, workers, steps));
 }
