@@ -462,7 +462,10 @@ pub fn memory_estimate(loaded: &Loaded, problem: &Problem, execution: Execution)
         workers: n,
         rows: n + extra,
         batch: s.data.batch_size,
-        momentum: (0..s.algorithms.len()).any(|i| s.optimizer_of(i).momentum > 0.0),
+        optimizer_state: (0..s.algorithms.len())
+            .map(|i| s.optimizer_of(i).state_per_param())
+            .max()
+            .unwrap_or(0),
         data_floats: problem.data_floats(),
         max_batch: execution.max_batch,
     })
@@ -626,7 +629,12 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
             stopped,
             stop_reason,
             options: json_object(alg),
-            topology: json_object(s.topology_of(i)),
+            // An algorithm that reads no graph records none (its legend names none).
+            topology: if alg.uses_topology() {
+                json_object(s.topology_of(i))
+            } else {
+                serde_json::Map::new()
+            },
             optimizer: json_object(optimizer),
             backend: backend.name.into(),
             sim_time_s: outcome.sim_time.as_secs_f64(),

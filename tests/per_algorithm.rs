@@ -229,6 +229,17 @@ fn errors_in_an_entrys_own_sections_name_the_entry() {
     let err = invalid(&text);
     assert!(err.contains("algorithms[0].topology"), "{err}");
 
+    // An algorithm that reads no graph refuses one of its own rather than ignore it.
+    let text = format!(
+        "{base}[[algorithms]]\nkind = \"allreduce\"\ntopology = {{ kind = \"complete\" }}\n"
+    );
+    let err = invalid(&text);
+    assert!(
+        err.contains("algorithms[0].topology")
+            && err.contains("does not use a communication graph"),
+        "{err}"
+    );
+
     // An unknown key in an entry's own section is located at the key.
     let text = format!(
         "{base}[[algorithms]]\nkind = \"sgp\"\n\n[algorithms.optimizer]\nlr = 0.1\nmomentun = 0.9\n"

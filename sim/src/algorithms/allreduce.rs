@@ -266,6 +266,10 @@ impl AlgorithmSpec for AllReduceConfig {
         self.check(setup.path)
     }
 
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
     fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
         ring_support(fault)
     }

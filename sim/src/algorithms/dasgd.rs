@@ -729,6 +729,10 @@ impl AlgorithmSpec for DasgdConfig {
         self.check(setup.topology, setup.path)
     }
 
+    fn uses_topology(&self) -> bool {
+        self.broadcast == Broadcast::Topology
+    }
+
     fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
         // Every kind: see the module's "Under faults".
         Ok(())

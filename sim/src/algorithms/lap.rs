@@ -549,6 +549,10 @@ impl Algorithm for LapSgd {
 }
 
 impl AlgorithmSpec for LapSgdConfig {
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
     fn fault_support(
         &self,
         _kind: &'static str,

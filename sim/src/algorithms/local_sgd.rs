@@ -301,6 +301,10 @@ impl AlgorithmSpec for LocalSgdConfig {
         self.check(setup.path, setup.kind == "post-local-sgd")
     }
 
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
     fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
         ring_support(fault)
     }

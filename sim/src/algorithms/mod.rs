@@ -106,6 +106,15 @@ pub trait AlgorithmSpec {
         0
     }
 
+    /// Whether the algorithm reads the communication graph (`[topology]`, or the entry's own);
+    /// `true` by default. All-reduce SGD, local SGD and LAP/LPP-SGD run their ring over worker
+    /// ids, the parameter server talks to its shards, and DASGD broadcasting to all uses no
+    /// graph: an entry of theirs with its own `topology` is refused, and `summary.json` records
+    /// no topology for them.
+    fn uses_topology(&self) -> bool {
+        true
+    }
+
     /// Whether the algorithm handles a fault kind ([`crate::fault`]), as its documentation
     /// defines; `Err` says why not, and a scenario pairing them is refused. Delay and
     /// duplication are invisible to algorithms and never asked about. The default handles none.
@@ -307,6 +316,11 @@ impl AlgorithmConfig {
             .unwrap_or_else(|| self.kind().to_string())
     }
 
+    /// Whether the algorithm reads the communication graph ([`AlgorithmSpec::uses_topology`]).
+    pub fn uses_topology(&self) -> bool {
+        self.algorithm.spec().uses_topology()
+    }
+
     /// Network nodes the algorithm needs besides the workers ([`AlgorithmSpec::extra_nodes`]).
     /// The network of a run of this algorithm must have `workers + extra_nodes()` nodes.
     pub fn extra_nodes(&self) -> usize {
@@ -332,6 +346,16 @@ impl AlgorithmConfig {
         }
         if let Some(optimizer) = &self.optimizer {
             optimizer.validate().map_err(|e| e.within(path))?;
+        }
+        if self.topology.is_some() && !self.uses_topology() {
+            return Err(ConfigError::new(
+                &format!("{path}.topology"),
+                format!(
+                    "{} ({path}) does not use a communication graph: its own topology would be ignored",
+                    self.kind()
+                ),
+            )
+            .hint("remove this entry's topology (all-reduce, local SGD and LAP-SGD run their ring over worker ids, the parameter server talks to its shards, DASGD with broadcast = \"all\" sends to every worker)"));
         }
         self.algorithm
             .spec()

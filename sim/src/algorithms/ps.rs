@@ -619,6 +619,10 @@ impl Algorithm for ParameterServer {
 }
 
 impl AlgorithmSpec for PsConfig {
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)?;
         if let Some(params) = setup.params
