@@ -258,7 +258,26 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
         .map_err(|e| Error::Usage(format!("cannot write {SWEEP_CSV}: {e}")))?;
     dasim_reports::write_atomic(&report.csv, &bytes)?;
 
-    report.plots = plots(dir, &manifest, &rows, opts)?;
+    // What the points ran, when it is not a model trained for real: every title says so.
+    let done = || {
+        results.iter().filter_map(|r| match r {
+            PointResult::Done(s) => Some(s),
+            _ => None,
+        })
+    };
+    let what = if done().next().is_some() && done().all(|s| s.timing_only) {
+        " (timing only: no gradient computed)".to_owned()
+    } else {
+        let timed: Vec<&str> = done()
+            .filter_map(|s| s.timed_as.as_deref())
+            .map(|t| t.split(" (").next().unwrap_or(t))
+            .collect();
+        match timed.first() {
+            Some(first) if timed.iter().all(|t| t == first) => format!(" (timed as {first})"),
+            _ => String::new(),
+        }
+    };
+    report.plots = plots(dir, &manifest, &rows, opts, &what)?;
     Ok(report)
 }
 
@@ -273,6 +292,7 @@ fn plots(
     manifest: &Manifest,
     rows: &[Row],
     opts: &MergeOptions,
+    what: &str,
 ) -> Result<Vec<PathBuf>> {
     let numeric = |k: usize| {
         manifest
@@ -348,7 +368,7 @@ fn plots(
             } else {
                 String::new()
             };
-            let title = format!("{metric} against {}", manifest.keys[x]);
+            let title = format!("{metric} against {}{what}", manifest.keys[x]);
             let stem = format!("{metric}-vs-{}", manifest.short[x]).replace(['[', ']', '/'], "_");
             let (png, svg) = sweep_plot(
                 dir.join(PLOTS),
