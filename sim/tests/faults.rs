@@ -855,6 +855,7 @@ fn ps_cfg(staleness: Option<u64>, retransmit_ms: Option<f64>) -> AlgorithmConfig
         servers: 1,
         staleness,
         retransmit_ms,
+        ..Default::default()
     }
     .into()
 }

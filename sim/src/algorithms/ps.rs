@@ -32,6 +32,55 @@
 //! `s = 0` is bulk-synchronous. Server-side work takes no simulated time; the server's cost is
 //! its network traffic. A worker step counts when its gradient has been applied at every shard.
 //!
+//! ## Aggregating `M` gradients per update
+//!
+//! With `aggregate = M > 1` the server is AsySG-con of Lian et al. 2015 with `M` gradients per
+//! update: `x_{k+1} = x_k − γ Σ_{m=1..M} G(x_{k−τ_{k,m}}; ξ_{k,m})`, the `M` gradients being the
+//! next `M` to reach the server, from whichever workers, each computed on a model `τ_{k,m}`
+//! updates old. dasim takes the step with their mean ([`ReplicaStore::mean_gradient`]) through
+//! the optimizer, so `lr` is the step of one update whatever `M` (the paper's `γ` is `lr / M`),
+//! as a Downpour-style server that averages a minibatch of pushed gradients would: synchronous
+//! in `M`, asynchronous across updates.
+//!
+//! ```text
+//! shard s, on a push of g: append g to its aggregate; when all M blocks of an aggregate are in
+//!                          at s: one optimizer step on block s with block s of their mean
+//! ```
+//!
+//! - **Membership.** A gradient joins the open aggregate when its *first* block lands at any
+//!   shard; the aggregate closes, and its mean is taken ([`ReplicaStore::mean_gradient`]), when
+//!   `M` have joined. With one shard that is exactly "the first `M` pushes to arrive". With
+//!   several, every shard applies the same aggregates (each shard applies block `s` of the one
+//!   mean when all `M` of its blocks have landed there), so the model is always a sum of whole
+//!   aggregates per block; only the instant each shard applies it differs.
+//! - **Pulls are served meanwhile from the current model**: a worker does not wait for its
+//!   aggregate, and may read a model without its own last gradient (buffered until `M − 1`
+//!   others land).
+//! - **Read inconsistency with several shards.** A pull reads each block as its shard has it when
+//!   the request lands; shards apply an aggregate at different instants (its blocks land at
+//!   different times), so the blocks a worker reads may reflect different numbers of aggregates
+//!   — block 0 after update `k`, block 1 still before it. The same holds with `M = 1` (one
+//!   gradient per update); it is the inconsistent read of Lian et al.'s AsySG-incon, applied
+//!   shard-wise, and the staleness measures below are taken per block.
+//! - **Staleness and steps.** The server's version counts updates (aggregates), so the
+//!   staleness of each member is the number of aggregates applied at the shard between serving
+//!   the pull its gradient was computed on and the aggregate's update (one measurement per
+//!   member and block). A member's step counts when its aggregate has been applied at every
+//!   shard; `M` steps count at once. The staleness bound (`staleness`) counts each member as a
+//!   gradient of its worker applied; a partial aggregate holds its members back, so a bound can
+//!   make every worker wait for gradients that are buffered: with `staleness = 0`, `M` must
+//!   divide the number of workers, else the run stalls at the first step, naming the buffer.
+//! - **Faults.** A gradient is accepted or discarded whole, at its first block's arrival:
+//!   discarded (every block, `pushes_dropped`, `gradients_dropped`) if its worker is down then;
+//!   accepted otherwise, and then its later blocks are applied with its aggregate even if the
+//!   worker crashed meanwhile (the aggregate was taken in as one update). A block lost for good
+//!   makes its aggregate skip that shard (the aggregate's update is lost there, as a push is
+//!   with `M = 1`), and counts no step for that member. At a run's end, the gradients buffered
+//!   in the open aggregate (fewer than `M`) were never applied and count no step; so do those
+//!   of aggregates not yet applied at every shard.
+//!
+//! With `M = 1` none of this applies: each block is applied as it lands, as above.
+//!
 //! ## Under faults
 //!
 //! Server shards are network nodes, not workers: a `crash` entry names workers only, so shards
@@ -57,7 +106,8 @@
 //!   naming the held pulls and the worker down. On rejoin the worker pulls again, with the clock
 //!   it had.
 //!
-//! **Invariant**: every pushed gradient is applied exactly once to every shard; a worker's model,
+//! **Invariant**: every pushed gradient is applied exactly once to every shard (with `M > 1`:
+//! as a member of exactly one aggregate, whose mean each shard applies once); a worker's model,
 //! when read, is block by block the server's model as served; with a staleness bound `s`, no
 //! worker starts step `c` before every worker's first `c − s` gradients are applied.
 //!
@@ -105,6 +155,15 @@ pub struct PsConfig {
     /// `8·(S/B + α)`). Unused without faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retransmit_ms: Option<f64>,
+    /// Gradients per update `M` (default 1): the server buffers pushed gradients and applies
+    /// their mean as one optimizer step once `M` have arrived, whichever workers sent them
+    /// (synchronous in `M`, asynchronous across updates); `1 ≤ M ≤ workers`.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub aggregate: usize,
+}
+
+fn is_one(m: &usize) -> bool {
+    *m == 1
 }
 
 impl Default for PsConfig {
@@ -113,6 +172,7 @@ impl Default for PsConfig {
             servers: 1,
             staleness: None,
             retransmit_ms: None,
+            aggregate: 1,
         }
     }
 }
@@ -126,6 +186,13 @@ impl PsConfig {
                 "a parameter server needs at least one server shard",
             )
             .hint("servers = 1 is a single server; more shards split the model and the traffic"));
+        }
+        if self.aggregate == 0 {
+            return Err(ConfigError::new(
+                &format!("{path}.aggregate"),
+                "aggregate must be at least 1 gradient per update",
+            )
+            .hint("aggregate = 1 applies every gradient on arrival (asynchronous SGD)"));
         }
         if let Some(ms) = self.retransmit_ms {
             let at = format!("{path}.retransmit_ms");
@@ -257,6 +324,40 @@ pub struct ParameterServer {
     retransmissions: u64,
     pushes_dropped: u64,
     gradients_dropped: u64,
+    /// Gradients per update (`aggregate`); with 1 none of the fields below is used.
+    m: usize,
+    /// The aggregate each gradient joined (at its first block's arrival), until it is done.
+    joined: BTreeMap<GradId, u64>,
+    /// Aggregates not yet done at every shard, by number.
+    aggs: BTreeMap<u64, Aggregate>,
+    /// The aggregate filling now (fewer than `m` members).
+    open: u64,
+    /// Gradients discarded whole (their worker was down when their first block landed): blocks
+    /// still to come.
+    discarded: BTreeMap<GradId, usize>,
+    /// Shards at which a gradient that has not joined yet lost its block for good.
+    early_lost: BTreeMap<GradId, Vec<usize>>,
+    /// Aggregates formed, and the last one formed: its mean and members.
+    formed: u64,
+    last_formed: Option<(GradId, Vec<GradId>)>,
+    /// Aggregates done at every shard.
+    aggregates_applied: u64,
+}
+
+/// An aggregate of `M` gradients (with `aggregate = M > 1`).
+#[derive(Debug, Clone)]
+struct Aggregate {
+    /// The member gradients and their workers, in joining order.
+    members: Vec<(GradId, usize)>,
+    /// Their mean, once `M` have joined.
+    mean: Option<GradId>,
+    /// Per shard: the members whose block arrived (or was lost for good), with the shard's
+    /// version the worker read (for the staleness measure).
+    arrived: Vec<Vec<(usize, u64)>>,
+    /// Per shard: a member's block was lost there for good (the aggregate is not applied there).
+    lost: Vec<bool>,
+    /// Per shard: applied (or skipped) there.
+    done: Vec<bool>,
 }
 
 impl ParameterServer {
@@ -277,6 +378,15 @@ impl ParameterServer {
             retransmissions: 0,
             pushes_dropped: 0,
             gradients_dropped: 0,
+            m: cfg.aggregate.max(1),
+            joined: BTreeMap::new(),
+            aggs: BTreeMap::new(),
+            open: 0,
+            discarded: BTreeMap::new(),
+            early_lost: BTreeMap::new(),
+            formed: 0,
+            last_formed: None,
+            aggregates_applied: 0,
         }
     }
 
@@ -325,6 +435,7 @@ impl ParameterServer {
     /// a reply leaves its worker waiting.
     fn lost_for_good(&mut self, src: usize, dst: usize, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
+            Event::Push { shard, grad, .. } if self.m > 1 => self.lose_block(shard, grad, cx),
             Event::Push { grad, .. } => self.drop_push(grad, cx),
             Event::Pull { worker, pull, .. } | Event::Reply { worker, pull, .. }
                 if pull == self.workers[worker].pull =>
@@ -376,6 +487,210 @@ impl ParameterServer {
     /// Gradients of each worker applied at each shard: `[shard][worker]`.
     pub fn applied(&self) -> Vec<Vec<u64>> {
         self.shards.iter().map(|s| s.applied.clone()).collect()
+    }
+
+    /// With `aggregate = M > 1`: the number of aggregates formed so far (`M` gradients joined),
+    /// and the last one formed: its mean, the one gradient the shards apply, and its members in
+    /// arrival order. At most one aggregate forms per event.
+    pub fn last_formed(&self) -> (u64, Option<(GradId, &[GradId])>) {
+        (
+            self.formed,
+            self.last_formed.as_ref().map(|(m, g)| (*m, g.as_slice())),
+        )
+    }
+
+    /// With `aggregate = M > 1`: the number of aggregates applied (or, under faults, skipped)
+    /// at every shard; their members' steps are counted.
+    pub fn aggregates_done(&self) -> u64 {
+        self.aggregates_applied
+    }
+
+    /// With `aggregate = M > 1`: the gradients still buffered in the aggregate filling now
+    /// (fewer than `M`; at a run's end, never applied).
+    pub fn buffered(&self) -> Vec<GradId> {
+        self.aggs
+            .get(&self.open)
+            .map(|a| a.members.iter().map(|m| m.0).collect())
+            .unwrap_or_default()
+    }
+
+    /// `aggregate > 1`: block `shard` of `worker`'s gradient `grad` reached its shard.
+    fn push_aggregated(
+        &mut self,
+        worker: usize,
+        shard: usize,
+        grad: GradId,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        if let Some(left) = self.discarded.get_mut(&grad) {
+            // A block of a gradient discarded at its first arrival.
+            *left -= 1;
+            self.pushes_dropped += 1;
+            if *left == 0 {
+                self.discarded.remove(&grad);
+                cx.world.store.release_gradient(grad);
+            }
+            return;
+        }
+        let agg = match self.joined.get(&grad) {
+            Some(&k) => k,
+            None if cx.is_down(worker) => {
+                // Its first block lands while its worker is down: discarded at every shard.
+                self.pushes_dropped += 1;
+                self.gradients_dropped += 1;
+                let lost = self.early_lost.remove(&grad).map_or(0, |v| v.len());
+                let left = self.servers - 1 - lost;
+                if left == 0 {
+                    cx.world.store.release_gradient(grad);
+                } else {
+                    self.discarded.insert(grad, left);
+                }
+                return;
+            }
+            None => self.join(grad, worker, cx),
+        };
+        let read = self.shards[shard].read[worker];
+        let a = self.aggs.get_mut(&agg).expect("an aggregate");
+        a.arrived[shard].push((worker, read));
+        self.settle(agg, cx);
+    }
+
+    /// Gradient `grad` of `worker` joins the open aggregate, which closes (its mean is taken)
+    /// when it has `M` members; returns the aggregate's number.
+    fn join(&mut self, grad: GradId, worker: usize, cx: &mut Ctx<'_, '_, Event>) -> u64 {
+        let k = self.open;
+        let s = self.servers;
+        let a = self.aggs.entry(k).or_insert_with(|| Aggregate {
+            members: Vec::new(),
+            mean: None,
+            arrived: vec![Vec::new(); s],
+            lost: vec![false; s],
+            done: vec![false; s],
+        });
+        a.members.push((grad, worker));
+        if let Some(shards) = self.early_lost.remove(&grad) {
+            for sh in shards {
+                a.arrived[sh].push((worker, 0));
+                a.lost[sh] = true;
+            }
+            if self.broken.insert(grad) {
+                self.gradients_dropped += 1;
+            }
+        }
+        self.joined.insert(grad, k);
+        let a = self.aggs.get_mut(&k).expect("the open aggregate");
+        if a.members.len() == self.m {
+            let ids: Vec<GradId> = a.members.iter().map(|m| m.0).collect();
+            let mean = cx.world.store.mean_gradient(&ids);
+            a.mean = Some(mean);
+            self.open += 1;
+            self.formed += 1;
+            self.last_formed = Some((mean, ids));
+        }
+        k
+    }
+
+    /// A block of gradient `grad`, on its way to shard `shard`, is lost for good.
+    fn lose_block(&mut self, shard: usize, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
+        self.pushes_dropped += 1;
+        if let Some(left) = self.discarded.get_mut(&grad) {
+            *left -= 1;
+            if *left == 0 {
+                self.discarded.remove(&grad);
+                cx.world.store.release_gradient(grad);
+            }
+            return;
+        }
+        match self.joined.get(&grad) {
+            Some(&k) => {
+                if self.broken.insert(grad) {
+                    self.gradients_dropped += 1;
+                }
+                let worker = self.aggs[&k]
+                    .members
+                    .iter()
+                    .find(|m| m.0 == grad)
+                    .map_or(0, |m| m.1);
+                let a = self.aggs.get_mut(&k).expect("an aggregate");
+                a.arrived[shard].push((worker, 0));
+                a.lost[shard] = true;
+                self.settle(k, cx);
+            }
+            None => {
+                let lost = self.early_lost.entry(grad).or_default();
+                lost.push(shard);
+                if lost.len() == self.servers {
+                    // No block will ever land: the gradient never joins.
+                    self.early_lost.remove(&grad);
+                    self.gradients_dropped += 1;
+                    cx.world.store.release_gradient(grad);
+                }
+            }
+        }
+    }
+
+    /// Applies aggregate `k` at every shard where all its `M` blocks are in (skips it where one
+    /// was lost for good); once done at every shard, releases its mean and counts its members'
+    /// steps.
+    fn settle(&mut self, k: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let Some(mean) = self.aggs[&k].mean else {
+            return;
+        };
+        for s in 0..self.servers {
+            let a = &self.aggs[&k];
+            if a.done[s] || a.arrived[s].len() < self.m {
+                continue;
+            }
+            let lost = a.lost[s];
+            let arrived = a.arrived[s].clone();
+            self.aggs.get_mut(&k).expect("an aggregate").done[s] = true;
+            if lost {
+                continue;
+            }
+            let lr = cx.lr();
+            let sh = &mut self.shards[s];
+            cx.world
+                .store
+                .apply_gradient_block(self.row, mean, lr, sh.block.clone());
+            for &(w, read) in &arrived {
+                self.stats.record(sh.version - read);
+                sh.applied[w] += 1;
+            }
+            sh.version += 1;
+            let by = arrived.last().map_or(0, |x| x.0);
+            self.release_held(s, by, cx);
+        }
+        if self.aggs[&k].done.iter().all(|&d| d) {
+            let a = self.aggs.remove(&k).expect("an aggregate");
+            cx.world.store.release_gradient(mean);
+            self.aggregates_applied += 1;
+            for &(g, w) in &a.members {
+                self.joined.remove(&g);
+                if !self.broken.remove(&g) {
+                    cx.step_done(w);
+                }
+            }
+        }
+    }
+
+    /// Under a staleness bound: serves the pulls held at shard `shard` that may now be served,
+    /// released by `by`'s gradient.
+    fn release_held(&mut self, shard: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if self.bound.is_none() {
+            return;
+        }
+        let held = std::mem::take(&mut self.shards[shard].held);
+        for (w, clock, pull) in held {
+            if self.may_serve(shard, clock) {
+                self.serve(shard, w, pull, cx);
+                self.workers[w].held -= 1;
+                if self.workers[w].held == 0 {
+                    cx.unblock(w, by, Activity::Communicate);
+                }
+            } else {
+                self.shards[shard].held.push((w, clock, pull));
+            }
+        }
     }
 
     /// The order in which worker `w` addresses the shards: `w mod S` first, then on in turn, so
@@ -502,7 +817,9 @@ impl Algorithm for ParameterServer {
             Event::ComputeDone(w, life) if life != self.workers[w].life => {}
             Event::ComputeDone(w, _) => {
                 let grad = self.workers[w].grad.take().expect("a gradient in flight");
-                self.pending.insert(grad, self.servers);
+                if self.m == 1 {
+                    self.pending.insert(grad, self.servers);
+                }
                 for s in self.shard_order(w) {
                     let bytes = cx.world.net.payload_bytes(self.shards[s].block.len());
                     let node = self.shards[s].node;
@@ -526,6 +843,11 @@ impl Algorithm for ParameterServer {
                 self.retransmissions += 1;
                 self.post(m.src, m.dst, m.bytes, m.event, cx);
             }
+            Event::Push {
+                worker,
+                shard,
+                grad,
+            } if self.m > 1 => self.push_aggregated(worker, shard, grad, cx),
             // The shard discards a push of a worker that is down.
             Event::Push { worker, grad, .. } if cx.is_down(worker) => self.drop_push(grad, cx),
             Event::Push {
@@ -542,20 +864,7 @@ impl Algorithm for ParameterServer {
                 sh.version += 1;
                 sh.applied[worker] += 1;
                 self.push_done(grad, Some(worker), cx);
-                if self.bound.is_some() {
-                    let held = std::mem::take(&mut self.shards[shard].held);
-                    for (w, clock, pull) in held {
-                        if self.may_serve(shard, clock) {
-                            self.serve(shard, w, pull, cx);
-                            self.workers[w].held -= 1;
-                            if self.workers[w].held == 0 {
-                                cx.unblock(w, worker, Activity::Communicate);
-                            }
-                        } else {
-                            self.shards[shard].held.push((w, clock, pull));
-                        }
-                    }
-                }
+                self.release_held(shard, worker, cx);
             }
         }
     }
@@ -590,6 +899,14 @@ impl Algorithm for ParameterServer {
 
     fn waiting(&self) -> Vec<String> {
         let mut out: Vec<String> = self.workers.iter().filter_map(|w| w.cut.clone()).collect();
+        let buffered = self.buffered().len();
+        if buffered > 0 && self.shards.iter().any(|s| !s.held.is_empty()) {
+            out.push(format!(
+                "the server buffers {buffered} of the {} gradients of its next update \
+                 (aggregate = {}): the workers it waits for are held back by the staleness bound",
+                self.m, self.m
+            ));
+        }
         for (s, shard) in self.shards.iter().enumerate() {
             for &(w, clock, _) in &shard.held {
                 let (slowest, applied) = shard
@@ -625,6 +942,19 @@ impl AlgorithmSpec for PsConfig {
 
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)?;
+        let workers = setup.topology.len();
+        if self.aggregate > workers {
+            return Err(ConfigError::new(
+                &setup.at("aggregate"),
+                format!(
+                    "aggregate = {} gradients per update, but there are only {workers} workers",
+                    self.aggregate
+                ),
+            )
+            .hint(format!(
+                "use 1 <= aggregate <= {workers}: aggregate = {workers} waits for as many gradients as there are workers"
+            )));
+        }
         if let Some(params) = setup.params
             && self.servers > params
         {
