@@ -518,6 +518,17 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     write_scenario(&opts.out, &scenario_text)?;
     let stamp = Stamp::of_scenario(env!("CARGO_PKG_VERSION"), GIT_REVISION, &scenario_text);
     let shards = partition(loaded, &problem)?;
+    // Legal, and handled (a minibatch runs on into the shard's next epoch), but rarely meant.
+    if let Some(smallest) = shards.iter().map(Vec::len).min()
+        && problem.has_data()
+        && s.data.batch_size > smallest
+    {
+        eprintln!(
+            "warning: data.batch_size = {} is larger than the smallest shard ({smallest} samples): \
+             each of its minibatches holds some samples more than once",
+            s.data.batch_size
+        );
+    }
     if problem.has_data() {
         write_partition(
             &opts.out,
