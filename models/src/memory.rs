@@ -1,7 +1,7 @@
 //! The memory a run needs, estimated before it starts.
 //!
 //! A run that would not fit should say so before it has spent an hour, not fail mid-way. The
-//! store's memory is linear in what it holds ([`crate::rows`]): the rows, their momentum buffers,
+//! store's memory is linear in what it holds ([`crate::rows`]): the rows, their optimizer state,
 //! and whatever is in flight — the snapshot of each pending gradient request, messages and
 //! computed gradients, each at most `P` numbers. The estimate counts, for `n` workers and `P`
 //! parameters (4 bytes each, 8 for the exact `f64` quadratic):
@@ -9,7 +9,7 @@
 //! | part | bytes |
 //! |---|---|
 //! | parameters | `rows · P · 4` (the workers' replicas and an algorithm's extra rows) |
-//! | optimizer state | as much again with momentum |
+//! | optimizer state | `rows · P · 4 · s`: `s` = 1 with momentum (SGD, LARS), 3 for Adam (two moments and a step count), else 0 |
 //! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
 //! | data | the training and test features, twice (host copy and device copy) |
 //! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients |
@@ -47,8 +47,9 @@ pub struct RunShape<'a> {
     pub rows: usize,
     /// Samples per minibatch.
     pub batch: usize,
-    /// Whether rows have momentum buffers.
-    pub momentum: bool,
+    /// Numbers of optimizer state per parameter and row
+    /// ([`dasim_sim::params::OptimizerConfig::state_per_param`]; the most of any algorithm's).
+    pub optimizer_state: u64,
     /// Features of the training and test splits together (numbers).
     pub data_floats: usize,
     /// Requests evaluated in one forward/backward pass at most (`None`: every worker's).
@@ -72,7 +73,7 @@ impl MemoryEstimate {
             .map_or(shape.workers, |m| m.min(shape.workers)) as u64;
         MemoryEstimate {
             parameters,
-            optimizer: if shape.momentum { parameters } else { 0 },
+            optimizer: shape.optimizer_state * parameters,
             in_flight: 3 * shape.workers as u64 * row,
             data: 2 * 4 * shape.data_floats as u64,
             activations: flush * shape.batch as u64 * shape.model.activations_per_sample() * 4 * 3
@@ -189,7 +190,7 @@ mod tests {
                 workers,
                 rows: workers,
                 batch: 32,
-                momentum: true,
+                optimizer_state: 1,
                 data_floats: 0,
                 max_batch: None,
             })

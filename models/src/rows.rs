@@ -19,30 +19,43 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use dasim_sim::params::OptimizerConfig;
+use dasim_sim::params::{OptimizerConfig, OptimizerKind};
 
 /// A row's parameters, shared copy-on-write.
 pub type Row = Arc<Vec<f32>>;
 
-/// Every row's parameters and momentum buffer.
+/// Every row's parameters and optimizer state (never shared, never mixed: only a step of the
+/// row's own touches it).
 pub struct Rows {
     p: usize,
     params: Vec<Row>,
+    /// SGD's and LARS's momentum buffer, Adam's first moment.
     velocity: Option<Vec<Vec<f32>>>,
+    /// Adam's second moment.
+    second: Option<Vec<Vec<f32>>>,
+    /// Adam's step count of each coordinate.
+    steps: Option<Vec<Vec<u32>>>,
     copied: u64,
 }
 
 impl Rows {
-    /// `count` rows equal to `init`; momentum buffers (zero) when `momentum` is set.
-    pub fn new(init: Vec<f32>, count: usize, momentum: bool) -> Self {
+    /// `count` rows equal to `init`, with the zero state of `optimizer`: a momentum buffer
+    /// when it has one ([`OptimizerConfig::has_momentum_buffer`]), and Adam's second moment and
+    /// step counts.
+    pub fn new(init: Vec<f32>, count: usize, optimizer: &OptimizerConfig) -> Self {
         let p = init.len();
         let first: Row = Arc::new(init);
+        let adam = optimizer.kind == OptimizerKind::Adam;
         Rows {
             p,
             params: (0..count)
                 .map(|_| Arc::new(first.as_ref().clone()))
                 .collect(),
-            velocity: momentum.then(|| vec![vec![0.0; p]; count]),
+            velocity: optimizer
+                .has_momentum_buffer()
+                .then(|| vec![vec![0.0; p]; count]),
+            second: adam.then(|| vec![vec![0.0; p]; count]),
+            steps: adam.then(|| vec![vec![0; p]; count]),
             copied: 0,
         }
     }
@@ -92,7 +105,8 @@ impl Rows {
         self.params[r] = Arc::new(value);
     }
 
-    /// Appends `count` copies of row 0 with zero momentum; returns the index of the first.
+    /// Appends `count` copies of row 0 with a zero optimizer state; returns the index of the
+    /// first.
     pub fn push_copies_of_first(&mut self, count: usize) -> usize {
         let first = self.len();
         for _ in 0..count {
@@ -100,6 +114,12 @@ impl Rows {
             self.params.push(copy);
             if let Some(v) = self.velocity.as_mut() {
                 v.push(vec![0.0; self.p]);
+            }
+            if let Some(v) = self.second.as_mut() {
+                v.push(vec![0.0; self.p]);
+            }
+            if let Some(t) = self.steps.as_mut() {
+                t.push(vec![0; self.p]);
             }
         }
         first
@@ -124,9 +144,29 @@ impl Rows {
     }
 
     /// One optimizer step on the coordinates `block` of row `r` with gradient `g` (the gradient
-    /// of `block` only) and rate `lr`, as `dasim_sim::params` defines it:
-    /// `d = g + λx; v = μv + d; x -= lr·(nesterov ? d + μv : v)`.
-    pub fn sgd_step(
+    /// of `block` only) and rate `lr`, by the rule of `opt` as `dasim_sim::params::optimizer`
+    /// states it. `layers` are the model's layers' parameter ranges (LARS's trust ratio is per
+    /// layer, over the part of each layer inside `block`).
+    pub fn step(
+        &mut self,
+        r: usize,
+        g: &[f32],
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+        layers: &[Range<usize>],
+    ) {
+        debug_assert_eq!(g.len(), block.len());
+        match opt.kind {
+            OptimizerKind::Sgd => self.sgd_step(r, g, lr, block, opt),
+            OptimizerKind::Adam => self.adam_step(r, g, lr, block, opt),
+            OptimizerKind::Lars => self.lars_step(r, g, lr, block, opt, layers),
+        }
+    }
+
+    /// Adam: `d = g + λx; t += 1; m = β₁m + (1 − β₁)d; v = β₂v + (1 − β₂)d²;
+    /// x -= lr·(m/(1 − β₁ᵗ))/(√(v/(1 − β₂ᵗ)) + ε)`, `t` per coordinate.
+    fn adam_step(
         &mut self,
         r: usize,
         g: &[f32],
@@ -134,7 +174,117 @@ impl Rows {
         block: Range<usize>,
         opt: &OptimizerConfig,
     ) {
-        debug_assert_eq!(g.len(), block.len());
+        let (b1, b2) = (opt.beta1(), opt.beta2());
+        let (b1f, b2f, eps, lrf, wd) = (
+            b1 as f32,
+            b2 as f32,
+            opt.eps() as f32,
+            lr as f32,
+            opt.weight_decay as f32,
+        );
+        let mut m = self.velocity.take().expect("Adam rows have a first moment");
+        let mut v = self.second.take().expect("Adam rows have a second moment");
+        let mut t = self.steps.take().expect("Adam rows have step counts");
+        let x = &mut self.get_mut(r)[block.clone()];
+        let (m_r, v_r, t_r) = (
+            &mut m[r][block.clone()],
+            &mut v[r][block.clone()],
+            &mut t[r][block],
+        );
+        // Bias corrections, computed in f64 once per distinct step count (all coordinates of a
+        // block usually share one).
+        let mut cached: Option<(u32, f32, f32)> = None;
+        for k in 0..x.len() {
+            let d = g[k] + x[k] * wd;
+            t_r[k] += 1;
+            let tk = t_r[k];
+            let (c1, c2) = match cached {
+                Some((t, c1, c2)) if t == tk => (c1, c2),
+                _ => {
+                    let e = tk.min(i32::MAX as u32) as i32;
+                    let c = ((1.0 - b1.powi(e)) as f32, (1.0 - b2.powi(e)) as f32);
+                    cached = Some((tk, c.0, c.1));
+                    c
+                }
+            };
+            m_r[k] = b1f * m_r[k] + (1.0 - b1f) * d;
+            v_r[k] = b2f * v_r[k] + (1.0 - b2f) * d * d;
+            let m_hat = m_r[k] / c1;
+            let v_hat = v_r[k] / c2;
+            x[k] -= lrf * m_hat / (v_hat.sqrt() + eps);
+        }
+        self.velocity = Some(m);
+        self.second = Some(v);
+        self.steps = Some(t);
+    }
+
+    /// LARS, layer by layer: `τ = η_T‖x‖/(‖g‖ + λ‖x‖)` (1 when `‖x‖ = 0` or the denominator
+    /// is 0), norms in f64; `v = μv + lr·τ·(g + λx); x -= v`.
+    fn lars_step(
+        &mut self,
+        r: usize,
+        g: &[f32],
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+        layers: &[Range<usize>],
+    ) {
+        let (eta, wd) = (opt.eta(), opt.weight_decay);
+        let (mu, wdf) = (opt.momentum as f32, wd as f32);
+        let mut velocity = self.velocity.take();
+        let start = block.start;
+        let x = &mut self.get_mut(r)[block.clone()];
+        for layer in layers {
+            let part = layer.start.max(block.start)..layer.end.min(block.end);
+            if part.is_empty() {
+                continue;
+            }
+            // Offsets inside the block.
+            let local = part.start - start..part.end - start;
+            let norm = |v: &[f32]| {
+                v.iter()
+                    .map(|&a| f64::from(a) * f64::from(a))
+                    .sum::<f64>()
+                    .sqrt()
+            };
+            let (xn, gn) = (norm(&x[local.clone()]), norm(&g[local.clone()]));
+            let den = gn + wd * xn;
+            let trust = if xn > 0.0 && den > 0.0 {
+                eta * xn / den
+            } else {
+                1.0
+            };
+            let rate = (lr * trust) as f32;
+            match velocity.as_mut() {
+                Some(v) => {
+                    let v = &mut v[r][part];
+                    for ((x, v), &g) in x[local.clone()].iter_mut().zip(v.iter_mut()).zip(&g[local])
+                    {
+                        let d = g + *x * wdf;
+                        *v = *v * mu + rate * d;
+                        *x -= *v;
+                    }
+                }
+                None => {
+                    for (x, &g) in x[local.clone()].iter_mut().zip(&g[local]) {
+                        let d = g + *x * wdf;
+                        *x -= rate * d;
+                    }
+                }
+            }
+        }
+        self.velocity = velocity;
+    }
+
+    /// SGD: `d = g + λx; v = μv + d; x -= lr·(nesterov ? d + μv : v)`.
+    fn sgd_step(
+        &mut self,
+        r: usize,
+        g: &[f32],
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+    ) {
         let lr = lr as f32;
         let wd = opt.weight_decay as f32;
         let mu = opt.momentum as f32;
@@ -236,7 +386,7 @@ mod tests {
     use super::*;
 
     fn rows(n: usize, p: usize) -> Rows {
-        let mut rows = Rows::new(vec![0.0; p], n, false);
+        let mut rows = Rows::new(vec![0.0; p], n, &OptimizerConfig::default());
         for r in 0..n {
             rows.set(r, (0..p).map(|k| (r * p + k) as f32).collect());
         }
@@ -250,12 +400,33 @@ mod tests {
         let snaps: Vec<Row> = (0..8).map(|r| rows.share(r)).collect();
         // Writing rows nobody holds copies nothing, however many snapshots are pending.
         for r in 8..n {
-            rows.sgd_step(r, &vec![1.0; p], 0.1, 0..p, &OptimizerConfig::default());
+            rows.step(
+                r,
+                &vec![1.0; p],
+                0.1,
+                0..p,
+                &OptimizerConfig::default(),
+                &[],
+            );
         }
         assert_eq!(rows.floats_copied(), 0);
         // A held row is copied once on its first write, then written in place.
-        rows.sgd_step(3, &vec![1.0; p], 0.1, 0..p, &OptimizerConfig::default());
-        rows.sgd_step(3, &vec![1.0; p], 0.1, 0..p, &OptimizerConfig::default());
+        rows.step(
+            3,
+            &vec![1.0; p],
+            0.1,
+            0..p,
+            &OptimizerConfig::default(),
+            &[],
+        );
+        rows.step(
+            3,
+            &vec![1.0; p],
+            0.1,
+            0..p,
+            &OptimizerConfig::default(),
+            &[],
+        );
         assert_eq!(rows.floats_copied(), p as u64);
         // The snapshot kept what was read.
         assert_eq!(snaps[3][0], (3 * p) as f32);
@@ -289,12 +460,12 @@ mod tests {
             weight_decay: 0.1,
             ..Default::default()
         };
-        let mut rows = Rows::new(vec![1.0, 2.0], 1, true);
-        rows.sgd_step(0, &[1.0], 0.5, 1..2, &opt);
+        let mut rows = Rows::new(vec![1.0, 2.0], 1, &opt);
+        rows.step(0, &[1.0], 0.5, 1..2, &opt, &[]);
         // d = 1 + 0.1·2 = 1.2; v = 1.2; step = 1.2 + 0.5·1.2 = 1.8; x = 2 − 0.9.
         assert_eq!(rows.get(0)[0], 1.0, "outside the block nothing moves");
         assert!((rows.get(0)[1] - 1.1).abs() < 1e-6);
-        rows.sgd_step(0, &[0.0], 1.0, 1..2, &opt);
+        rows.step(0, &[0.0], 1.0, 1..2, &opt, &[]);
         // d = 0.11; v = 0.6 + 0.11 = 0.71; step = 0.11 + 0.355 = 0.465.
         assert!((rows.get(0)[1] - (1.1 - 0.465)).abs() < 1e-6);
     }

@@ -213,6 +213,8 @@ pub struct BurnStore {
     loss: Loss,
     rows: Rows,
     optimizer: OptimizerConfig,
+    /// The model's layers' parameter ranges (LARS's trust ratio is per layer).
+    layers: Vec<Range<usize>>,
     train: DeviceData,
     test: DeviceData,
     dim: usize,
@@ -274,7 +276,8 @@ impl BurnStore {
         let device = device.without_autodiff();
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
-        let rows = Rows::new(init, workers, optimizer.momentum > 0.0);
+        let rows = Rows::new(init, workers, &optimizer);
+        let layers = model.layers().into_iter().map(|l| l.params).collect();
         let loss = match split.train.target {
             TargetKind::Classes(_) => Loss::CrossEntropy,
             TargetKind::Real => Loss::SquaredError,
@@ -293,6 +296,7 @@ impl BurnStore {
             loss,
             rows,
             optimizer,
+            layers,
             batch,
             augment: Augment::default(),
             train_host: None,
@@ -901,8 +905,14 @@ impl ReplicaStore for BurnStore {
         // The trainable part: the optimizer step.
         let block = block.start..block.end.min(split);
         if !block.is_empty() {
-            self.rows
-                .sgd_step(row, &g[block.clone()], lr, block, &self.optimizer);
+            self.rows.step(
+                row,
+                &g[block.clone()],
+                lr,
+                block,
+                &self.optimizer,
+                &self.layers,
+            );
         }
     }
 

@@ -34,7 +34,10 @@
 //! - **The optimizer step**: plain SGD is linear in the rate; momentum, Nesterov momentum and
 //!   weight decay follow [`crate::params::optimizer`] step after step; a block step touches only
 //!   its block (parameters and optimizer state), block steps over a partition are one full step,
-//!   and no operation but the step touches the optimizer state.
+//!   and no operation but the step touches the optimizer state. Adam (bias correction by the
+//!   row's own step count) and LARS (trust ratio per layer of [`ReplicaStore::layers`]) follow
+//!   their rules step after step, and their state stays with its row through mixes, averages,
+//!   copies and messages.
 //! - **Mixing** ([`ReplicaStore::mix`]): the stated linear combination of rows and messages, into
 //!   any row, atomically (a destination may be a source, even twice).
 //! - **Messages**: [`ReplicaStore::new_msg`] holds its value as of the instant it was taken,
@@ -102,7 +105,7 @@ use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::ops::Range;
 
-use crate::params::{GradId, MsgId, OptimizerConfig, ReplicaStore, Slot, blocks};
+use crate::params::{GradId, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot, blocks};
 
 /// One store implementation under test: how to build a fresh store and how to read its rows.
 ///
@@ -174,6 +177,10 @@ macro_rules! testgen_replica_store {
             block_step_touches_only_its_block,
             block_steps_over_a_partition_make_a_full_step,
             row_operations_leave_optimizer_state,
+            adam_step_follows_the_rule,
+            adam_with_weight_decay_step_follows_the_rule,
+            lars_step_follows_the_rule,
+            adam_and_lars_state_is_per_row_and_never_mixed,
             mix_is_the_linear_combination,
             mix_is_atomic,
             messages_are_snapshots,
@@ -1093,6 +1100,216 @@ pub fn row_operations_leave_optimizer_state<F: Fixture>(f: &F) {
             &want,
             f.tolerance(),
         );
+    }
+}
+
+/// One row's optimizer state in the suite's own `f64` statement of the rules.
+#[derive(Clone)]
+struct RuleState {
+    v: Vec<f64>,
+    s: Vec<f64>,
+    t: Vec<i32>,
+}
+
+impl RuleState {
+    fn new(p: usize) -> Self {
+        RuleState {
+            v: vec![0.0; p],
+            s: vec![0.0; p],
+            t: vec![0; p],
+        }
+    }
+}
+
+/// One full step of any rule of [`crate::params::optimizer`], in `f64`.
+fn any_rule_step(
+    opt: &OptimizerConfig,
+    layers: &[Range<usize>],
+    x: &mut [f64],
+    st: &mut RuleState,
+    g: &[f64],
+    lr: f64,
+) {
+    let wd = opt.weight_decay;
+    match opt.kind {
+        OptimizerKind::Sgd => rule_step(opt, x, &mut st.v, g, lr),
+        OptimizerKind::Adam => {
+            let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
+            for k in 0..x.len() {
+                let d = g[k] + wd * x[k];
+                st.t[k] += 1;
+                st.v[k] = b1 * st.v[k] + (1.0 - b1) * d;
+                st.s[k] = b2 * st.s[k] + (1.0 - b2) * d * d;
+                let m_hat = st.v[k] / (1.0 - b1.powi(st.t[k]));
+                let s_hat = st.s[k] / (1.0 - b2.powi(st.t[k]));
+                x[k] -= lr * m_hat / (s_hat.sqrt() + eps);
+            }
+        }
+        OptimizerKind::Lars => {
+            for l in layers {
+                let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
+                let (xn, gn) = (norm(&x[l.clone()]), norm(&g[l.clone()]));
+                let den = gn + wd * xn;
+                let trust = if xn > 0.0 && den > 0.0 {
+                    opt.eta() * xn / den
+                } else {
+                    1.0
+                };
+                for k in l.clone() {
+                    let d = g[k] + wd * x[k];
+                    st.v[k] = opt.momentum * st.v[k] + lr * trust * d;
+                    x[k] -= st.v[k];
+                }
+            }
+        }
+    }
+}
+
+/// The first gradient of each of the workers `0..count` on a fresh store of `workers` workers
+/// (the data shards depend on it), exactly as the store holds it: requested, then the row
+/// zeroed and the gradient applied with rate 1 on a plain-SGD store (`0 − 1·g`).
+fn first_gradients<F: Fixture>(f: &F, workers: usize, count: usize) -> Vec<Vec<f64>> {
+    let mut s = f.store(workers, &plain());
+    let ids: Vec<GradId> = (0..count).map(|w| s.request_gradient(w)).collect();
+    ids.into_iter()
+        .enumerate()
+        .map(|(w, id)| {
+            s.mix(w, &[(Slot::Row(w), 0.0)]);
+            s.apply_gradient(w, id, 1.0);
+            f.read_row(&s, w).iter().map(|v| -v).collect()
+        })
+        .collect()
+}
+
+fn layer_ranges<S: ReplicaStore>(s: &S) -> Vec<Range<usize>> {
+    s.layers().into_iter().map(|l| l.params).collect()
+}
+
+/// Three steps of one gradient with `opt`, against the suite's statement of its rule.
+fn check_any_rule<F: Fixture>(f: &F, opt: OptimizerConfig, name: &str) {
+    let g = first_gradients(f, WORKERS, 1).remove(0);
+    let mut s = f.store(WORKERS, &opt);
+    let layers = layer_ranges(&s);
+    let id = s.request_gradient(0);
+    let mut want = f.read_row(&s, 1);
+    let mut st = RuleState::new(want.len());
+    for (k, lr) in [0.1, 0.05, 0.2].into_iter().enumerate() {
+        s.apply_gradient(1, id, lr);
+        any_rule_step(&opt, &layers, &mut want, &mut st, &g, lr);
+        assert_close(
+            format!("{name}: row after step {} (rate {lr})", k + 1),
+            &f.read_row(&s, 1),
+            &want,
+            f.tolerance(),
+        );
+    }
+}
+
+fn adam(weight_decay: f64) -> OptimizerConfig {
+    OptimizerConfig {
+        kind: OptimizerKind::Adam,
+        weight_decay,
+        ..Default::default()
+    }
+}
+
+fn lars() -> OptimizerConfig {
+    OptimizerConfig {
+        kind: OptimizerKind::Lars,
+        momentum: 0.9,
+        weight_decay: 0.01,
+        eta: Some(0.5),
+        ..Default::default()
+    }
+}
+
+/// Adam: `t ← t + 1`, `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`,
+/// `x ← x − η·m̂/(√v̂ + ε)` with the bias corrections of the row's own step count.
+pub fn adam_step_follows_the_rule<F: Fixture>(f: &F) {
+    check_any_rule(f, adam(0.0), "Adam");
+}
+
+/// Adam with an L2 term (`d = g + λx` in place of `g`), and other β₁, β₂, ε.
+pub fn adam_with_weight_decay_step_follows_the_rule<F: Fixture>(f: &F) {
+    let opt = OptimizerConfig {
+        beta1: Some(0.5),
+        beta2: Some(0.9),
+        eps: Some(1e-3),
+        ..adam(0.01)
+    };
+    check_any_rule(f, opt, "Adam, weight decay 0.01");
+}
+
+/// LARS: per layer of [`ReplicaStore::layers`], `τ = η_T‖x‖/(‖g‖ + λ‖x‖)`,
+/// `v ← μv + η·τ·(g + λx)`, `x ← x − v`.
+pub fn lars_step_follows_the_rule<F: Fixture>(f: &F) {
+    check_any_rule(f, lars(), "LARS");
+}
+
+/// Adam's and LARS's state (moments, step counts, momentum) belongs to its row: after rows with
+/// different histories are mixed, averaged, block-copied, fully copied and added a message, each
+/// row's next step is the rule applied to its new parameters and its own, untouched state.
+pub fn adam_and_lars_state_is_per_row_and_never_mixed<F: Fixture>(f: &F) {
+    let workers = 6;
+    let gs = first_gradients(f, workers, 2);
+    for (opt, name) in [(adam(0.0), "Adam"), (lars(), "LARS")] {
+        let mut s = f.store(workers, &opt);
+        let p = s.num_params();
+        let layers = layer_ranges(&s);
+        let r = s.add_rows(1);
+        let g0 = s.request_gradient(0);
+        let g1 = s.request_gradient(1);
+        let mut x: Vec<Vec<f64>> = read_all(f, &s);
+        let mut st = vec![RuleState::new(p); s.rows()];
+        // Histories: row 0 takes two steps of g1 at rate 0.5; row k takes 1 + k mod 2 steps of
+        // g0 at rate 0.1.
+        let mut step = |s: &mut F::Store, row: usize, g: GradId, gv: &[f64], lr: f64| {
+            s.apply_gradient(row, g, lr);
+            any_rule_step(&opt, &layers, &mut x[row], &mut st[row], gv, lr);
+        };
+        for _ in 0..2 {
+            step(&mut s, 0, g1, &gs[1], 0.5);
+        }
+        for row in (1..workers).chain([r]) {
+            for _ in 0..1 + row % 2 {
+                step(&mut s, row, g0, &gs[0], 0.1);
+            }
+        }
+        for (row, want) in x.iter().enumerate() {
+            assert_close(
+                format!("{name}: row {row} after its history"),
+                &f.read_row(&s, row),
+                want,
+                f.tolerance(),
+            );
+        }
+        let m = s.new_msg(&[(Slot::Row(0), 1.0)]);
+        s.mix(1, &[(Slot::Row(1), 0.5), (Slot::Row(0), 0.5)]);
+        s.average(&[2, 0]);
+        s.copy_block(3, 0, blocks(p, 2)[0].clone());
+        s.mix(4, &[(Slot::Row(4), 1.0), (Slot::Msg(m), 0.5)]);
+        s.copy_block(r, 0, 0..p);
+        s.release_msg(m);
+        for (row, op) in [
+            (0, "average (source)"),
+            (1, "mix"),
+            (2, "average"),
+            (3, "copy_block"),
+            (4, "adding a message"),
+            (5, "nothing"),
+            (r, "a full copy_block"),
+        ] {
+            let mut want = f.read_row(&s, row);
+            let mut state = st[row].clone();
+            s.apply_gradient(row, g0, 0.1);
+            any_rule_step(&opt, &layers, &mut want, &mut state, &gs[0], 0.1);
+            assert_close(
+                format!("{name}: the step after {op} (row {row}), with the row's own state"),
+                &f.read_row(&s, row),
+                &want,
+                f.tolerance(),
+            );
+        }
     }
 }
 

@@ -8,7 +8,7 @@ pub mod reference;
 pub mod store;
 pub mod tracked;
 
-pub use optimizer::OptimizerConfig;
+pub use optimizer::{OptimizerConfig, OptimizerKind};
 pub use reference::{Quadratic, ReferenceStore};
 pub use store::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 pub use tracked::Tracked;

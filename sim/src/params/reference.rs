@@ -11,7 +11,9 @@ use std::ops::Range;
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::engine::rng::{Stream, StreamKind, stream};
-use crate::params::{Evaluation, GradId, Layer, MsgId, OptimizerConfig, ReplicaStore, Slot};
+use crate::params::{
+    Evaluation, GradId, Layer, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
+};
 
 /// The analytic problem of a [`ReferenceStore`].
 #[derive(Clone, Debug)]
@@ -61,7 +63,12 @@ pub struct ReferenceStore {
     optimizer: OptimizerConfig,
     workers: usize,
     params: Vec<Vec<f64>>,
+    /// SGD's and LARS's momentum buffer, Adam's first moment.
     velocity: Vec<Vec<f64>>,
+    /// Adam's second moment (empty for the other rules).
+    second: Vec<Vec<f64>>,
+    /// Adam's step counts, per coordinate (empty for the other rules).
+    steps: Vec<Vec<u64>>,
     data: Vec<Stream>,
     grads: BTreeMap<GradId, Vec<f64>>,
     next_grad: u64,
@@ -76,10 +83,17 @@ impl ReferenceStore {
     /// `workers` replicas, all starting at zero.
     pub fn new(problem: Quadratic, workers: usize, optimizer: OptimizerConfig, seed: u64) -> Self {
         let dim = problem.curvature.len();
+        let adam = if optimizer.kind == OptimizerKind::Adam {
+            dim
+        } else {
+            0
+        };
         ReferenceStore {
             workers,
             params: vec![vec![0.0; dim]; workers],
             velocity: vec![vec![0.0; dim]; workers],
+            second: vec![vec![0.0; adam]; workers],
+            steps: vec![vec![0; adam]; workers],
             data: (0..workers)
                 .map(|w| stream(seed, StreamKind::Data, w as u64))
                 .collect(),
@@ -121,9 +135,19 @@ impl ReferenceStore {
         &self.params[row]
     }
 
-    /// The momentum buffer of row `row`.
+    /// The momentum buffer of row `row` (SGD's and LARS's; Adam's first moment `m`).
     pub fn velocity(&self, row: usize) -> &[f64] {
         &self.velocity[row]
+    }
+
+    /// Adam's second moment `v` of row `row` (empty for the other rules).
+    pub fn second_moment(&self, row: usize) -> &[f64] {
+        &self.second[row]
+    }
+
+    /// Adam's step count of each coordinate of row `row` (empty for the other rules).
+    pub fn steps(&self, row: usize) -> &[u64] {
+        &self.steps[row]
     }
 
     /// Overwrites row `row` (for tests that start from distinct models).
@@ -216,6 +240,9 @@ impl ReplicaStore for ReferenceStore {
         for _ in 0..count {
             self.params.push(self.params[0].clone());
             self.velocity.push(vec![0.0; dim]);
+            let adam = self.second[0].len();
+            self.second.push(vec![0.0; adam]);
+            self.steps.push(vec![0; adam]);
         }
         first
     }
@@ -255,19 +282,56 @@ impl ReplicaStore for ReferenceStore {
 
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
         let g = self.grads.get(&grad).expect("live gradient");
-        let OptimizerConfig {
-            momentum,
-            nesterov,
-            weight_decay,
-            ..
-        } = self.optimizer;
+        let opt = &self.optimizer;
+        let weight_decay = opt.weight_decay;
         let x = &mut self.params[row];
         let v = &mut self.velocity[row];
-        for k in block {
-            let d = g[k] + weight_decay * x[k];
-            v[k] = momentum * v[k] + d;
-            let step = if nesterov { d + momentum * v[k] } else { v[k] };
-            x[k] -= lr * step;
+        match opt.kind {
+            OptimizerKind::Sgd => {
+                let (momentum, nesterov) = (opt.momentum, opt.nesterov);
+                for k in block {
+                    let d = g[k] + weight_decay * x[k];
+                    v[k] = momentum * v[k] + d;
+                    let step = if nesterov { d + momentum * v[k] } else { v[k] };
+                    x[k] -= lr * step;
+                }
+            }
+            OptimizerKind::Adam => {
+                let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
+                let (s, t) = (&mut self.second[row], &mut self.steps[row]);
+                for k in block {
+                    let d = g[k] + weight_decay * x[k];
+                    t[k] += 1;
+                    v[k] = b1 * v[k] + (1.0 - b1) * d;
+                    s[k] = b2 * s[k] + (1.0 - b2) * d * d;
+                    let tk = t[k] as i32;
+                    let m_hat = v[k] / (1.0 - b1.powi(tk));
+                    let s_hat = s[k] / (1.0 - b2.powi(tk));
+                    x[k] -= lr * m_hat / (s_hat.sqrt() + eps);
+                }
+            }
+            OptimizerKind::Lars => {
+                let (momentum, eta) = (opt.momentum, opt.eta());
+                for layer in &self.layers {
+                    let part = layer.params.start.max(block.start)..layer.params.end.min(block.end);
+                    if part.is_empty() {
+                        continue;
+                    }
+                    let xn = x[part.clone()].iter().map(|a| a * a).sum::<f64>().sqrt();
+                    let gn = g[part.clone()].iter().map(|a| a * a).sum::<f64>().sqrt();
+                    let den = gn + weight_decay * xn;
+                    let trust = if xn > 0.0 && den > 0.0 {
+                        eta * xn / den
+                    } else {
+                        1.0
+                    };
+                    for k in part {
+                        let d = g[k] + weight_decay * x[k];
+                        v[k] = momentum * v[k] + lr * trust * d;
+                        x[k] -= v[k];
+                    }
+                }
+            }
         }
     }
 
@@ -412,5 +476,123 @@ mod tests {
         }
         assert!(s.params(0).iter().all(|x| (x - 1.0).abs() < 1e-9));
         assert_eq!(s.live_gradients(), 0);
+    }
+
+    #[track_caller]
+    fn close(got: &[f64], want: &[f64]) {
+        assert_eq!(got.len(), want.len());
+        for (k, (a, b)) in got.iter().zip(want).enumerate() {
+            assert!((a - b).abs() < 1e-9, "coordinate {k}: {a}, expected {b}");
+        }
+    }
+
+    fn step(s: &mut ReferenceStore, lr: f64, block: Range<usize>) {
+        let g = s.request_gradient(0);
+        s.apply_gradient_block(0, g, lr, block);
+        s.release_gradient(g);
+    }
+
+    /// Adam against steps worked out by hand: `f(x) = ½(x₀ − 1)² + ½·4·(x₁ − 1)²` (curvatures 1
+    /// and 4, no noise), `x = (0, 0.5)`, rate 0.1, β₁ = 0.9, β₂ = 0.999, ε = 1e-8.
+    #[test]
+    fn adam_steps_by_hand() {
+        let opt = OptimizerConfig {
+            kind: OptimizerKind::Adam,
+            lr: 0.1,
+            ..Default::default()
+        };
+        let mut s = ReferenceStore::new(Quadratic::new(2, 4.0, 0.0), 1, opt, 1);
+        s.set_params(0, vec![0.0, 0.5]);
+        // Step 1 (t = 1): g = (1·(0 − 1), 4·(0.5 − 1)) = (−1, −2).
+        // m = 0.1·g = (−0.1, −0.2); v = 0.001·g² = (0.001, 0.004).
+        // m̂ = m/(1 − 0.9) = g; v̂ = v/(1 − 0.999) = g²: the first step is η·g/(|g| + ε),
+        // 0.1·1/(1 + 1e-8) = 0.099999999 and 0.1·2/(2 + 1e-8) = 0.0999999995.
+        step(&mut s, 0.1, 0..2);
+        close(s.params(0), &[0.099999999, 0.5999999995]);
+        close(s.velocity(0), &[-0.1, -0.2]);
+        close(s.second_moment(0), &[0.001, 0.004]);
+        assert_eq!(s.steps(0), &[1, 1]);
+        // Step 2 (t = 2): g = (0.099999999 − 1, 4·(0.5999999995 − 1)) = (−0.900000001, −1.600000002).
+        // m = 0.9·(−0.1) + 0.1·(−0.900000001) = −0.1800000001
+        //   and 0.9·(−0.2) + 0.1·(−1.600000002) = −0.3400000002;
+        // v = 0.999·0.001 + 0.001·0.810000002 = 0.001809000002
+        //   and 0.999·0.004 + 0.001·2.560000006 = 0.006556000006.
+        // m̂ = m/(1 − 0.81) = (−0.947368422, −1.789473685);
+        // v̂ = v/(1 − 0.998001) = (0.904952477, 3.279639823), √v̂ = (0.951289902, 1.810977588);
+        // steps 0.1·m̂/(√v̂ + ε) = (−0.099587771, −0.098812580):
+        // x = (0.099999999 + 0.099587771, 0.5999999995 + 0.098812580).
+        step(&mut s, 0.1, 0..2);
+        close(s.params(0), &[0.1995877702876619, 0.69881257937657]);
+        close(s.velocity(0), &[-0.1800000001, -0.3400000002]);
+        close(s.second_moment(0), &[0.001809000002, 0.006556000006]);
+        assert_eq!(s.steps(0), &[2, 2]);
+        // Step 3 on the block 0..1 only: coordinate 0 counts its third step, coordinate 1 keeps
+        // t = 2 and its state. g₀ = 0.19958777 − 1 = −0.80041223;
+        // m₀ = 0.9·(−0.1800000001) + 0.1·g₀ = −0.242041223;
+        // v₀ = 0.999·0.001809000002 + 0.001·g₀² = 0.002447851;
+        // m̂₀ = m₀/(1 − 0.729) = −0.893141045, v̂₀ = v₀/(1 − 0.997002999) = 0.816766741,
+        // √v̂₀ = 0.903751482; step 0.1·0.893141045/0.903751482 = 0.098825955.
+        step(&mut s, 0.1, 0..1);
+        close(s.params(0), &[0.29841372549558504, 0.69881257937657]);
+        close(s.velocity(0), &[-0.24204122306123377, -0.3400000002]);
+        assert_eq!(s.steps(0), &[3, 2]);
+    }
+
+    /// LARS against steps worked out by hand: `f(x) = ½ Σ a_k (x_k − 1)²` with a = (1, 2, 4),
+    /// no noise, two layers {0, 1} and {2}, `x = (3, 4, 0)`, rate η = 0.1, trust coefficient
+    /// η_T = 0.1, momentum 0.9, weight decay 0.1.
+    #[test]
+    fn lars_steps_by_hand() {
+        let opt = OptimizerConfig {
+            kind: OptimizerKind::Lars,
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 0.1,
+            eta: Some(0.1),
+            ..Default::default()
+        };
+        let layers = vec![
+            Layer {
+                params: 0..2,
+                forward_flops: 4,
+            },
+            Layer {
+                params: 2..3,
+                forward_flops: 2,
+            },
+        ];
+        let mut s = ReferenceStore::new(Quadratic::new(3, 4.0, 0.0), 1, opt, 1).with_layers(layers);
+        s.set_params(0, vec![3.0, 4.0, 0.0]);
+        // Step 1: g = (1·2, 2·3, 4·(−1)) = (2, 6, −4).
+        // Layer {0, 1}: ‖x‖ = 5, ‖g‖ = √40 = 6.324555320; τ = 0.1·5/(6.324555320 + 0.1·5)
+        //   = 0.073264847; d = g + 0.1·x = (2.3, 6.4); v = 0.1·τ·d = (0.016850915, 0.046889502).
+        // Layer {2}: ‖x‖ = 0, so τ = 1; d = −4; v = 0.1·1·(−4) = −0.4.
+        // x ← x − v.
+        step(&mut s, 0.1, 0..3);
+        close(
+            s.velocity(0),
+            &[0.01685091476323842, 0.04688950194988082, -0.4],
+        );
+        close(s.params(0), &[2.9831490852367617, 3.953110498050119, 0.4]);
+        // Step 2: g = (1.983149085, 5.906220996, 4·(0.4 − 1) = −2.4).
+        // Layer {0, 1}: ‖x‖ = 4.952399527, ‖g‖ = 6.230275014, τ = 0.495239953/6.725514967
+        //   = 0.073635990; d = (2.281464, 6.301532), v = 0.9·v + 0.1·τ·d
+        //   = (0.031965609, 0.088602507).
+        // Layer {2}: ‖x‖ = 0.4, ‖g‖ = 2.4, τ = 0.1·0.4/(2.4 + 0.04) = 0.016393443;
+        //   d = −2.4 + 0.04 = −2.36; v = 0.9·(−0.4) + 0.1·0.016393443·(−2.36) = −0.363868852;
+        //   x = 0.4 + 0.363868852 = 0.763868852.
+        step(&mut s, 0.1, 0..3);
+        close(
+            s.velocity(0),
+            &[
+                0.03196560926545142,
+                0.08860250681428772,
+                -0.36386885245901646,
+            ],
+        );
+        close(
+            s.params(0),
+            &[2.9511834759713103, 3.8645079912358313, 0.7638688524590165],
+        );
     }
 }
