@@ -10,7 +10,7 @@
 //! # What a store holds
 //!
 //! - **Rows.** `rows()` parameter vectors of `num_params()` each, every one with its own
-//!   optimizer state (a momentum buffer of the same length). Rows `0..workers()` are the workers'
+//!   optimizer state (SGD's or LARS's momentum buffer, Adam's moments and step counts). Rows `0..workers()` are the workers'
 //!   replicas; an algorithm may append more ([`ReplicaStore::add_rows`]: a parameter server's
 //!   model). Every operation on rows is a row operation on a stacked `[rows, params]` tensor.
 //! - **Gradients** ([`GradId`]): requested on a worker's row, used by applying them to any row.
@@ -125,8 +125,9 @@ pub trait ReplicaStore {
     /// The mean of several gradients, as a new gradient; the inputs are released.
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId;
     /// One optimizer step on the coordinates `block` of `row` (any row, not only the worker that
-    /// requested the gradient) with gradient `grad` and rate `lr`: for every `k` in `block`, the
-    /// update of the [module documentation](self#the-optimizer-step) on `x[k]`, `v[k]`, `g[k]`.
+    /// requested the gradient) with gradient `grad` and rate `lr`: the update of
+    /// [`crate::params::optimizer`] on the coordinates of `block` (coordinate by coordinate for
+    /// SGD and Adam; for LARS, per layer over the part of each layer inside `block`).
     /// Parameters and optimizer state outside `block` are unchanged. The gradient stays
     /// available (it may be applied to several rows, or block by block).
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>);
