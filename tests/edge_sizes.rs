@@ -79,7 +79,7 @@ fn a_minibatch_larger_than_a_shard_is_drawn_with_a_warning() {
     // All-reduce rounds of 16 steps, each of 500 samples (some drawn twice or more).
     let run = &summary.runs[0];
     assert!(
-        run.worker_steps > 0 && run.worker_steps % 16 == 0,
+        run.worker_steps > 0 && run.worker_steps.is_multiple_of(16),
         "{}",
         run.worker_steps
     );
