@@ -124,6 +124,7 @@ impl Scenario {
             } else {
                 alg.validate(&topology, &path, None)?;
             }
+            alg.check_optimizer(self.optimizer_of(i), &path)?;
             dasim_sim::fault::check_support(alg, &self.faults, &path)?;
         }
         Faults::new(&self.faults, self.cluster.workers, env)?;

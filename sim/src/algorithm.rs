@@ -12,7 +12,7 @@ use crate::engine::{EventQueue, SimTime};
 use crate::fault::{Faults, Sent, WorkerFault};
 use crate::net::Network;
 use crate::net::topology::Topology;
-use crate::params::lr::TrainingProgress;
+use crate::params::lr::{ScheduleProgress, TrainingProgress};
 use crate::params::tracked::Tracked;
 use crate::params::{GradId, OptimizerConfig, ReplicaStore};
 use crate::record::{Activity, MessageRecord, MetricsConfig, Recorder};
@@ -38,6 +38,8 @@ pub struct World<'s> {
     /// The scenario seed (algorithms derive their own streams from it).
     pub seed: u64,
     pub(crate) worker_steps: u64,
+    /// Steps of each worker ([`Ctx::step_done`]), the counters of a `progress = "node"` schedule.
+    pub(crate) steps_of: Vec<u64>,
     pub(crate) recorder: Recorder,
     pub(crate) eval_replicas: bool,
     pub(crate) faults: Faults,
@@ -56,6 +58,7 @@ impl<'s> World<'s> {
     ) -> Self {
         let model_bytes = net.payload_bytes(store.num_params());
         let recorder = Recorder::new(cluster.workers());
+        let steps_of = vec![0; cluster.workers()];
         World {
             cluster,
             net,
@@ -65,6 +68,7 @@ impl<'s> World<'s> {
             model_bytes,
             seed,
             worker_steps: 0,
+            steps_of,
             recorder,
             eval_replicas: false,
             faults: Faults::none(),
@@ -104,6 +108,11 @@ impl<'s> World<'s> {
         self.worker_steps
     }
 
+    /// Steps of `worker` so far (gradients of its own applied, as its algorithm counts steps).
+    pub fn worker_steps_of(&self, worker: usize) -> u64 {
+        self.steps_of[worker]
+    }
+
     /// Epochs so far: samples processed / training-set size.
     pub fn epochs(&self) -> f64 {
         self.worker_steps as f64 * self.store.batch_size() as f64 / self.store.train_size() as f64
@@ -118,6 +127,28 @@ impl<'s> World<'s> {
         let progress = TrainingProgress {
             epochs: self.epochs(),
             steps: self.worker_steps as f64 / n as f64,
+            seconds: now.as_secs_f64(),
+        };
+        self.optimizer.schedule.at(peak, &progress)
+    }
+
+    /// The learning rate in force at `now` for an update that belongs to `worker` (its own step,
+    /// or a gradient applied to its replica). With `[optimizer.schedule] progress = "global"`
+    /// (the default) this is [`World::lr_at`]; with `"node"` the schedule reads `worker`'s own
+    /// counter `c` ([`World::worker_steps_of`], this step not yet counted): `c` steps, and
+    /// `c · batch / (train size / n)` epochs, the node's steps over its share of the training
+    /// set, as each node of the LAP-SGD reference counts its epochs ([`crate::params::lr`]).
+    /// With equal counters the two rules give the same rate.
+    pub fn lr_for(&self, worker: usize, now: SimTime) -> f64 {
+        if self.optimizer.schedule.progress == ScheduleProgress::Global {
+            return self.lr_at(now);
+        }
+        let n = self.workers();
+        let peak = self.optimizer.lr * self.optimizer.scale_with_workers.factor(n);
+        let c = self.steps_of[worker] as f64;
+        let progress = TrainingProgress {
+            epochs: c * self.store.batch_size() as f64 * n as f64 / self.store.train_size() as f64,
+            steps: c,
             seconds: now.as_secs_f64(),
         };
         self.optimizer.schedule.at(peak, &progress)
@@ -149,9 +180,16 @@ impl<E> Ctx<'_, '_, E> {
         self.queue.push(self.now + delay, event);
     }
 
-    /// The learning rate in force now ([`World::lr_at`]).
+    /// The learning rate in force now ([`World::lr_at`]), for an update that belongs to no
+    /// single worker (all-reduce's averaged step, a parameter server's shard step).
     pub fn lr(&self) -> f64 {
         self.world.lr_at(self.now)
+    }
+
+    /// The learning rate in force now for an update of `worker` ([`World::lr_for`]): the
+    /// run's progress, or `worker`'s own under `progress = "node"`.
+    pub fn lr_for(&self, worker: usize) -> f64 {
+        self.world.lr_for(worker, self.now)
     }
 
     /// Starts a step of `worker`: reads its replica, requests a gradient on its next minibatch
@@ -251,6 +289,7 @@ impl<E> Ctx<'_, '_, E> {
     /// steps).
     pub fn step_done(&mut self, worker: usize) {
         self.world.worker_steps += 1;
+        self.world.steps_of[worker] += 1;
         self.world.recorder.step(worker, self.now);
     }
 

@@ -454,7 +454,9 @@ pub mod prelude {
     pub use crate::net::{
         Dtype, Fabric, LinkSpec, Network, NetworkConfig, PeerSchedule, Topology, TopologyConfig,
     };
-    pub use crate::params::lr::{LrScaling, LrSchedule, ScheduleKind, ScheduleUnit};
+    pub use crate::params::lr::{
+        LrScaling, LrSchedule, ScheduleKind, ScheduleProgress, ScheduleUnit,
+    };
     pub use crate::params::{
         Evaluation, GradId, Layer, MsgId, OptimizerConfig, Quadratic, ReferenceStore, ReplicaStore,
         Slot,

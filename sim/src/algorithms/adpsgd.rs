@@ -306,7 +306,7 @@ impl AdPsgd {
 
     fn apply(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let g = self.workers[w].grad.take().expect("a gradient in flight");
-        let lr = cx.lr();
+        let lr = cx.lr_for(w);
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
         cx.step_done(w);

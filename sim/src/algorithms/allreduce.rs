@@ -270,6 +270,12 @@ impl AlgorithmSpec for AllReduceConfig {
         false
     }
 
+    fn node_progress(&self) -> Result<(), &'static str> {
+        Err(
+            "its step is one averaged update of every replica, taken when all workers have the same step count, so a node's own counter is the global one",
+        )
+    }
+
     fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
         ring_support(fault)
     }

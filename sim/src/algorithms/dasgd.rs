@@ -577,7 +577,9 @@ impl Dasgd {
         s: u64,
         cx: &mut Ctx<'_, '_, Event>,
     ) {
-        let lr = cx.lr();
+        // Model `j`'s optimizer steps, with `j`'s own counter under `progress = "node"`,
+        // whichever worker computed the gradient.
+        let lr = cx.lr_for(j);
         cx.world.store.apply_gradient(j, grad, lr);
         self.stats.record(s);
         self.window.0 += 1;

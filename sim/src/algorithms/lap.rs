@@ -505,7 +505,9 @@ impl Algorithm for LapSgd {
                 } else {
                     0..cx.world.store.num_params()
                 };
-                let lr = cx.lr();
+                // The node's own counter under `progress = "node"`, as each process's scheduler
+                // in the reference reads it.
+                let lr = cx.lr_for(node);
                 cx.world.store.apply_gradient_block(node, g, lr, block);
                 cx.world.store.release_gradient(g);
                 cx.step_done(node);

@@ -181,7 +181,7 @@ impl LocalSgd {
             return;
         }
         let g = self.workers[w].grad.take().expect("a gradient in flight");
-        let lr = cx.lr();
+        let lr = cx.lr_for(w);
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
         cx.step_done(w);
@@ -210,6 +210,8 @@ impl LocalSgd {
                         let g = cx.world.store.mean_gradient(&grads);
                         // One rate for the whole iteration, read when its mean is formed, so every
                         // worker applies the same update even while a schedule changes the rate.
+                        // The counters are all equal then, so `progress = "node"` gives this
+                        // rate too.
                         let lr = cx.lr();
                         self.mean = Some((round, g, self.workers.len(), lr));
                         (g, lr)

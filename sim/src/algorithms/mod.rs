@@ -115,6 +115,14 @@ pub trait AlgorithmSpec {
         true
     }
 
+    /// Whether the algorithm accepts `[optimizer.schedule] progress = "node"`
+    /// ([`crate::algorithm::World::lr_for`]): `Err` says why not, and the scenario is refused.
+    /// Accepted by default: every update of the algorithm belongs to one worker (its own step, or
+    /// a gradient applied to its replica), whose counter the schedule then follows.
+    fn node_progress(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+
     /// Whether the algorithm handles a fault kind ([`crate::fault`]), as its documentation
     /// defines; `Err` says why not, and a scenario pairing them is refused. Delay and
     /// duplication are invisible to algorithms and never asked about. The default handles none.
@@ -368,6 +376,33 @@ impl AlgorithmConfig {
             .map_err(|e| self.own_field(e, path))
     }
 
+    /// Checks the optimizer this entry runs with (its own, else the scenario's) against the
+    /// algorithm: `progress = "node"` is refused where no single worker's counter applies
+    /// ([`AlgorithmSpec::node_progress`]). The error names the entry's own `optimizer` when it
+    /// has one (`algorithms[1].optimizer.schedule.progress`), else the scenario's.
+    pub fn check_optimizer(
+        &self,
+        optimizer: &OptimizerConfig,
+        path: &str,
+    ) -> Result<(), ConfigError> {
+        if optimizer.schedule.progress != crate::params::lr::ScheduleProgress::Node {
+            return Ok(());
+        }
+        self.algorithm.spec().node_progress().map_err(|why| {
+            self.own_field(
+                ConfigError::new(
+                    "optimizer.schedule.progress",
+                    format!(
+                        "{} ({path}) cannot follow a node's own progress: {why}",
+                        self.kind()
+                    ),
+                )
+                .hint("leave progress out (or set progress = \"global\") for this algorithm; an [[algorithms]] entry may bring its own [algorithms.optimizer]"),
+                path,
+            )
+        })
+    }
+
     /// Moves an error about a `topology.*` or `optimizer.*` field under this entry (`path`)
     /// when the entry brings its own section: the value to fix is the entry's.
     pub fn own_field(&self, e: ConfigError, path: &str) -> ConfigError {
@@ -415,6 +450,7 @@ pub fn run_algorithm(
     run_cfg: &RunConfig,
     observer: &mut dyn Observer,
 ) -> crate::Result<Outcome> {
+    cfg.check_optimizer(&world.optimizer, "algorithms")?;
     let spec = cfg.algorithm.spec();
     spec.validate(&Setup {
         kind: cfg.kind(),

@@ -940,6 +940,12 @@ impl AlgorithmSpec for PsConfig {
         false
     }
 
+    fn node_progress(&self) -> Result<(), &'static str> {
+        Err(
+            "the server's model is one model that every worker's pushes update, so its rate follows the server's progress (the run's), not the counter of whichever worker pushed",
+        )
+    }
+
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)?;
         let workers = setup.topology.len();

@@ -625,7 +625,7 @@ impl Algorithm for Sgp {
             Event::ComputeDone(i, life) if life != self.nodes[i].life => {}
             Event::ComputeDone(i, _) => {
                 let g = self.nodes[i].grad.take().expect("a gradient in flight");
-                let lr = cx.lr();
+                let lr = cx.lr_for(i);
                 cx.world.store.apply_gradient(i, g, lr);
                 cx.world.store.release_gradient(g);
                 cx.step_done(i);

@@ -28,6 +28,26 @@
 //!   a synchronous algorithm);
 //! - `seconds`: simulated seconds.
 //!
+//! ## Whose progress: `progress = "global" | "node"`
+//!
+//! With `progress = "global"` (the default) every application reads the run's progress above,
+//! whoever applies it. With `progress = "node"` each worker's schedule follows its own counter,
+//! as each node's scheduler does in the LAP-SGD/LPP-SGD reference (`bapi/LPP-SGD`,
+//! `train/LAPSGD.py`: `scheduler.step(minibatches / trainloaderlength)` on the node's own
+//! minibatch counter). For worker `i`, with `c_i` its steps so far (gradients of its own applied,
+//! this one not yet counted, as the reference reads its counter before incrementing it):
+//!
+//! - `epochs`: `c_i · batch / (train size / n)`, the node's steps over its share of the training
+//!   set, as the reference's `trainloaderlength` is the length of the node's
+//!   `DistributedSampler` share, `⌈N / n⌉` samples, whatever the sizes of dasim's own shards;
+//! - `steps`: `c_i`;
+//! - `seconds` is one clock for every node, so `"node"` would change nothing: it is refused.
+//!
+//! With equal step counts (equal speeds, or any synchronous algorithm) the two are equal; they
+//! differ under a straggler, whose own schedule lags the run's. Which worker an application
+//! belongs to, and which algorithms refuse `"node"`, is each algorithm's (see
+//! [`crate::algorithm::World::lr_for`] and the book's algorithms chapter).
+//!
 //! ```toml
 //! [optimizer]
 //! lr = 0.05
@@ -77,6 +97,23 @@ impl ScheduleUnit {
     }
 }
 
+/// Whose progress a schedule follows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScheduleProgress {
+    /// The run's progress: all workers' steps together.
+    #[default]
+    Global,
+    /// The applying worker's own step counter (the LAP-SGD reference's per-node schedulers).
+    Node,
+}
+
+impl ScheduleProgress {
+    fn is_global(&self) -> bool {
+        *self == ScheduleProgress::Global
+    }
+}
+
 /// How the base rate scales with the number of workers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -119,6 +156,9 @@ pub struct LrSchedule {
     /// What progress is measured in: `epochs`, `steps` or `seconds`.
     #[serde(default)]
     pub unit: ScheduleUnit,
+    /// Whose progress: `global` (the run's, default) or `node` (the applying worker's own).
+    #[serde(default, skip_serializing_if = "ScheduleProgress::is_global")]
+    pub progress: ScheduleProgress,
     /// Length of the linear warm-up, in `unit` (0: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub warmup: f64,
@@ -144,6 +184,7 @@ impl Default for LrSchedule {
         LrSchedule {
             kind: ScheduleKind::Constant,
             unit: ScheduleUnit::Epochs,
+            progress: ScheduleProgress::Global,
             warmup: 0.0,
             warmup_start_factor: 0.0,
             milestones: Vec::new(),
@@ -175,6 +216,13 @@ impl LrSchedule {
     pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
         let at = |k: &str| format!("{prefix}.{k}");
         let unit = self.unit.name();
+        if self.progress == ScheduleProgress::Node && self.unit == ScheduleUnit::Seconds {
+            return Err(ConfigError::new(
+                &at("progress"),
+                "progress = \"node\" follows each worker's own steps, but seconds are one clock for every worker",
+            )
+            .hint("use unit = \"steps\" or \"epochs\" with progress = \"node\", or leave progress out"));
+        }
         if !(self.warmup.is_finite() && self.warmup >= 0.0) {
             return Err(ConfigError::new(
                 &at("warmup"),

@@ -118,6 +118,8 @@ pub struct Checked {
     pub grads: Vec<Vec<Vec<f64>>>,
     /// Every optimizer step: `(row, gradient, block)`.
     pub applications: Vec<(usize, GradId, Range<usize>)>,
+    /// The learning rate of every optimizer step, in the order of `applications`.
+    pub rates: Vec<f64>,
     /// Gradient requests and optimizer steps, in order.
     pub log: Vec<Op>,
     /// The value of every gradient requested.
@@ -138,6 +140,7 @@ impl Checked {
             reads: vec![Vec::new(); n],
             grads: vec![Vec::new(); n],
             applications: Vec::new(),
+            rates: Vec::new(),
             log: Vec::new(),
             values: BTreeMap::new(),
             averages: 0,
@@ -212,6 +215,7 @@ impl ReplicaStore for Checked {
     }
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
         self.applications.push((row, grad, block.clone()));
+        self.rates.push(lr);
         self.log.push(Op::Apply { row, grad });
         self.inner
             .borrow_mut()
