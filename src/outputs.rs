@@ -49,6 +49,7 @@ fn activity(a: record::Activity) -> Activity {
         record::Activity::Communicate => Activity::Communicate,
         record::Activity::Blocked => Activity::Blocked,
         record::Activity::Idle => Activity::Idle,
+        record::Activity::Down => Activity::Down,
     }
 }
 
@@ -126,8 +127,9 @@ pub fn message_row(algorithm: &str, m: &MessageRecord) -> MessageRow {
 /// staleness (`global`, `row`), the message ages and the oldest age per mixing step
 /// (`message_age`, `mix_age`),
 /// utilization per worker, waits per worker and peer, traffic per link, and the timeline by
-/// worker and start.
-pub fn tables(algorithm: &str, r: &RunRecord) -> Tables {
+/// worker and start. `faulty`: the run has `[[faults]]`, so `utilization.csv` gets its `down_s`
+/// cells (left empty otherwise, and the column out of the file when no run has them).
+pub fn tables(algorithm: &str, r: &RunRecord, faulty: bool) -> Tables {
     let a = || algorithm.to_owned();
     let mut t = Tables::default();
     for (measure, hs) in [
@@ -149,7 +151,7 @@ pub fn tables(algorithm: &str, r: &RunRecord) -> Tables {
         }
     }
     for (w, u) in r.usage.iter().enumerate() {
-        let [compute_s, communicate_s, blocked_s, idle_s] =
+        let [compute_s, communicate_s, blocked_s, idle_s, down_s] =
             record::Activity::ALL.map(|x| secs(u.get(x)));
         t.utilization.push(UtilizationRow {
             algorithm: a(),
@@ -159,6 +161,7 @@ pub fn tables(algorithm: &str, r: &RunRecord) -> Tables {
             communicate_s,
             blocked_s,
             idle_s,
+            down_s: faulty.then_some(down_s),
         });
     }
     for (&(w, p), &d) in &r.waits {

@@ -613,10 +613,14 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         let points = std::mem::take(&mut recorder.points);
         let wall = started.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        out.add_tables(outputs::tables(&label, &outcome.record))?;
+        out.add_tables(outputs::tables(
+            &label,
+            &outcome.record,
+            outcome.faults.is_some(),
+        ))?;
         let stats = store.stats();
         let record = &outcome.record;
-        let [compute, communicate, blocked, idle] = record.utilization();
+        let [compute, communicate, blocked, idle, down] = record.utilization();
         let first = |hit: &dyn Fn(&EvalPoint) -> bool| {
             points.iter().find(|p| hit(p)).map(|p| p.time.as_secs_f64())
         };
@@ -689,6 +693,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
                 communicate,
                 blocked,
                 idle,
+                down: outcome.faults.is_some().then_some(down),
             },
             faults: outcome.faults.as_ref().map(outputs::fault_summary),
         });

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use dasim_reports::rundir::{RunData, Stopped};
+use dasim_reports::rundir::{Activity, RunData, Stopped};
 
 /// The quadratic on 8 workers (10 ms steps) on a ring, with `[run]`, the algorithms and the
 /// faults filled in.
@@ -164,4 +164,112 @@ fn a_crashed_allreduce_worker_stalls_the_run_naming_it_and_exits_3() {
     let out2 = dir.path().join("out2");
     let o = dasim_run_flex(&path, &out2, &["--keep-going"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn a_crash_with_rejoin_is_down_time_on_the_timeline_in_utilization_and_on_the_gantt_chart() {
+    // Worker 2 is down over [0.1 s, 0.25 s); the timeline window covers the whole run.
+    let text = scenario_text(
+        "[[algorithms]]\nkind = \"adpsgd\"\n\n[metrics]\ntimeline_s = [0.0, 0.5]\n",
+        "[[faults]]\nkind = \"crash\"\nworkers = [2]\nat_s = 0.1\nrejoin_after_s = 0.15\n",
+    );
+    let (dir, path) = scenario(&text, "down.toml");
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let data = RunData::load(&out).unwrap();
+
+    // timeline.csv: exactly one down interval, worker 2's, with the crash's bounds.
+    let down: Vec<_> = data
+        .timeline
+        .iter()
+        .filter(|r| r.activity == Activity::Down)
+        .collect();
+    assert_eq!(down.len(), 1, "{down:?}");
+    assert_eq!(down[0].worker, 2);
+    assert_eq!((down[0].start_s, down[0].end_s), (0.1, 0.25));
+    // The rest of worker 2's timeline tiles the run around it.
+    let mut lane: Vec<_> = data.timeline.iter().filter(|r| r.worker == 2).collect();
+    lane.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    for w in lane.windows(2) {
+        assert_eq!(w[0].end_s, w[1].start_s, "{:?} then {:?}", w[0], w[1]);
+    }
+
+    // utilization.csv: down_s is the down time, 0 for the others; the activities sum to the run.
+    let header = std::fs::read_to_string(out.join("utilization.csv")).unwrap();
+    assert!(
+        header.contains("blocked_s,idle_s,down_s\n"),
+        "the column is written with [[faults]]: {header}"
+    );
+    for r in &data.utilization {
+        let expected = if r.worker == 2 { 0.15 } else { 0.0 };
+        assert_eq!(r.down_s, Some(expected), "{r:?}");
+        let total = r.compute_s + r.communicate_s + r.blocked_s + r.idle_s + expected;
+        assert!((total - 0.5).abs() < 1e-9, "{r:?}: {total}");
+    }
+    let summary = data.summary.as_ref().unwrap();
+    let u = summary.runs[0].utilization;
+    let down = u.down.expect("utilization.down with [[faults]]");
+    assert!((down - 0.15 / 0.5 / 8.0).abs() < 1e-12, "{down}");
+    let sum = u.compute + u.communicate + u.blocked + u.idle + down;
+    assert!((sum - 1.0).abs() < 1e-9, "{u:?}");
+    let faults = summary.runs[0].faults.as_ref().unwrap();
+    assert_eq!(faults.down_time_s[2], 0.15);
+
+    // The Gantt chart draws it, with a `down` legend entry and the faults in its note; so does
+    // the utilization plot; the HTML report has a `time down` row.
+    assert!(out.join("timeline_adpsgd.png").is_file());
+    let svg = std::fs::read_to_string(out.join("timeline_adpsgd.svg")).unwrap();
+    assert!(
+        svg.contains(">\ndown\n</text>"),
+        "the legend names down time"
+    );
+    assert!(
+        svg.contains("#8B0000"),
+        "down intervals are drawn in their colour"
+    );
+    assert!(
+        svg.contains("1 crashes, 1 rejoins"),
+        "the note counts the faults"
+    );
+    let svg = std::fs::read_to_string(out.join("utilization.svg")).unwrap();
+    assert!(
+        svg.contains(">\ndown\n</text>") && svg.contains("down 3.8%"),
+        "utilization plot"
+    );
+    let o = dasim(&["report", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("time down"), "the report's summary table");
+}
+
+#[test]
+fn down_is_zero_without_crashes_and_absent_without_faults() {
+    // A loss entry only: nobody is down, but the run has [[faults]], so down_s is there (0).
+    let text = scenario_text(
+        "[[algorithms]]\nkind = \"adpsgd\"\n",
+        "[[faults]]\nkind = \"loss\"\nprobability = 0.1\n",
+    );
+    let (dir, path) = scenario(&text, "loss.toml");
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let data = RunData::load(&out).unwrap();
+    assert!(data.utilization.iter().all(|r| r.down_s == Some(0.0)));
+    assert!(!data.timeline.iter().any(|r| r.activity == Activity::Down));
+    let svg = std::fs::read_to_string(out.join("timeline_adpsgd.svg")).unwrap();
+    assert!(
+        !svg.contains(">\ndown\n</text>"),
+        "no down key without down time"
+    );
+
+    // Without [[faults]], the column and summary.json's utilization.down are absent.
+    let text = scenario_text("[[algorithms]]\nkind = \"adpsgd\"\n", "");
+    let (dir, path) = scenario(&text, "plain.toml");
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let csv = std::fs::read_to_string(out.join("utilization.csv")).unwrap();
+    assert!(csv.contains("blocked_s,idle_s\n"), "{csv}");
+    let json = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    assert!(!json.contains("\"down\""), "{json}");
+    let data = RunData::load(&out).unwrap();
+    assert!(data.utilization.iter().all(|r| r.down_s.is_none()));
 }

@@ -31,13 +31,17 @@ pub(crate) fn activity_color(activity: Activity) -> RGBColor {
         Activity::Communicate => RGBColor(0x00, 0x9E, 0x73),
         Activity::Blocked => RGBColor(0xD5, 0x5E, 0x00),
         Activity::Idle => RGBColor(0xC8, 0xC8, 0xC8),
+        // Dark red: a crashed worker stands out from every other activity.
+        Activity::Down => RGBColor(0x8B, 0x00, 0x00),
     }
 }
 
-/// The keys of the four activities.
-fn activity_keys() -> Vec<Key> {
+/// The keys of the activities: `down` only when `down` (some worker was down), so a figure of
+/// a run without crashes is what it was before workers could crash.
+fn activity_keys(down: bool) -> Vec<Key> {
     Activity::ALL
         .iter()
+        .filter(|&&a| down || a != Activity::Down)
         .map(|&a| Key {
             label: a.name().to_owned(),
             color: activity_color(a),
@@ -223,7 +227,11 @@ impl Figure for Gantt {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        let area = header(root, &self.title, &self.note, &activity_keys())?;
+        let down = self
+            .lanes
+            .iter()
+            .any(|l| l.intervals.iter().any(|i| i.0 == Activity::Down));
+        let area = header(root, &self.title, &self.note, &activity_keys(down))?;
         let n = self.lanes.len().max(1);
         let intervals = || self.lanes.iter().flat_map(|l| &l.intervals);
         let (start, end) = self.window.unwrap_or_else(|| {
@@ -472,7 +480,7 @@ pub(crate) struct StackedPanel {
     pub caption: String,
     pub workers: Vec<u64>,
     /// Per worker, the fractions in [`Activity::ALL`] order.
-    pub fractions: Vec<[f64; 4]>,
+    pub fractions: Vec<[f64; 5]>,
     /// Consecutive workers per bar (1: one bar per worker); a bar of several is their mean.
     pub bin: usize,
 }
@@ -491,7 +499,11 @@ impl Figure for StackedPanels {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        let area = header(root, &self.title, &self.note, &activity_keys())?;
+        let down = self
+            .panels
+            .iter()
+            .any(|p| p.fractions.iter().any(|f| f[4] > 0.0));
+        let area = header(root, &self.title, &self.note, &activity_keys(down))?;
         let spots = area.split_evenly((self.panels.len().max(1), 1));
         for (index, (panel, spot)) in self.panels.iter().zip(&spots).enumerate() {
             let last = index + 1 == self.panels.len();

@@ -33,6 +33,7 @@ pub const UTILIZATION: &[&str] = &[
     "communicate_s",
     "blocked_s",
     "idle_s",
+    "down_s",
 ];
 /// The columns of `waits.csv`.
 pub const WAITS: &[&str] = &["algorithm", "worker", "waited_for", "seconds"];

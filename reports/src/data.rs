@@ -288,10 +288,11 @@ pub struct WorkerShare {
     pub worker: u64,
     /// Local steps it completed.
     pub steps: u64,
-    /// Seconds computing, communicating, blocked, idle (the [`Activity::ALL`] order).
-    pub seconds: [f64; 4],
+    /// Seconds computing, communicating, blocked, idle, down (the [`Activity::ALL`] order;
+    /// down is 0 when the file has no `down_s`).
+    pub seconds: [f64; 5],
     /// The same as fractions of their sum (zeros when the sum is zero).
-    pub fractions: [f64; 4],
+    pub fractions: [f64; 5],
 }
 
 /// The workers of `algorithm` in `utilization.csv`, by worker id.
@@ -300,7 +301,13 @@ pub fn utilization(rows: &[UtilizationRow], algorithm: &str) -> Vec<WorkerShare>
         .iter()
         .filter(|r| r.algorithm == algorithm)
         .map(|r| {
-            let seconds = [r.compute_s, r.communicate_s, r.blocked_s, r.idle_s];
+            let seconds = [
+                r.compute_s,
+                r.communicate_s,
+                r.blocked_s,
+                r.idle_s,
+                r.down_s.unwrap_or(0.0),
+            ];
             let total: f64 = seconds.iter().sum();
             WorkerShare {
                 worker: r.worker,
@@ -539,11 +546,11 @@ pub fn bin_stats(values: &[f64], bin: usize) -> Vec<Option<BinStat>> {
 
 /// `fractions` (one per worker, in [`Activity::ALL`] order) cut into runs of `bin` consecutive
 /// workers: the mean of each run's fractions (still summing to 1 when each worker's do).
-pub fn bin_fractions(fractions: &[[f64; 4]], bin: usize) -> Vec<[f64; 4]> {
+pub fn bin_fractions(fractions: &[[f64; 5]], bin: usize) -> Vec<[f64; 5]> {
     fractions
         .chunks(bin.max(1))
         .map(|chunk| {
-            let mut mean = [0.0; 4];
+            let mut mean = [0.0; 5];
             for f in chunk {
                 for (m, v) in mean.iter_mut().zip(f) {
                     *m += v;
@@ -704,8 +711,8 @@ mod tests {
                 })
             ]
         );
-        let f = bin_fractions(&[[1.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0]], 2);
-        assert_eq!(f, [[0.5, 0.25, 0.25, 0.0]]);
+        let f = bin_fractions(&[[1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0, 0.5]], 2);
+        assert_eq!(f, [[0.5, 0.25, 0.0, 0.0, 0.25]]);
         assert_eq!(thousands(1024), "1,024");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000_000), "1,000,000");

@@ -342,6 +342,10 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
         }),
         ("time blocked", |c| share(c.utilization, |u| u.blocked)),
         ("time idle", |c| share(c.utilization, |u| u.idle)),
+        // Only runs with `[[faults]]` have it; the row is left out when none has.
+        ("time down", |c| {
+            Some(format!("{:.1}%", finite(c.utilization?.down?)? * 100.0))
+        }),
     ]
 }
 

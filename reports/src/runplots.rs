@@ -17,7 +17,7 @@
 //! | `series_<name>` | `series.csv` | any other named quantity |
 //! | `staleness`, `row_staleness`, `message_age`, `mix_age` | `staleness.csv` | histograms, one panel per algorithm, with count, mean, p99 and max: the global staleness (`staleness`, the one to compare across algorithms), the row staleness, every mixed message's age and the oldest per mixing step |
 //! | `steps` | `utilization.csv` | local steps per worker, one bar per algorithm; beyond [`PER_WORKER_BARS`](crate::PER_WORKER_BARS) workers, per bin of consecutive workers (mean, with a min–max whisker) |
-//! | `utilization` | `utilization.csv` | each worker's time split into compute, communicate, blocked and idle, one panel per algorithm; binned like `steps` (mean shares) |
+//! | `utilization` | `utilization.csv` | each worker's time split into compute, communicate, blocked, idle and down (crashed, with `[[faults]]`), one panel per algorithm; binned like `steps` (mean shares) |
 //! | `timeline_<algorithm>` | `timeline.csv` | Gantt chart of the timeline window, one row per worker up to [`GANTT_MAX_ROWS`](crate::GANTT_MAX_ROWS) workers, else that many: the slowest, the fastest and an even sample ([`sample_lanes`](crate::sample_lanes)) |
 //!
 //! Drawing cost does not grow with the number of workers beyond reading the files: the Gantt
@@ -419,9 +419,15 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             .iter()
             .map(|(_, alg, s)| {
                 let mean = |k: usize| s.iter().map(|w| w.fractions[k]).sum::<f64>() / s.len() as f64;
+                // Down time is named only where a worker was down (a run with crashes).
+                let down = if s.iter().any(|w| w.fractions[4] > 0.0) {
+                    format!(", down {:.1}%", mean(4) * 100.0)
+                } else {
+                    String::new()
+                };
                 StackedPanel {
                     caption: format!(
-                        "{}: compute {:.1}%, communicate {:.1}%, blocked {:.1}%, idle {:.1}% (mean over workers)",
+                        "{}: compute {:.1}%, communicate {:.1}%, blocked {:.1}%, idle {:.1}%{down} (mean over workers)",
                         data.legend(alg),
                         mean(0) * 100.0,
                         mean(1) * 100.0,
@@ -476,19 +482,38 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             .iter()
             .find(|(_, a, _)| *a == alg)
             .map(|(_, _, s)| s.as_slice());
+        let mut gantt = gantt_chart(
+            format!("{name}: worker timeline, {}", data.legend(alg)),
+            lanes,
+            steps,
+            GANTT_MAX_ROWS,
+        );
+        if let Some(f) = data.run_summary(alg).and_then(|r| r.faults.as_ref()) {
+            gantt.note.push_str(&fault_note(f));
+        }
         out.push(NamedFigure {
             stem,
             heading: format!("Worker timeline: {}", data.legend(alg)),
-            chart: Chart::Gantt(gantt_chart(
-                format!("{name}: worker timeline, {}", data.legend(alg)),
-                lanes,
-                steps,
-                GANTT_MAX_ROWS,
-            )),
+            chart: Chart::Gantt(gantt),
         });
     }
     mark_identical(&mut out);
     out
+}
+
+/// What the faults of a run did, for the note of its Gantt chart (`summary.json`'s `faults`):
+/// crashes and rejoins (the down intervals are drawn), then the messages lost at random, on
+/// down links and at down workers (over the whole run, not only the window).
+pub(crate) fn fault_note(f: &crate::rundir::FaultSummary) -> String {
+    format!(
+        "; faults over the run: {} crashes, {} rejoins; messages lost {} at random, {} on down \
+         links, {} dropped at down workers",
+        thousands(f.crashes),
+        thousands(f.rejoins),
+        thousands(f.messages_lost),
+        thousands(f.messages_lost_link_down),
+        thousands(f.messages_dropped_down),
+    )
 }
 
 /// The Gantt chart of one algorithm's `lanes`: every worker when there are at most `max_rows`,
@@ -1009,8 +1034,8 @@ mod tests {
             .map(|worker| WorkerShare {
                 worker,
                 steps: steps(worker),
-                seconds: [0.5, 0.0, 0.5, 0.0],
-                fractions: [0.5, 0.0, 0.5, 0.0],
+                seconds: [0.5, 0.0, 0.5, 0.0, 0.0],
+                fractions: [0.5, 0.0, 0.5, 0.0, 0.0],
             })
             .collect()
     }

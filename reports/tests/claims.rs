@@ -101,6 +101,7 @@ fn run(label: &str, kind: &str) -> AlgorithmSummary {
             communicate: 0.1,
             blocked: 0.4,
             idle: 0.0,
+            down: None,
         },
         faults: None,
     }
@@ -210,6 +211,7 @@ fn results() -> Results {
             communicate_s: 0.0,
             blocked_s: 0.05,
             idle_s: 0.0,
+            down_s: None,
         })
         .collect();
     Results {

@@ -160,11 +160,11 @@ fn series_utilization_and_timeline() {
     );
     let shares = utilization(&data.utilization, "allreduce");
     assert_eq!(shares.len(), 4);
-    assert_eq!(shares[0].seconds, [0.125, 0.0625, 0.3125, 0.0]);
-    assert_eq!(shares[0].fractions, [0.25, 0.125, 0.625, 0.0]);
+    assert_eq!(shares[0].seconds, [0.125, 0.0625, 0.3125, 0.0, 0.0]);
+    assert_eq!(shares[0].fractions, [0.25, 0.125, 0.625, 0.0, 0.0]);
     assert_eq!(
         shares[3].fractions,
-        [1.0, 0.0, 0.0, 0.0],
+        [1.0, 0.0, 0.0, 0.0, 0.0],
         "the straggler never waits"
     );
     assert_eq!(shares[3].steps, 10);

@@ -121,6 +121,7 @@ fn tables() -> Tables {
             communicate_s: 0.03,
             blocked_s: 0.0,
             idle_s: 0.05,
+            down_s: Some(0.25),
         }],
         waits: vec![WaitRow {
             algorithm: "dpsgd".into(),
@@ -230,6 +231,7 @@ fn summary() -> Summary {
                     communicate: 0.09375,
                     blocked: 0.46875,
                     idle: 0.0,
+                    down: None,
                 },
                 faults: None,
             },
@@ -273,6 +275,7 @@ fn summary() -> Summary {
                     communicate: 0.0,
                     blocked: 0.0,
                     idle: 0.0,
+                    down: None,
                 },
                 faults: None,
             },

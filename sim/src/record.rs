@@ -9,8 +9,11 @@
 //!   [`Activity::Idle`]; [`crate::algorithm::Ctx::begin_step`] makes it [`Activity::Compute`]; an
 //!   algorithm declares the other transitions ([`crate::algorithm::Ctx::activity`],
 //!   [`crate::algorithm::Ctx::block`], [`crate::algorithm::Ctx::unblock`]). Each algorithm's module
-//!   documentation states its rule. Time in each activity is summed per worker in integer
-//!   nanoseconds, so compute + communicate + blocked + idle is the run's simulated time exactly.
+//!   documentation states its rule. A worker crashed by a `[[faults]]` entry is
+//!   [`Activity::Down`] from the crash until it rejoins (or the run ends), whatever the
+//!   algorithm says meanwhile ([`Recorder::crash`], [`Recorder::rejoin`]). Time in each activity
+//!   is summed per worker in integer nanoseconds, so compute + communicate + blocked + idle +
+//!   down is the run's simulated time exactly.
 //! - **Waits.** A blocked interval is attributed, when it ends, to the peer whose arrival (a
 //!   message sent, a contribution to a barrier, a gradient applied) ended it: `waits[(w, p)]` is
 //!   the time worker `w` spent blocked on peer `p`.
@@ -52,24 +55,30 @@ pub enum Activity {
     Blocked,
     /// Nothing to do.
     Idle,
+    /// Crashed by a `[[faults]]` entry and not rejoined: set by the driver alone
+    /// ([`Recorder::crash`], ended by [`Recorder::rejoin`] or the run's end); an algorithm's
+    /// changes of a down worker's activity are ignored.
+    Down,
 }
 
 impl Activity {
     /// Every activity, in output order.
-    pub const ALL: [Activity; 4] = [
+    pub const ALL: [Activity; 5] = [
         Activity::Compute,
         Activity::Communicate,
         Activity::Blocked,
         Activity::Idle,
+        Activity::Down,
     ];
 
-    /// The name in outputs: `compute`, `communicate`, `blocked`, `idle`.
+    /// The name in outputs: `compute`, `communicate`, `blocked`, `idle`, `down`.
     pub fn name(self) -> &'static str {
         match self {
             Activity::Compute => "compute",
             Activity::Communicate => "communicate",
             Activity::Blocked => "blocked",
             Activity::Idle => "idle",
+            Activity::Down => "down",
         }
     }
 
@@ -176,7 +185,7 @@ pub struct WorkerUsage {
     /// Steps the worker completed (gradients of its own applied, as the algorithm counts them).
     pub steps: u64,
     /// Time in each activity, indexed like [`Activity::ALL`].
-    pub time: [SimTime; 4],
+    pub time: [SimTime; 5],
 }
 
 impl WorkerUsage {
@@ -392,7 +401,30 @@ impl Recorder {
     /// `worker` switches to `next` at `now`; a blocked interval that ends here is attributed to
     /// `waited_for`. Switching to the current activity (other than blocked-to-blocked with a
     /// known peer) changes nothing.
+    /// While `worker` is down ([`Recorder::crash`]) this changes nothing: only
+    /// [`Recorder::rejoin`] ends a down interval.
     pub fn set(&mut self, worker: usize, next: Activity, now: SimTime, waited_for: Option<usize>) {
+        if self.current[worker].0 == Activity::Down {
+            return;
+        }
+        self.switch(worker, next, now, waited_for);
+    }
+
+    /// `worker` crashes at `now`: its current interval ends (a blocked one with no peer) and a
+    /// down interval begins, which only [`Recorder::rejoin`] or the run's end closes.
+    pub fn crash(&mut self, worker: usize, now: SimTime) {
+        self.switch(worker, Activity::Down, now, None);
+    }
+
+    /// `worker` rejoins at `now`: its down interval ends and it is idle until the algorithm
+    /// says otherwise. Nothing happens when it was not down.
+    pub fn rejoin(&mut self, worker: usize, now: SimTime) {
+        if self.current[worker].0 == Activity::Down {
+            self.switch(worker, Activity::Idle, now, None);
+        }
+    }
+
+    fn switch(&mut self, worker: usize, next: Activity, now: SimTime, waited_for: Option<usize>) {
         let (activity, since) = self.current[worker];
         if activity == next {
             return;
@@ -424,7 +456,7 @@ impl Recorder {
     /// timeline shows the step boundary.
     pub fn split(&mut self, worker: usize, now: SimTime) {
         let (activity, since) = self.current[worker];
-        if now == since {
+        if now == since || activity == Activity::Down {
             return;
         }
         self.usage[worker].time[activity.index()] += now - since;
@@ -508,7 +540,7 @@ impl Recorder {
             } else {
                 Activity::Idle
             };
-            self.set(w, other, now, None);
+            self.switch(w, other, now, None);
             self.current[w] = (activity, now);
         }
         let end = self
@@ -581,8 +613,8 @@ impl RunRecord {
 
     /// The fraction of worker-time in each activity (indexed like [`Activity::ALL`]): each
     /// worker's time divided by the run's simulated time, averaged over workers.
-    pub fn utilization(&self) -> [f64; 4] {
-        let mut out = [0.0; 4];
+    pub fn utilization(&self) -> [f64; 5] {
+        let mut out = [0.0; 5];
         let n = self.usage.len();
         for u in &self.usage {
             let total = u.total().as_nanos();
@@ -677,6 +709,45 @@ mod tests {
         assert_eq!(blocked.len(), 1);
         assert_eq!((blocked[0].start, blocked[0].end), (t(10), t(40)));
         assert_eq!(blocked[0].waited_for, Some(1));
+    }
+
+    #[test]
+    fn a_down_worker_stays_down_until_it_rejoins_whatever_the_algorithm_says() {
+        let mut r = Recorder::new(2);
+        r.set(0, Activity::Compute, t(0), None);
+        r.set(0, Activity::Blocked, t(5), None);
+        r.crash(0, t(10));
+        // The algorithm's changes while it is down are ignored.
+        r.set(0, Activity::Compute, t(12), None);
+        r.split(0, t(14));
+        r.rejoin(1, t(15)); // not down: nothing happens
+        r.rejoin(0, t(20));
+        r.set(0, Activity::Compute, t(25), None);
+        r.crash(1, t(40)); // down at the end of the run: closed there
+        let rec = r.finish(t(50));
+        let spans: Vec<_> = rec
+            .timeline
+            .iter()
+            .map(|i| (i.worker, i.activity, i.start, i.end))
+            .collect();
+        assert!(
+            spans.contains(&(0, Activity::Down, t(10), t(20))),
+            "{spans:?}"
+        );
+        assert!(
+            spans.contains(&(0, Activity::Idle, t(20), t(25))),
+            "{spans:?}"
+        );
+        assert!(
+            spans.contains(&(1, Activity::Down, t(40), t(50))),
+            "{spans:?}"
+        );
+        assert_eq!(rec.usage[0].get(Activity::Down), t(10));
+        assert_eq!(rec.usage[1].get(Activity::Down), t(10));
+        for u in &rec.usage {
+            assert_eq!(u.total(), t(50));
+        }
+        assert_eq!(rec.utilization()[4], 0.2);
     }
 
     #[test]

@@ -94,7 +94,13 @@ impl<'a> RunView<'a> {
                         .map(|r| {
                             (
                                 r.steps,
-                                [r.compute_s, r.communicate_s, r.blocked_s, r.idle_s],
+                                [
+                                    r.compute_s,
+                                    r.communicate_s,
+                                    r.blocked_s,
+                                    r.idle_s,
+                                    r.down_s.unwrap_or(0.0),
+                                ],
                             )
                         }),
                     global_staleness: hist("global"),

@@ -64,9 +64,9 @@ pub enum Shape {
 pub struct WorkerData {
     /// The run's simulated time, in seconds (`summary.json`'s `sim_time_s`).
     pub sim_time_s: f64,
-    /// Its row of `utilization.csv`: steps, then seconds in compute, communicate, blocked and
-    /// idle; `None` when the file has no row for it.
-    pub utilization: Option<(u64, [f64; 4])>,
+    /// Its row of `utilization.csv`: steps, then seconds in compute, communicate, blocked, idle
+    /// and down (0 without `down_s`); `None` when the file has no row for it.
+    pub utilization: Option<(u64, [f64; 5])>,
     /// Global staleness histogram: `(value, count)` by increasing value.
     pub global_staleness: Vec<(u64, u64)>,
     /// Row staleness histogram: `(value, count)` by increasing value.

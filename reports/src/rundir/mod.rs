@@ -102,6 +102,7 @@ pub(crate) mod tests {
                 communicate: 0.25,
                 blocked: 0.25,
                 idle: 0.0,
+                down: None,
             },
             faults: None,
         }

@@ -121,6 +121,10 @@ pub trait CsvRow: Sized {
     /// The columns a file must have to be read; any other column may be absent (its values
     /// read as `None`).
     const REQUIRED: &'static [&'static str] = Self::COLUMNS;
+    /// Columns left out of a file written whole ([`crate::rundir::write_csv`]) when every row's
+    /// cell in them is empty: a file without them reads the same, and a run that has nothing
+    /// to put there writes the bytes it wrote before the column existed.
+    const OMITTED_WHEN_EMPTY: &'static [&'static str] = &[];
 
     /// The row's cells, in [`COLUMNS`](Self::COLUMNS) order.
     fn cells(&self) -> Vec<String>;
@@ -335,11 +339,25 @@ pub struct UtilizationRow {
     pub blocked_s: f64,
     /// Seconds idle.
     pub idle_s: f64,
+    /// Seconds down (crashed by a `[[faults]]` entry, not rejoined): `None` for a run without
+    /// `[[faults]]`, and read as `None` from a file without the column.
+    pub down_s: Option<f64>,
 }
 
 impl CsvRow for UtilizationRow {
     const FILE: &'static str = files::UTILIZATION;
     const COLUMNS: &'static [&'static str] = columns::UTILIZATION;
+    // `down_s` only with `[[faults]]`: older files, and runs without faults, lack it.
+    const REQUIRED: &'static [&'static str] = &[
+        "algorithm",
+        "worker",
+        "steps",
+        "compute_s",
+        "communicate_s",
+        "blocked_s",
+        "idle_s",
+    ];
+    const OMITTED_WHEN_EMPTY: &'static [&'static str] = &["down_s"];
 
     fn cells(&self) -> Vec<String> {
         vec![
@@ -350,6 +368,7 @@ impl CsvRow for UtilizationRow {
             num(self.communicate_s),
             num(self.blocked_s),
             num(self.idle_s),
+            opt_num(self.down_s),
         ]
     }
 
@@ -362,6 +381,7 @@ impl CsvRow for UtilizationRow {
             communicate_s: r.req("communicate_s")?,
             blocked_s: r.req("blocked_s")?,
             idle_s: r.req("idle_s")?,
+            down_s: r.opt("down_s")?,
         })
     }
 }
@@ -457,15 +477,18 @@ pub enum Activity {
     Blocked,
     /// Nothing to do.
     Idle,
+    /// Crashed by a `[[faults]]` entry and not rejoined.
+    Down,
 }
 
 impl Activity {
-    /// All four, in the order of the `utilization.csv` columns.
-    pub const ALL: [Activity; 4] = [
+    /// All five, in the order of the `utilization.csv` columns.
+    pub const ALL: [Activity; 5] = [
         Activity::Compute,
         Activity::Communicate,
         Activity::Blocked,
         Activity::Idle,
+        Activity::Down,
     ];
 
     /// The name used in `timeline.csv`.
@@ -475,6 +498,7 @@ impl Activity {
             Activity::Communicate => "communicate",
             Activity::Blocked => "blocked",
             Activity::Idle => "idle",
+            Activity::Down => "down",
         }
     }
 }
@@ -487,7 +511,9 @@ impl FromStr for Activity {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("unknown activity `{s}` (expected compute, communicate, blocked or idle)")
+                format!(
+                    "unknown activity `{s}` (expected compute, communicate, blocked, idle or down)"
+                )
             })
     }
 }
@@ -1042,7 +1068,7 @@ pub struct TimeToTarget {
 }
 
 /// Fractions of worker-time (each worker's time divided by the run's simulated time, averaged
-/// over workers); they sum to 1.
+/// over workers); they sum to 1 (with `down` where it is present).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Utilization {
     /// Computing gradients.
@@ -1057,6 +1083,10 @@ pub struct Utilization {
     /// Nothing to do.
     #[serde(deserialize_with = "nan_if_null")]
     pub idle: f64,
+    /// Down (crashed by a `[[faults]]` entry, not rejoined): only for a run with `[[faults]]`,
+    /// absent otherwise (and in summaries written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<f64>,
 }
 
 impl Utilization {
@@ -1068,6 +1098,7 @@ impl Utilization {
             communicate: x,
             blocked: x,
             idle: x,
+            down: None,
         }
     }
 }

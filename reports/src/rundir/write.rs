@@ -114,9 +114,27 @@ fn csv_bytes(
 }
 
 /// Writes `rows` under the stamp and the header to `dir/R::FILE`, atomically.
+/// A column of [`CsvRow::OMITTED_WHEN_EMPTY`] whose cells are all empty is left out.
 pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()> {
     let path = dir.join(R::FILE);
-    let bytes = csv_bytes(&path, stamp, R::COLUMNS, rows.iter().map(R::cells))?;
+    let cells: Vec<Vec<String>> = rows.iter().map(R::cells).collect();
+    let keep: Vec<bool> = R::COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| !R::OMITTED_WHEN_EMPTY.contains(c) || cells.iter().any(|r| !r[i].is_empty()))
+        .collect();
+    let pick = |v: Vec<String>| -> Vec<String> {
+        v.into_iter()
+            .zip(&keep)
+            .filter_map(|(c, &k)| k.then_some(c))
+            .collect()
+    };
+    let header: Vec<&str> = R::COLUMNS
+        .iter()
+        .zip(&keep)
+        .filter_map(|(c, &k)| k.then_some(*c))
+        .collect();
+    let bytes = csv_bytes(&path, stamp, &header, cells.into_iter().map(pick))?;
     write_atomic(&path, &bytes)
 }
 

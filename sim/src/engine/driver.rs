@@ -549,10 +549,11 @@ pub fn run_inspect<A: Algorithm>(
             now = t;
             world.store.set_now(now);
             if let Some(f) = world.faults.pop(now) {
-                if let WorkerFault::Crash(w) = f {
-                    world
-                        .recorder
-                        .set(w, crate::record::Activity::Idle, now, None);
+                // A crashed worker is down on the timeline until it rejoins (or the run ends);
+                // a rejoined one is idle until the algorithm gives it work.
+                match f {
+                    WorkerFault::Crash(w) => world.recorder.crash(w, now),
+                    WorkerFault::Rejoin(w) => world.recorder.rejoin(w, now),
                 }
                 alg.on_fault(
                     f,
