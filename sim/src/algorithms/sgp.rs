@@ -804,7 +804,10 @@ impl AlgorithmSpec for SgpConfig {
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let mut alg = Sgp::synchronous(self, world.topology.schedule());
+        let schedule = world
+            .topology
+            .training_schedule(world.store.batch_size(), world.store.train_size());
+        let mut alg = Sgp::synchronous(self, &schedule);
         run(&mut alg, world, run_cfg, observer)
     }
 }
@@ -825,7 +828,10 @@ impl AlgorithmSpec for OverlapSgpConfig {
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
     ) -> crate::Result<Outcome> {
-        let mut alg = Sgp::overlap(self, world.topology.schedule());
+        let schedule = world
+            .topology
+            .training_schedule(world.store.batch_size(), world.store.train_size());
+        let mut alg = Sgp::overlap(self, &schedule);
         run(&mut alg, world, run_cfg, observer)
     }
 }

@@ -21,6 +21,10 @@
 //!   hashing `(key, k, i)` with a key drawn from the topology stream ([`StreamKind::Topology`],
 //!   id 0). No period.
 //!
+//! A rotating schedule can change its number of peers per iteration over training
+//! ([`PeerSchedule::with_phases`], the reference's `--ppi_schedule`): from a phase's first
+//! iteration on, its count applies and the rotation restarts at the phone book's first entry.
+//!
 //! The one- and two-peer schedules are strongly connected over every period: the union of their
 //! edges over a period contains the cycle `i → i + 1`.
 
@@ -36,11 +40,16 @@ use crate::engine::rng::{StreamKind, splitmix64, stream};
 enum Kind {
     /// Every node sends to its neighbours at every iteration.
     Fixed(Vec<Vec<usize>>),
-    /// Node `i` sends to `i + book[(per·k + j) mod L]`, `j < per`.
+    /// Node `i` sends to `i + book[(per·k + j) mod L]`, `j < per`; from each phase's first
+    /// iteration `s` on, `per` is the phase's and the rotation restarts: `book[(per·(k − s) + j)
+    /// mod L]`.
     Rotating {
         name: &'static str,
         book: Vec<usize>,
         per: usize,
+        /// `(first iteration, peers per iteration)`, first iterations increasing; empty: one
+        /// phase, `per` from iteration 0.
+        phases: Vec<(u64, usize)>,
     },
     /// One uniform peer per node and iteration.
     Random { key: u64 },
@@ -86,6 +95,7 @@ impl PeerSchedule {
                 name: "one-peer-exponential",
                 book,
                 per: 1,
+                phases: Vec::new(),
             },
         }
     }
@@ -111,6 +121,7 @@ impl PeerSchedule {
                 name: "bidirectional-exponential",
                 book,
                 per: per.max(1),
+                phases: Vec::new(),
             },
         }
     }
@@ -134,6 +145,7 @@ impl PeerSchedule {
                 name: "two-peer-exponential",
                 book,
                 per: 2,
+                phases: Vec::new(),
             },
         }
     }
@@ -172,7 +184,46 @@ impl PeerSchedule {
         !matches!(self.kind, Kind::Fixed(_))
     }
 
+    /// The length of a rotating schedule's phone book (`None` for the others).
+    pub fn book_len(&self) -> Option<usize> {
+        match &self.kind {
+            Kind::Rotating { book, .. } => Some(book.len()),
+            _ => None,
+        }
+    }
+
+    /// This schedule with the number of peers per iteration changing over training: from
+    /// iteration `s` of each `(s, p)` of `phases` on, every node sends to `p` peers per iteration,
+    /// and the rotation through the phone book restarts at its first entry (as the reference's
+    /// `GraphManager.peers_per_itr` setter resets its group indices); before the first phase,
+    /// the schedule's own count. `phases` must have increasing first iterations and counts of at
+    /// least 1 (the topology checks both). Only a rotating schedule has phases: the others, or
+    /// empty `phases`, are returned unchanged.
+    pub fn with_phases(&self, phases: &[(u64, usize)]) -> PeerSchedule {
+        let mut s = self.clone();
+        if let Kind::Rotating { phases: p, .. } = &mut s.kind {
+            p.clear();
+            p.extend(phases.iter().map(|&(k, per)| (k, per.max(1))));
+        }
+        s
+    }
+
+    /// The peers per iteration of a rotating schedule at iteration `k`, with the iteration its
+    /// rotation counts from.
+    fn phase_at(per: usize, phases: &[(u64, usize)], k: u64) -> (usize, u64) {
+        match phases.iter().rev().find(|&&(s, _)| s <= k) {
+            Some(&(s, p)) => (p, s),
+            None => (per, 0),
+        }
+    }
+
     /// The offsets used at iteration `k` by a rotating schedule.
+    fn rotating_offsets(book: &[usize], per: usize, phases: &[(u64, usize)], k: u64) -> Vec<usize> {
+        let (per, start) = Self::phase_at(per, phases, k);
+        Self::offsets(book, per, k - start)
+    }
+
+    /// The offsets used at iteration `k` of a phase of `per` peers per iteration.
     fn offsets(book: &[usize], per: usize, k: u64) -> Vec<usize> {
         let len = book.len();
         if len == 0 {
@@ -200,7 +251,9 @@ impl PeerSchedule {
     pub fn out_peers(&self, node: usize, k: u64) -> Vec<usize> {
         match &self.kind {
             Kind::Fixed(nb) => nb[node].clone(),
-            Kind::Rotating { book, per, .. } => Self::offsets(book, *per, k)
+            Kind::Rotating {
+                book, per, phases, ..
+            } => Self::rotating_offsets(book, *per, phases, k)
                 .into_iter()
                 .map(|d| (node + d) % self.n)
                 .collect(),
@@ -213,7 +266,9 @@ impl PeerSchedule {
     pub fn in_peers(&self, node: usize, k: u64) -> Vec<usize> {
         let mut v = match &self.kind {
             Kind::Fixed(nb) => nb[node].clone(),
-            Kind::Rotating { book, per, .. } => Self::offsets(book, *per, k)
+            Kind::Rotating {
+                book, per, phases, ..
+            } => Self::rotating_offsets(book, *per, phases, k)
                 .into_iter()
                 .map(|d| (node + self.n - d) % self.n)
                 .collect(),
@@ -225,11 +280,13 @@ impl PeerSchedule {
         v
     }
 
-    /// The period in iterations (`None` for the random schedule): `out_peers(i, k + period) ==
+    /// The period in iterations (`None` for the random schedule, and for a schedule whose peers
+    /// per iteration change, [`PeerSchedule::with_phases`]): `out_peers(i, k + period) ==
     /// out_peers(i, k)` for every `i` and `k`.
     pub fn period(&self) -> Option<u64> {
         match &self.kind {
             Kind::Fixed(_) => Some(1),
+            Kind::Rotating { phases, .. } if !phases.is_empty() => None,
             Kind::Rotating { book, per, .. } => {
                 let len = book.len().max(1);
                 Some((len / gcd(len, *per)) as u64)
@@ -270,9 +327,27 @@ impl PeerSchedule {
         0..self.period().unwrap_or(self.n as u64)
     }
 
-    /// Whether every node reaches every other over [`PeerSchedule::check_window`].
+    /// Whether every node reaches every other over [`PeerSchedule::check_window`]; for a
+    /// schedule with phases, over a period of each phase (and of the count before the first).
     pub fn is_strongly_connected(&self) -> bool {
+        if let Kind::Rotating { per, phases, .. } = &self.kind
+            && !phases.is_empty()
+        {
+            return std::iter::once(*per)
+                .chain(phases.iter().map(|&(_, p)| p))
+                .all(|p| self.phase_schedule(p).is_strongly_connected());
+        }
         self.strong_components(self.check_window()).len() <= 1
+    }
+
+    /// This rotating schedule with `per` peers per iteration throughout and no phases.
+    pub fn phase_schedule(&self, per: usize) -> PeerSchedule {
+        let mut s = self.clone();
+        if let Kind::Rotating { per: p, phases, .. } = &mut s.kind {
+            *p = per.max(1);
+            phases.clear();
+        }
+        s
     }
 
     /// The schedule over `iterations` as CSV: a header `iteration,src,dst`, then one row per

@@ -115,9 +115,15 @@ pub enum TopologyConfig {
     /// The exponential graph of SGP's reference implementation: peers `2^i` hops ahead and
     /// behind, `peers` of them per iteration in turn.
     BidirectionalExponential {
-        /// Peers per iteration (default 1).
+        /// Peers per iteration (default 1); before the first entry of `peers_schedule`.
         #[serde(default = "one")]
         peers: usize,
+        /// The reference's `--ppi_schedule`: `[epoch, peers]` pairs, epochs increasing; from
+        /// epoch `e` of training on (a node's iteration `k` with `k · batch · n ≥ e ·
+        /// train_size`), `peers` per iteration, the rotation through the phone book restarting at
+        /// its first entry. Empty (default): `peers` throughout.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        peers_schedule: Vec<(u64, usize)>,
     },
     /// AD-PSGD's bipartite exponential graph (its reference's `DynamicBipartiteExponentialGraph`):
     /// the even workers are passive, each odd worker is linked to the workers `1` and
@@ -178,6 +184,35 @@ pub struct Topology {
     neighbors: Vec<Vec<usize>>,
     sides: Option<Vec<bool>>,
     schedule: PeerSchedule,
+    /// `(epoch, peers per iteration)` changes of the schedule over training.
+    peer_phases: Vec<(u64, usize)>,
+}
+
+/// Checks a `peers_schedule`: epochs strictly increasing, each count in `1..=book_len`.
+fn check_peers_schedule(phases: &[(u64, usize)], book_len: usize) -> Result<(), ConfigError> {
+    for (i, &(epoch, peers)) in phases.iter().enumerate() {
+        let at = format!("topology.peers_schedule[{i}]");
+        if peers == 0 || peers > book_len {
+            return Err(ConfigError::new(
+                &at,
+                format!(
+                    "{peers} peers per iteration: must be between 1 and the phone book's length, {book_len}"
+                ),
+            )
+            .hint("each entry is [epoch, peers]"));
+        }
+        if i > 0 && epoch <= phases[i - 1].0 {
+            return Err(ConfigError::new(
+                &at,
+                format!(
+                    "epoch {epoch} does not come after the previous entry's epoch {}",
+                    phases[i - 1].0
+                ),
+            )
+            .hint("list the [epoch, peers] entries by increasing epoch"));
+        }
+    }
+    Ok(())
 }
 
 /// `{0, 1, 2} and {3, 4}`, shortened when long.
@@ -290,6 +325,8 @@ impl Topology {
     /// connected over a period), naming the components.
     pub fn build(cfg: &TopologyConfig, n: usize, env: &BuildEnv) -> Result<Self, ConfigError> {
         let rng = || stream(env.seed, StreamKind::Topology, 0);
+        // `peers_schedule` of a bidirectional exponential schedule, in epochs.
+        let mut peer_phases: Vec<(u64, usize)> = Vec::new();
         // The key whose value made the graph what it is, for a connectivity error.
         let mut blame = "topology.kind";
         let pairs = n as u128 * (n as u128).saturating_sub(1) / 2;
@@ -475,14 +512,34 @@ impl Topology {
                 let schedule = match *cfg {
                     TopologyConfig::OnePeerExponential {} => PeerSchedule::one_peer_exponential(n),
                     TopologyConfig::TwoPeerExponential {} => PeerSchedule::two_peer_exponential(n),
-                    TopologyConfig::BidirectionalExponential { peers } => {
+                    TopologyConfig::BidirectionalExponential {
+                        peers,
+                        ref peers_schedule,
+                    } => {
                         if peers == 0 {
                             return Err(ConfigError::new(
                                 "topology.peers",
                                 "peers must be at least 1",
                             ));
                         }
-                        PeerSchedule::bidirectional_exponential(n, peers)
+                        let s = PeerSchedule::bidirectional_exponential(n, peers);
+                        check_peers_schedule(peers_schedule, s.book_len().unwrap_or(0))?;
+                        peer_phases.clone_from(peers_schedule);
+                        for &(_, p) in peers_schedule {
+                            let comps = s
+                                .phase_schedule(p)
+                                .strong_components(s.phase_schedule(p).check_window());
+                            if comps.len() > 1 {
+                                return Err(ConfigError::new(
+                                    "topology.peers_schedule",
+                                    format!(
+                                        "the bidirectional-exponential schedule on {n} workers with {p} peers per iteration is not strongly connected over a period: components {}",
+                                        describe_sets(&comps)
+                                    ),
+                                ));
+                            }
+                        }
+                        s
                     }
                     _ => PeerSchedule::random_peer(n, env.seed),
                 };
@@ -508,6 +565,7 @@ impl Topology {
                 };
                 let mut t = Self::from_edges(n, union);
                 t.schedule = schedule;
+                t.peer_phases = peer_phases;
                 return Ok(t);
             }
         }
@@ -570,6 +628,7 @@ impl Topology {
             neighbors,
             sides: None,
             schedule,
+            peer_phases: Vec::new(),
         }
     }
 
@@ -591,6 +650,32 @@ impl Topology {
     /// Who sends to whom at each iteration (for a static graph: every neighbour, always).
     pub fn schedule(&self) -> &PeerSchedule {
         &self.schedule
+    }
+
+    /// The `(epoch, peers per iteration)` changes of the schedule over training
+    /// (`peers_schedule`; empty: none).
+    pub fn peer_phases(&self) -> &[(u64, usize)] {
+        &self.peer_phases
+    }
+
+    /// The schedule a training run follows: [`Topology::schedule`] with the
+    /// [`Topology::peer_phases`] placed at iterations. Epoch `e` begins at a node's first
+    /// iteration `k` with `k · batch_size · n ≥ e · train_size` (the node has then processed `e`
+    /// epochs of its equal share of the training set), in integers.
+    pub fn training_schedule(&self, batch_size: usize, train_size: usize) -> PeerSchedule {
+        if self.peer_phases.is_empty() {
+            return self.schedule.clone();
+        }
+        let per_iter = (batch_size as u128 * self.len() as u128).max(1);
+        let phases: Vec<(u64, usize)> = self
+            .peer_phases
+            .iter()
+            .map(|&(e, p)| {
+                let k = (u128::from(e) * train_size as u128).div_ceil(per_iter);
+                (u64::try_from(k).unwrap_or(u64::MAX), p)
+            })
+            .collect();
+        self.schedule.with_phases(&phases)
     }
 
     /// Whether the topology is a time-varying schedule (its graph is then the union of the
