@@ -408,7 +408,7 @@ impl Loaded {
     /// expression when it names one (and the string has no escape before it).
     fn claim_error(&self, index: usize, e: &ClaimError) -> Box<ScenarioError> {
         let field = format!("expect[{index}].{}", e.key);
-        let mut offset = span_of(&self.text, &FieldPath::parse(&field));
+        let mut offset = span_of(&self.text, &FieldPath::parse(&field).0);
         let mut message = e.message.clone();
         if let Some(column) = e.column {
             offset = offset.map(|o| inside_string(&self.text, o, column));
@@ -457,7 +457,7 @@ impl Loaded {
 
     /// Locates a validation error in the file.
     pub fn config_error(&self, e: &ConfigError) -> Box<ScenarioError> {
-        let offset = span_of(&self.text, &e.path);
+        let offset = span_of(&self.text, &e.path.0);
         Box::new(locate(
             &self.path,
             &self.text,
@@ -537,12 +537,13 @@ fn unknown_key_offset(text: &str, offset: usize, message: &str) -> usize {
     offset
 }
 
-fn span_of(text: &str, path: &FieldPath) -> Option<usize> {
+/// The byte offset of the value at `path` in `text`, or of its deepest ancestor present.
+pub(crate) fn span_of(text: &str, path: &[PathSeg]) -> Option<usize> {
     let table = DeTable::parse(text).ok()?;
     let root = toml::Spanned::new(table.span(), DeValue::Table(table.into_inner()));
     let mut node = &root;
     let mut best = None;
-    for seg in &path.0 {
+    for seg in path {
         let next = match seg {
             PathSeg::Key(k) => node.get_ref().get(k.as_str()),
             PathSeg::Index(i) => node.get_ref().get(*i),
@@ -558,7 +559,8 @@ fn span_of(text: &str, path: &FieldPath) -> Option<usize> {
     best
 }
 
-fn locate(
+/// A [`ScenarioError`] at byte `offset` of `text` (line, column and the source line).
+pub(crate) fn locate(
     path: &Path,
     text: &str,
     offset: Option<usize>,

@@ -16,7 +16,7 @@ use toml::de::{DeTable, DeValue};
 
 use dasim_sim::error::{FieldPath, PathSeg};
 
-use crate::scenario::{Loaded, ScenarioError};
+use crate::scenario::{Loaded, ScenarioError, locate, span_of};
 
 /// The key of a `[sweep]` table that groups swept keys which vary together.
 const ZIP: &str = "zip";
@@ -746,60 +746,6 @@ fn path_at(text: &str, offset: usize) -> Option<Vec<PathSeg>> {
     let root = Spanned::new(table.span(), DeValue::Table(table.into_inner()));
     let mut path = Vec::new();
     walk(&root, offset, &mut path).then_some(path)
-}
-
-/// The byte offset of the value at `path` in `text`, or of its deepest ancestor present.
-fn span_of(text: &str, path: &[PathSeg]) -> Option<usize> {
-    let table = DeTable::parse(text).ok()?;
-    let root = Spanned::new(table.span(), DeValue::Table(table.into_inner()));
-    let mut node = &root;
-    let mut best = None;
-    for seg in path {
-        let next = match seg {
-            PathSeg::Key(k) => node.get_ref().get(k.as_str()),
-            PathSeg::Index(i) => node.get_ref().get(*i),
-        };
-        match next {
-            Some(n) => {
-                node = n;
-                best = Some(n.span().start);
-            }
-            None => break,
-        }
-    }
-    best
-}
-
-/// A [`ScenarioError`] at byte `offset` of `text` (line, column and the source line).
-fn locate(
-    path: &Path,
-    text: &str,
-    offset: Option<usize>,
-    field: Option<String>,
-    message: String,
-    hint: Option<String>,
-) -> ScenarioError {
-    let (line, column, source_line) = match offset {
-        Some(off) => {
-            let off = off.min(text.len());
-            let before = &text[..off];
-            let line = before.matches('\n').count() + 1;
-            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-            let column = text[line_start..off].chars().count() + 1;
-            let src = text[line_start..].lines().next().unwrap_or("").to_string();
-            (Some(line), Some(column), Some(src))
-        }
-        None => (None, None, None),
-    };
-    ScenarioError {
-        file: path.to_path_buf(),
-        line,
-        column,
-        field,
-        message,
-        hint,
-        source_line,
-    }
 }
 
 #[cfg(test)]
