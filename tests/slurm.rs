@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{dasim, stderr};
+use common::{SWEEP_BASE, dasim, stderr};
 
 /// How long the array job may take, from submission to its last task's end.
 const JOB_TIMEOUT: Duration = Duration::from_secs(180);
@@ -38,38 +38,8 @@ const PROGRAMS: &[&str] = &[
     "scancel",
 ];
 
-const SCENARIO: &str = r#"name = "slurm-sweep"
-seed = 1
-
-[cluster]
-workers = 4
-step_time_ms = 10.0
-
-[[cluster.stragglers]]
-workers = [1]
-factor = 2.0
-
-[topology]
-kind = "ring"
-
-[model]
-kind = "quadratic"
-dim = 8
-
-[optimizer]
-lr = 0.05
-
-[run]
-sim_time_s = 0.2
-eval_every_s = 0.05
-
-[[algorithms]]
-kind = "allreduce"
-
-[[algorithms]]
-kind = "adpsgd"
-
-[sweep]
+/// The sweep submitted to Slurm and run locally: the sweep tests' base scenario, swept.
+const SWEEP: &str = r#"[sweep]
 "cluster.stragglers[0].factor" = [1, 4]
 seed = "1..=2"
 "#;
@@ -337,7 +307,7 @@ fn a_slurm_array_runs_the_sweep_and_merges_like_a_local_one() {
 
     let work = tempfile::tempdir().unwrap();
     let scenario = work.path().join("sweep.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
+    std::fs::write(&scenario, format!("{SWEEP_BASE}\n{SWEEP}")).unwrap();
     let out = work.path().join("slurm-out");
     let s = scenario.to_str().unwrap();
     ok(

@@ -10,47 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{dasim, scenario, stderr};
+use common::{SWEEP_BASE as BASE, dasim, scenario, stderr};
 use dasim::sweep::{Shard, Sweep};
-
-/// The scenario every sweep here starts from; `[sweep]` is appended.
-const BASE: &str = r#"name = "tiny"
-seed = 1
-
-[cluster]
-workers = 4
-step_time_ms = 10.0
-
-[[cluster.stragglers]]
-workers = [1]
-factor = 2.0
-
-[topology]
-kind = "ring"
-
-[model]
-kind = "quadratic"
-dim = 8
-
-[optimizer]
-lr = 0.05
-
-[run]
-sim_time_s = 0.2
-eval_every_s = 0.05
-
-[[algorithms]]
-kind = "allreduce"
-
-[[algorithms]]
-kind = "adpsgd"
-
-[[expect]]
-metric = "final_consensus"
-algorithm = "allreduce"
-op = "=="
-value = 0
-"#;
 
 /// `BASE` with `sweep` as its `[sweep]` table.
 fn with_sweep(sweep: &str) -> String {

@@ -89,3 +89,43 @@ pub fn run_flex(scenario: &Path, out: &Path) {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A tiny quadratic scenario with two algorithms and one claim, which the sweep tests
+/// (`tests/sweep.rs`, `tests/slurm.rs`) append a `[sweep]` table to.
+pub const SWEEP_BASE: &str = r#"name = "tiny"
+seed = 1
+
+[cluster]
+workers = 4
+step_time_ms = 10.0
+
+[[cluster.stragglers]]
+workers = [1]
+factor = 2.0
+
+[topology]
+kind = "ring"
+
+[model]
+kind = "quadratic"
+dim = 8
+
+[optimizer]
+lr = 0.05
+
+[run]
+sim_time_s = 0.2
+eval_every_s = 0.05
+
+[[algorithms]]
+kind = "allreduce"
+
+[[algorithms]]
+kind = "adpsgd"
+
+[[expect]]
+metric = "final_consensus"
+algorithm = "allreduce"
+op = "=="
+value = 0
+"#;
