@@ -96,17 +96,7 @@ impl Problem {
                 .hint("keep only batch_size in [data] (it sets a step's samples)")
                 .into());
             }
-            let empty = Dataset::regression(Vec::new(), 0, Vec::new());
-            return Ok(Problem {
-                split: Split {
-                    train: empty.clone(),
-                    test: empty,
-                },
-                model: Model::Timing(shape),
-                partition: PartitionConfig::default(),
-                augment: Augment::default(),
-                objective: None,
-            });
+            return Ok(Problem::without_data(Model::Timing(shape)));
         }
         if let ModelConfig::Quadratic {
             dim,
@@ -122,21 +112,11 @@ impl Problem {
                 .hint("remove the [data] section (batch size, dataset and partition do not apply)")
                 .into());
             }
-            let empty = Dataset::regression(Vec::new(), 0, Vec::new());
-            return Ok(Problem {
-                split: Split {
-                    train: empty.clone(),
-                    test: empty,
-                },
-                model: Model::Quadratic(QuadraticShape {
-                    dim,
-                    condition,
-                    noise,
-                }),
-                partition: PartitionConfig::default(),
-                augment: Augment::default(),
-                objective: None,
-            });
+            return Ok(Problem::without_data(Model::Quadratic(QuadraticShape {
+                dim,
+                condition,
+                noise,
+            })));
         }
         let split = data::load(data, base_dir, seed)?;
         let train = &split.train;
@@ -200,6 +180,22 @@ impl Problem {
             objective,
             split,
         })
+    }
+
+    /// A model that reads no data (the quadratic, a timing model): empty splits, the default
+    /// partition and augmentation, no objective.
+    fn without_data(model: Model) -> Self {
+        let empty = Dataset::regression(Vec::new(), 0, Vec::new());
+        Problem {
+            split: Split {
+                train: empty.clone(),
+                test: empty,
+            },
+            model,
+            partition: PartitionConfig::default(),
+            augment: Augment::default(),
+            objective: None,
+        }
     }
 
     /// Whether the problem has data (everything but the quadratic and timing models).
