@@ -26,6 +26,9 @@ fn quickstart_flex(bencher: divan::Bencher) {
         execution: Default::default(),
         memory_limit: None,
         force: true,
+        checkpoint_every: None,
+        interrupt: None,
+        resume: None,
     };
     bencher.bench(|| run_scenario(&loaded, &opts).expect("the quickstart runs"));
     let summary = run_scenario(&loaded, &opts).unwrap();

@@ -435,6 +435,9 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
                 memory_limit: None,
                 // `dasim check --out` reruns replace its own run directories.
                 force: true,
+                checkpoint_every: None,
+                interrupt: None,
+                resume: None,
             };
             let run_started = Instant::now();
             let result = runner::run_scenario_with(loaded, &run_opts, opts.out.is_some());

@@ -7,6 +7,7 @@
 //! sweeps, locally or as Slurm and Kubernetes jobs ([`sweep`]).
 
 pub mod check;
+pub mod checkpoint;
 pub mod inspect;
 pub mod outputs;
 pub mod runner;
@@ -47,6 +48,9 @@ pub enum Error {
     /// A run diverged (`dasim run` without `--keep-going`; exit code 3).
     #[error("{0}")]
     Diverged(String),
+    /// The run was interrupted (Ctrl-C) and left a checkpoint (exit code 130).
+    #[error("{0}")]
+    Interrupted(String),
     /// Another I/O failure.
     #[error("{context}: {source}")]
     Io {

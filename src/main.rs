@@ -5,9 +5,11 @@ mod report_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 
+use dasim::checkpoint::RunCheckpoint;
 use dasim::outputs::{fixed, sci};
 use dasim::runner::{load_problem, preflight};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
@@ -33,10 +35,20 @@ enum Command {
     /// Run a scenario and write metrics, a summary and plots.
     Run {
         /// The scenario file.
-        scenario: PathBuf,
+        #[arg(required_unless_present = "resume")]
+        scenario: Option<PathBuf>,
         /// Output directory.
-        #[arg(long, short)]
-        out: PathBuf,
+        #[arg(long, short, required_unless_present = "resume")]
+        out: Option<PathBuf>,
+        /// Write RUN_DIR/checkpoint.bin every this many simulated seconds of each algorithm's
+        /// run (and between algorithms), so that `--resume` can continue it. Ctrl-C always
+        /// stops after the current event and writes one.
+        #[arg(long, value_name = "SECONDS")]
+        checkpoint_every: Option<f64>,
+        /// Continue the run in RUN_DIR from its checkpoint: the same scenario file (unchanged)
+        /// and backend; the files come out as if the run had never stopped.
+        #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["scenario", "out", "force"])]
+        resume: Option<PathBuf>,
         /// Compute backend: auto (a hardware GPU if present, else flex), wgpu or flex.
         #[arg(long, default_value = "auto")]
         backend: BackendChoice,
@@ -364,6 +376,25 @@ enum Inspect {
     Topology(dasim::inspect::TopologyArgs),
 }
 
+/// Raised by the first Ctrl-C of `dasim run`: the run stops after the current event and writes
+/// a checkpoint. A second Ctrl-C ends the process at once.
+fn interrupt_flag() -> &'static AtomicBool {
+    static FLAG: AtomicBool = AtomicBool::new(false);
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            if FLAG.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!("\ninterrupted: stopping after the current event to write a checkpoint (Ctrl-C again to quit now)");
+        });
+        if let Err(e) = installed {
+            eprintln!("warning: Ctrl-C will not write a checkpoint: {e}");
+        }
+    });
+    &FLAG
+}
+
 fn main() -> ExitCode {
     quiet_display_probe();
     let cli = Cli::parse();
@@ -371,6 +402,11 @@ fn main() -> ExitCode {
     match execute(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            if let Error::Interrupted(_) = e {
+                // Not a failure: the user asked, and the run can continue.
+                eprintln!("{e}");
+                return ExitCode::from(130);
+            }
             eprintln!("error: {e}");
             match e {
                 Error::Scenario(_) | Error::Usage(_) | Error::Memory(_) => ExitCode::from(2),
@@ -484,6 +520,8 @@ fn execute(command: Command) -> dasim::Result<()> {
         Command::Run {
             scenario,
             out,
+            checkpoint_every,
+            resume,
             backend,
             quiet,
             threads,
@@ -493,12 +531,51 @@ fn execute(command: Command) -> dasim::Result<()> {
             force,
             keep_going,
         } => {
+            let (scenario, out, resume, backend, checkpoint_every) = match resume {
+                Some(dir) => {
+                    let ckpt = RunCheckpoint::read(&dir)?;
+                    // The checkpoint's backend unless one is named (then it must be the same).
+                    let backend = match backend {
+                        BackendChoice::Auto => ckpt.backend.parse().map_err(Error::Usage)?,
+                        named if backend_name(named) != ckpt.backend => {
+                            return Err(Error::Usage(format!(
+                                "the checkpoint's run used the {} backend, not {}: resume it \
+                                 with --backend {} (or without --backend)",
+                                ckpt.backend,
+                                backend_name(named),
+                                ckpt.backend
+                            )));
+                        }
+                        named => named,
+                    };
+                    let every = checkpoint_every.or(ckpt.checkpoint_every_s);
+                    if !ckpt.scenario_path.exists() {
+                        return Err(Error::Usage(format!(
+                            "the checkpoint's scenario file {} is gone: it is needed (unchanged) \
+                             to continue the run",
+                            ckpt.scenario_path.display()
+                        )));
+                    }
+                    let path = ckpt.scenario_path.clone();
+                    (path, dir, Some(Box::new(ckpt)), backend, every)
+                }
+                None => (
+                    scenario.expect("clap requires it"),
+                    out.expect("clap requires it"),
+                    None,
+                    backend,
+                    checkpoint_every,
+                ),
+            };
             let loaded = Loaded::from_file(&scenario)?;
             let threads = thread_pool(threads)?;
             let backend = dasim_models::backend::select(backend)?;
             eprintln!("backend: {backend}, {threads} thread(s)");
             let opts = RunOptions {
                 backend,
+                checkpoint_every,
+                interrupt: Some(interrupt_flag()),
+                resume,
                 out: out.clone(),
                 progress: !quiet,
                 execution: Execution {

@@ -18,6 +18,7 @@
 //! name), and their verdicts go to `checks.csv` and to `summary.json`'s `checks`.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -27,20 +28,22 @@ use dasim_models::{Backend, Execution, Problem, TimedAs};
 use dasim_reports::claims::{Claim, Quantities, RunView};
 use dasim_reports::rundir::{
     AlgorithmStaleness, AlgorithmSummary, CheckRow, EventLogs, HostTimings, IntStats, RunData,
-    RunWriter, Stamp, Stopped, Summary, TimeToTarget, Timings, Utilization, files, write_csv,
-    write_partition, write_scenario,
+    RunWriter, Stamp, Stopped, Summary, TimeToTarget, Timings, Utilization, WriterState, files,
+    write_csv, write_partition, write_scenario,
 };
 use dasim_sim::ConfigError;
 use dasim_sim::algorithm::World;
-use dasim_sim::algorithms::run_algorithm;
+use dasim_sim::algorithms::run_algorithm_checkpointed;
 use dasim_sim::cluster::Cluster;
 use dasim_sim::cluster::stragglers::StragglerModel;
+use dasim_sim::engine::{Checkpointing, SimTime};
 use dasim_sim::engine::{EvalPoint, Observer, RunProgress};
 use dasim_sim::fault::Faults;
 use dasim_sim::net::Network;
 use dasim_sim::net::topology::Topology;
 use dasim_sim::record::{GradientRecord, Histogram, MessageRecord};
 
+use crate::checkpoint::{RunCheckpoint, Seen};
 use crate::outputs::{self, GIT_REVISION, git_revision};
 use crate::scenario::Loaded;
 use crate::{Error, Result};
@@ -63,6 +66,15 @@ pub struct RunOptions {
     /// Replace the results of an earlier run in `out` ([`prepare_out`]); without it, a
     /// directory that holds `summary.json` or `metrics.csv` is refused.
     pub force: bool,
+    /// Write `out/checkpoint.bin` every this many simulated seconds of an algorithm's run, and
+    /// when an algorithm finishes ([`crate::checkpoint`]).
+    pub checkpoint_every: Option<f64>,
+    /// Raised by a Ctrl-C handler: the run stops after the event being handled, writes a
+    /// checkpoint and fails with [`Error::Interrupted`].
+    pub interrupt: Option<&'static AtomicBool>,
+    /// Continue the run of `out` from this checkpoint (read from `out/checkpoint.bin`) instead
+    /// of starting it.
+    pub resume: Option<Box<RunCheckpoint>>,
 }
 
 /// What [`run_scenario`] wrote: one entry per algorithm, in scenario order, of `summary.json`
@@ -92,20 +104,89 @@ fn int_stats(h: &Histogram) -> Option<IntStats> {
     })
 }
 
+/// Where a run's checkpoints go and what they say besides the engine's state.
+struct CheckpointContext<'a> {
+    dir: &'a std::path::Path,
+    scenario_path: PathBuf,
+    scenario_sha256: &'a str,
+    backend: &'a str,
+    every: Option<f64>,
+    algorithm: usize,
+    summary_json: String,
+    timings_json: String,
+}
+
+impl CheckpointContext<'_> {
+    fn write(
+        &self,
+        writer: WriterState,
+        engine: Option<Vec<u8>>,
+        sim_time_s: f64,
+        seen: Seen,
+        wall_s: f64,
+    ) -> Result<()> {
+        RunCheckpoint {
+            scenario_path: self.scenario_path.clone(),
+            scenario_sha256: self.scenario_sha256.to_string(),
+            backend: self.backend.to_string(),
+            checkpoint_every_s: self.every,
+            algorithm: self.algorithm,
+            sim_time_s,
+            engine,
+            writer,
+            summary_json: self.summary_json.clone(),
+            timings_json: self.timings_json.clone(),
+            seen,
+            wall_s,
+        }
+        .write(self.dir)
+    }
+}
+
 struct OutputObserver<'a> {
     label: &'a str,
     out: &'a mut RunWriter,
-    points: Vec<EvalPoint>,
+    /// The summary's view of the points so far (targets reached, the last point's values).
+    seen: Seen,
+    target_accuracy: Option<f64>,
+    target_loss: Option<f64>,
     bar: &'a ProgressBar,
     started: Instant,
+    /// Wall seconds of this algorithm before a resumed run's start.
+    wall_before: f64,
+    checkpoints: &'a CheckpointContext<'a>,
 }
 
 impl Observer for OutputObserver<'_> {
     fn on_eval(&mut self, p: &EvalPoint) -> std::result::Result<(), String> {
-        self.points.push(p.clone());
+        let t = p.time.as_secs_f64();
+        if self.seen.accuracy_s.is_none()
+            && self.target_accuracy.is_some_and(|a| p.eval.accuracy >= a)
+        {
+            self.seen.accuracy_s = Some(t);
+        }
+        if self.seen.loss_s.is_none() && self.target_loss.is_some_and(|l| p.eval.loss <= l) {
+            self.seen.loss_s = Some(t);
+        }
+        self.seen.consensus = Some(p.consensus);
+        self.seen.suboptimality = p.suboptimality;
         let mut write = || {
             self.out.metric(&outputs::metric_row(self.label, p))?;
             outputs::series_rows(self.label, p).try_for_each(|row| self.out.series(&row))
+        };
+        write().map_err(|e| e.to_string())
+    }
+
+    fn on_checkpoint(&mut self, state: &[u8], time: SimTime) -> std::result::Result<(), String> {
+        let mut write = || -> Result<()> {
+            let writer = self.out.state()?;
+            self.checkpoints.write(
+                writer,
+                Some(state.to_vec()),
+                time.as_secs_f64(),
+                self.seen.clone(),
+                self.wall_before + self.started.elapsed().as_secs_f64(),
+            )
         };
         write().map_err(|e| e.to_string())
     }
@@ -492,6 +573,33 @@ pub fn check_memory(estimate: &MemoryEstimate, limit: Option<u64>) -> Result<()>
     )))
 }
 
+/// Refuses to resume `ckpt` with a scenario that is not the one it ran (its SHA-256 as run) or
+/// on another backend (the numbers would differ from the run's own).
+fn check_resumable(
+    loaded: &Loaded,
+    ckpt: &RunCheckpoint,
+    stamp: &Stamp,
+    backend: &str,
+) -> Result<()> {
+    if stamp.scenario_sha256 != ckpt.scenario_sha256 {
+        return Err(Error::Usage(format!(
+            "{} is not the scenario of the checkpoint: its SHA-256 as run is {}, the checkpoint's \
+             {}; the file changed since the run started (restore it, or start a new run)",
+            loaded.path.display(),
+            stamp.scenario_sha256,
+            ckpt.scenario_sha256
+        )));
+    }
+    if backend != ckpt.backend {
+        return Err(Error::Usage(format!(
+            "the checkpoint's run used the {} backend, this one {backend}: resume it with \
+             --backend {}",
+            ckpt.backend, ckpt.backend
+        )));
+    }
+    Ok(())
+}
+
 /// Runs every algorithm of the scenario and writes the run directory.
 pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
     run_scenario_with(loaded, opts, true)
@@ -501,7 +609,10 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
 /// leaves them out of the temporary run directories it removes).
 pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Result<Results> {
     let s = &loaded.scenario;
-    prepare_out(&opts.out, opts.force)?;
+    let resume = opts.resume.as_deref();
+    if resume.is_none() {
+        prepare_out(&opts.out, opts.force)?;
+    }
     let problem = load_problem(loaded)?;
     preflight(loaded, &problem)?;
     let claims = claims(loaded, &problem)?;
@@ -512,11 +623,26 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     if opts.progress {
         eprintln!("memory: estimated {estimate}");
     }
+    let every = opts
+        .checkpoint_every
+        .map(|e| {
+            SimTime::checked_nonzero_from_f64(
+                e,
+                dasim_sim::engine::time::TimeUnit::Seconds,
+                "--checkpoint-every",
+            )
+            .map_err(|e| Error::Usage(e.to_string()))
+        })
+        .transpose()?;
     std::fs::create_dir_all(&opts.out)
         .map_err(io(format!("cannot create {}", opts.out.display())))?;
     let scenario_text = resolved(loaded);
-    write_scenario(&opts.out, &scenario_text)?;
     let stamp = Stamp::of_scenario(env!("CARGO_PKG_VERSION"), GIT_REVISION, &scenario_text);
+    if let Some(ckpt) = resume {
+        check_resumable(loaded, ckpt, &stamp, backend.name)?;
+    } else {
+        write_scenario(&opts.out, &scenario_text)?;
+    }
     let shards = partition(loaded, &problem)?;
     // Legal, and handled (a minibatch runs on into the shard's next epoch), but rarely meant.
     if let Some(smallest) = shards.iter().map(Vec::len).min()
@@ -529,7 +655,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
             s.data.batch_size
         );
     }
-    if problem.has_data() {
+    if problem.has_data() && resume.is_none() {
         write_partition(
             &opts.out,
             &stamp,
@@ -537,38 +663,57 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         )?;
     }
     let scenario_sha256 = stamp.scenario_sha256.clone();
-    let mut out = RunWriter::create(
-        &opts.out,
-        stamp,
-        EventLogs {
-            gradients: s.metrics.log_gradients,
-            messages: s.metrics.log_messages,
-        },
-    )?;
-
-    let mut summary = Summary {
-        scenario: s.display_name(&loaded.path),
-        seed: s.seed,
-        dasim_version: env!("CARGO_PKG_VERSION").into(),
-        git_revision: git_revision().map(str::to_string),
-        scenario_sha256,
-        backend: backend.name.into(),
-        device: backend.device_name.clone(),
-        workers: s.cluster.workers,
-        params: problem.model.num_params(),
-        timing_only: !problem.computes(),
-        timed_as: s.timed_as.as_ref().map(TimedAs::describe),
-        runs: Vec::new(),
-        checks: Vec::new(),
+    let logs = EventLogs {
+        gradients: s.metrics.log_gradients,
+        messages: s.metrics.log_messages,
     };
-    let mut timings = Timings {
-        threads: opts.execution.threads,
-        max_batch: opts.execution.max_batch,
-        memory_estimate_bytes: estimate.total(),
-        runs: Vec::new(),
+    let mut out = match resume {
+        Some(ckpt) => RunWriter::resume(&opts.out, stamp, logs, ckpt.writer.clone())?,
+        None => RunWriter::create(&opts.out, stamp, logs)?,
     };
 
-    for (i, alg) in s.algorithms.iter().enumerate() {
+    let (mut summary, mut timings) = match resume {
+        Some(ckpt) => (ckpt.summary()?, ckpt.timings()?),
+        None => (
+            Summary {
+                scenario: s.display_name(&loaded.path),
+                seed: s.seed,
+                dasim_version: env!("CARGO_PKG_VERSION").into(),
+                git_revision: git_revision().map(str::to_string),
+                scenario_sha256: scenario_sha256.clone(),
+                backend: backend.name.into(),
+                device: backend.device_name.clone(),
+                workers: s.cluster.workers,
+                params: problem.model.num_params(),
+                timing_only: !problem.computes(),
+                timed_as: s.timed_as.as_ref().map(TimedAs::describe),
+                runs: Vec::new(),
+                checks: Vec::new(),
+            },
+            Timings {
+                threads: opts.execution.threads,
+                max_batch: opts.execution.max_batch,
+                memory_estimate_bytes: estimate.total(),
+                runs: Vec::new(),
+            },
+        ),
+    };
+    if resume.is_some() {
+        // The files as they were at the checkpoint (a later algorithm may have rewritten them
+        // before the run was stopped).
+        if summary.runs.is_empty() {
+            remove_stale(&opts.out.join(files::SUMMARY))?;
+            remove_stale(&opts.out.join(files::TIMINGS))?;
+        } else {
+            out.summary(&summary)?;
+            out.timings(&timings)?;
+        }
+        remove_stale(&opts.out.join(files::CHECKS))?;
+    }
+    let scenario_path = std::path::absolute(&loaded.path).unwrap_or_else(|_| loaded.path.clone());
+    let first = resume.map_or(0, |c| c.algorithm);
+
+    for (i, alg) in s.algorithms.iter().enumerate().skip(first) {
         let label = alg.label();
         let optimizer = s.optimizer_of(i);
         let bar = if opts.progress {
@@ -596,34 +741,68 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         let faults = Faults::new(&s.faults, s.cluster.workers, &loaded.env());
         world.set_faults(faults.map_err(|e| Error::Scenario(loaded.config_error(&e)))?);
         let started = Instant::now();
+        let checkpoints = CheckpointContext {
+            dir: &opts.out,
+            scenario_path: scenario_path.clone(),
+            scenario_sha256: &scenario_sha256,
+            backend: backend.name,
+            every: opts.checkpoint_every,
+            algorithm: i,
+            summary_json: serde_json::to_string(&summary).expect("a summary serializes"),
+            timings_json: serde_json::to_string(&timings).expect("timings serialize"),
+        };
+        // The algorithm a resumed run was in: its state, and what its summary had gathered.
+        let resumed = resume.filter(|c| c.algorithm == i && c.engine.is_some());
         let mut recorder = OutputObserver {
             label: &label,
             out: &mut out,
-            points: Vec::new(),
+            seen: resumed.map(|c| c.seen.clone()).unwrap_or_default(),
+            target_accuracy: s.metrics.target_accuracy,
+            target_loss: s.metrics.target_loss,
             bar: &bar,
             started,
+            wall_before: resumed.map_or(0.0, |c| c.wall_s),
+            checkpoints: &checkpoints,
+        };
+        if let Some(c) = resumed
+            && opts.progress
+        {
+            eprintln!(
+                "resuming {label} at simulated time {} s",
+                dasim_reports::rundir::num(c.sim_time_s)
+            );
+        }
+        let ckpt = Checkpointing {
+            every,
+            interrupt: opts.interrupt,
+            resume: resumed.and_then(|c| c.engine.as_deref()),
         };
         // A configuration error found while running (an event beyond the end of simulated
         // time) is located in the scenario like every other.
-        let outcome =
-            run_algorithm(alg, &mut world, &s.run, &mut recorder).map_err(|e| match e {
+        let outcome = run_algorithm_checkpointed(alg, &mut world, &s.run, &mut recorder, ckpt)
+            .map_err(|e| match e {
                 dasim_sim::Error::Config(c) => Error::Scenario(loaded.config_error(&c)),
+                dasim_sim::Error::Interrupted { time } => Error::Interrupted(format!(
+                    "interrupted: {label} stopped at simulated time {} s; a checkpoint is in {}; \
+                     continue with: dasim run --resume {}",
+                    dasim_reports::rundir::num(time.as_secs_f64()),
+                    opts.out.join(crate::checkpoint::FILE).display(),
+                    opts.out.display()
+                )),
                 other => Error::Sim(other),
             })?;
-        let points = std::mem::take(&mut recorder.points);
-        let wall = started.elapsed().as_secs_f64();
+        let seen = std::mem::take(&mut recorder.seen);
+        let wall = recorder.wall_before + started.elapsed().as_secs_f64();
         bar.finish_and_clear();
         out.add_tables(outputs::tables(
             &label,
             &outcome.record,
             outcome.faults.is_some(),
         ))?;
+        crate::checkpoint::crash_point("tables");
         let stats = store.stats();
         let record = &outcome.record;
         let [compute, communicate, blocked, idle, down] = record.utilization();
-        let first = |hit: &dyn Fn(&EvalPoint) -> bool| {
-            points.iter().find(|p| hit(p)).map(|p| p.time.as_secs_f64())
-        };
         let (stopped, stop_reason) = if let Some(d) = &outcome.diverged {
             (Some(Stopped::Diverged), Some(format!("{label} {d}")))
         } else if let Some(stall) = &outcome.stalled {
@@ -676,17 +855,11 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
                     mean: st.mean,
                     max: st.max,
                 }),
-            final_consensus: points.last().map_or(f64::NAN, |p| p.consensus),
-            final_suboptimality: points.last().and_then(|p| p.suboptimality),
+            final_consensus: seen.consensus.unwrap_or(f64::NAN),
+            final_suboptimality: seen.suboptimality,
             time_to_target: TimeToTarget {
-                accuracy_s: s
-                    .metrics
-                    .target_accuracy
-                    .and_then(|a| first(&|p| p.eval.accuracy >= a)),
-                loss_s: s
-                    .metrics
-                    .target_loss
-                    .and_then(|l| first(&|p| p.eval.loss <= l)),
+                accuracy_s: seen.accuracy_s,
+                loss_s: seen.loss_s,
             },
             utilization: Utilization {
                 compute,
@@ -710,6 +883,17 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         });
         out.summary(&summary)?;
         out.timings(&timings)?;
+        crate::checkpoint::crash_point("summary");
+        // Between two algorithms: a resumed run starts the next one afresh.
+        if every.is_some() && i + 1 < s.algorithms.len() {
+            let next = CheckpointContext {
+                algorithm: i + 1,
+                summary_json: serde_json::to_string(&summary).expect("a summary serializes"),
+                timings_json: serde_json::to_string(&timings).expect("timings serialize"),
+                ..checkpoints
+            };
+            next.write(out.state()?, None, 0.0, Seen::default(), 0.0)?;
+        }
     }
     // The claims read the files every reader reads; their verdicts join the run directory.
     if claims.is_empty() {
@@ -723,9 +907,12 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     // plots of a run and of `dasim plot` are the same by construction. (Not after each
     // algorithm: at 1,024 workers redrawing is not free, and `dasim plot` draws an interrupted
     // run's plots from the files it kept.)
+    crate::checkpoint::crash_point("plots");
     if plots {
         dasim_reports::plot_run(&opts.out)?;
     }
+    // Every file is complete: nothing is left to continue.
+    RunCheckpoint::remove(&opts.out)?;
     Ok(Results {
         timing_only: summary.timing_only,
         timed_as: summary.timed_as.clone(),

@@ -43,6 +43,9 @@ fn every_scenario_trains_every_algorithm() {
             execution: Default::default(),
             memory_limit: None,
             force: false,
+            checkpoint_every: None,
+            interrupt: None,
+            resume: None,
         };
         let summary =
             run_scenario(&loaded, &opts).unwrap_or_else(|e| panic!("{}: {e}", file.display()));

@@ -150,4 +150,17 @@ impl ReplicaStore for QuadraticStore {
         // f* = 0 at x* = 1: the objective is the suboptimality.
         self.inner.suboptimality(terms)
     }
+
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        let state = (self.stats, self.inner.save_state()?);
+        postcard::to_stdvec(&state).map_err(|e| e.to_string())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), String> {
+        let (stats, inner): (StoreStats, Vec<u8>) =
+            postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        self.inner.restore_state(&inner)?;
+        self.stats = stats;
+        Ok(())
+    }
 }

@@ -16,6 +16,7 @@
 //! The arithmetic is `f32`, term by term in a fixed order, so results do not depend on threads
 //! or on how requests were batched.
 
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ pub type Row = Arc<Vec<f32>>;
 
 /// Every row's parameters and optimizer state (never shared, never mixed: only a step of the
 /// row's own touches it).
+#[derive(Serialize, Deserialize)]
 pub struct Rows {
     p: usize,
     params: Vec<Row>,

@@ -41,6 +41,7 @@
 //!   loss and accuracy in one transfer. The suboptimality of a convex model evaluates the
 //!   training objective of its row in `f64` on the host ([`crate::convex`]).
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -65,7 +66,7 @@ pub const EVAL_CHUNK: usize = 1000;
 ///
 /// The wall-clock durations are measured on the host for reporting only; nothing in a run
 /// depends on them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreStats {
     /// Gradients requested.
     pub requests: u64,
@@ -112,6 +113,7 @@ pub trait RunStore: ReplicaStore {
     fn stats(&self) -> StoreStats;
 }
 
+#[derive(Serialize, Deserialize)]
 struct Pending {
     id: GradId,
     /// The row as it was read; the gradient is taken at `scale · snapshot`.
@@ -204,6 +206,34 @@ impl DeviceData {
         };
         (x, y)
     }
+}
+
+/// What a checkpoint keeps of a [`BurnStore`], borrowed for writing ([`BurnState`] reads it
+/// back): everything that changes while a run goes on. The model, the data on the device and
+/// the configuration are rebuilt with the store.
+#[derive(Serialize)]
+struct BurnStateRef<'a> {
+    rows: &'a Rows,
+    samplers: &'a [Sampler],
+    pending: &'a [Pending],
+    ready: &'a BTreeMap<GradId, Arc<Vec<f32>>>,
+    msgs: &'a BTreeMap<MsgId, Row>,
+    next_id: u64,
+    train_loss: (f64, usize),
+    stats: StoreStats,
+}
+
+/// [`BurnStateRef`], owned.
+#[derive(Deserialize)]
+struct BurnState {
+    rows: Rows,
+    samplers: Vec<Sampler>,
+    pending: Vec<Pending>,
+    ready: BTreeMap<GradId, Arc<Vec<f32>>>,
+    msgs: BTreeMap<MsgId, Row>,
+    next_id: u64,
+    train_loss: (f64, usize),
+    stats: StoreStats,
 }
 
 /// Every worker's replica, optimizer state, data shard and pending gradients, on one device.
@@ -1007,6 +1037,42 @@ impl ReplicaStore for BurnStore {
             }
         }
         sum / n as f64
+    }
+
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        let state = BurnStateRef {
+            rows: &self.rows,
+            samplers: &self.samplers,
+            pending: &self.pending,
+            ready: &self.ready,
+            msgs: &self.msgs,
+            next_id: self.next_id,
+            train_loss: (self.train_loss, self.train_loss_count),
+            stats: self.stats,
+        };
+        postcard::to_stdvec(&state).map_err(|e| e.to_string())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), String> {
+        let state: BurnState = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        if state.rows.width() != self.rows.width() || state.samplers.len() != self.samplers.len() {
+            return Err(format!(
+                "the checkpoint holds {} replicas of {} parameters, this run {} of {}",
+                state.samplers.len(),
+                state.rows.width(),
+                self.samplers.len(),
+                self.rows.width()
+            ));
+        }
+        self.rows = state.rows;
+        self.samplers = state.samplers;
+        self.pending = state.pending;
+        self.ready = state.ready;
+        self.msgs = state.msgs;
+        self.next_id = state.next_id;
+        (self.train_loss, self.train_loss_count) = state.train_loss;
+        self.stats = state.stats;
+        Ok(())
     }
 
     fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {

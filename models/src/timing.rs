@@ -385,6 +385,17 @@ impl ReplicaStore for TimingStore {
         f64::NAN
     }
 
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        let state = (self.rows, self.next_grad, self.next_msg, self.stats);
+        postcard::to_stdvec(&state).map_err(|e| e.to_string())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), String> {
+        (self.rows, self.next_grad, self.next_msg, self.stats) =
+            postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
     fn consensus_distance(&mut self, _scales: Option<&[f64]>) -> f64 {
         f64::NAN
     }

@@ -7,6 +7,8 @@
 //! through the context. Parameters are touched only through the [`crate::params::ReplicaStore`]
 //! in [`World::store`]. See the crate documentation for a worked example.
 
+use serde::{Deserialize, Serialize};
+
 use crate::cluster::Cluster;
 use crate::engine::{EventQueue, SimTime};
 use crate::fault::{Faults, Sent, WorkerFault};
@@ -152,6 +154,69 @@ impl<'s> World<'s> {
             seconds: now.as_secs_f64(),
         };
         self.optimizer.schedule.at(peak, &progress)
+    }
+}
+
+/// What a checkpoint keeps of a [`World`], borrowed for writing ([`WorldState`] reads it back):
+/// the parts that change while a run goes on. The graph, the `[optimizer]` section, the seed and
+/// the message size are the scenario's and are rebuilt with the world.
+#[derive(Serialize)]
+pub(crate) struct WorldStateRef<'a> {
+    cluster: &'a Cluster,
+    net: &'a Network,
+    worker_steps: u64,
+    steps_of: &'a [u64],
+    recorder: &'a Recorder,
+    faults: &'a Faults,
+    store: Vec<u8>,
+}
+
+/// [`WorldStateRef`], owned: what [`World::restore`] takes.
+#[derive(Deserialize)]
+pub(crate) struct WorldState {
+    cluster: Cluster,
+    net: Network,
+    worker_steps: u64,
+    steps_of: Vec<u64>,
+    recorder: Recorder,
+    faults: Faults,
+    store: Vec<u8>,
+}
+
+impl World<'_> {
+    /// The world's changing state, for a checkpoint; the store's through
+    /// [`ReplicaStore::save_state`].
+    pub(crate) fn checkpoint(&mut self) -> Result<WorldStateRef<'_>, String> {
+        let store = self.store.save_state()?;
+        Ok(WorldStateRef {
+            cluster: &self.cluster,
+            net: &self.net,
+            worker_steps: self.worker_steps,
+            steps_of: &self.steps_of,
+            recorder: &self.recorder,
+            faults: &self.faults,
+            store,
+        })
+    }
+
+    /// Puts back what [`World::checkpoint`] saved, into a world built from the same scenario
+    /// (with its metrics options set: the recorder keeps its configuration).
+    pub(crate) fn restore(&mut self, state: WorldState) -> Result<(), String> {
+        if state.steps_of.len() != self.steps_of.len() {
+            return Err(format!(
+                "the checkpoint has {} workers, the scenario {}",
+                state.steps_of.len(),
+                self.steps_of.len()
+            ));
+        }
+        self.store.restore_state(&state.store)?;
+        self.cluster = state.cluster;
+        self.net = state.net;
+        self.worker_steps = state.worker_steps;
+        self.steps_of = state.steps_of;
+        self.recorder = state.recorder;
+        self.faults = state.faults;
+        Ok(())
     }
 }
 
@@ -330,7 +395,7 @@ impl<E> Ctx<'_, '_, E> {
 
 /// Staleness statistics an algorithm measures (what "staleness" counts is the algorithm's own
 /// definition, stated in its documentation).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StalenessStats {
     /// Number of measurements.
     pub count: u64,

@@ -136,6 +136,16 @@ pub enum Error {
     /// An observer (a writer of results) failed; the run stops.
     #[error("writing results failed: {0}")]
     Observer(String),
+    /// A checkpoint could not be written or read ([`crate::engine::checkpoint`]).
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+    /// The run was interrupted ([`crate::engine::checkpoint::Checkpointing::interrupt`]); a
+    /// checkpoint of the state after the last event handled went to the observer.
+    #[error("interrupted at simulated time {time}")]
+    Interrupted {
+        /// The simulated time of the last event handled.
+        time: SimTime,
+    },
 }
 
 /// The crate's result type.

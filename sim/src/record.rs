@@ -41,7 +41,7 @@ use crate::error::ConfigError;
 use crate::net::LinkStats;
 
 /// What a worker is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Activity {
     /// Computing a gradient (the foreground activity whenever computation overlaps
     /// communication).
@@ -91,7 +91,7 @@ impl Activity {
 const DENSE: usize = 1024;
 
 /// A histogram of non-negative integer measurements (staleness, message ages).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Histogram {
     /// Counts of the values `0..DENSE`, as far as one was recorded.
     dense: Vec<u64>,
@@ -180,7 +180,7 @@ impl Histogram {
 }
 
 /// Steps and time in each activity of one worker over a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerUsage {
     /// Steps the worker completed (gradients of its own applied, as the algorithm counts them).
     pub steps: u64,
@@ -201,7 +201,7 @@ impl WorkerUsage {
 }
 
 /// One interval of a worker's timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interval {
     /// The worker.
     pub worker: usize,
@@ -216,7 +216,7 @@ pub struct Interval {
 }
 
 /// One applied gradient (the per-event log `gradients.csv`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GradientRecord {
     /// The worker that computed it.
     pub worker: usize,
@@ -235,7 +235,7 @@ pub struct GradientRecord {
 }
 
 /// One message (the per-event log `messages.csv`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageRecord {
     /// Sender node.
     pub src: usize,
@@ -324,7 +324,7 @@ impl MetricsConfig {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct TimelineWindow {
     start: SimTime,
     /// `None` while the default window's end is not known yet.
@@ -335,7 +335,7 @@ struct TimelineWindow {
 }
 
 /// The recorder of one run (see the [module documentation](self)).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Recorder {
     usage: Vec<WorkerUsage>,
     current: Vec<(Activity, SimTime)>,
@@ -564,7 +564,7 @@ impl Recorder {
 }
 
 /// Everything recorded over one run, for the writers.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// Per worker: steps and time in each activity (summing to the run's simulated time).
     pub usage: Vec<WorkerUsage>,

@@ -363,6 +363,9 @@ pub fn run_point(
         execution,
         memory_limit: None,
         force: true,
+        checkpoint_every: None,
+        interrupt: None,
+        resume: None,
     };
     // A check that needs the model or the data, failing now, is located in the sweep's file.
     let result = run_scenario(&loaded, &opts).map_err(|e| match e {

@@ -20,7 +20,7 @@ pub const AUGMENT_STREAM_OFFSET: u64 = 1 << 32;
 /// samples of the shard are used equally often and one minibatch can hold a sample twice. The
 /// `k`-th minibatch of a worker depends only on the seed, the worker and its shard — not on the
 /// backend, the algorithm or the other workers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Sampler {
     shard: Vec<usize>,
     order: Vec<usize>,

@@ -274,7 +274,7 @@ impl CsvRow for SeriesRow {
 }
 
 /// One row of `staleness.csv`: a histogram bin.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StalenessRow {
     /// The algorithm's label.
     pub algorithm: String,
@@ -323,7 +323,7 @@ impl CsvRow for StalenessRow {
 }
 
 /// One row of `utilization.csv`: where a worker's simulated time went.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct UtilizationRow {
     /// The algorithm's label.
     pub algorithm: String,
@@ -387,7 +387,7 @@ impl CsvRow for UtilizationRow {
 }
 
 /// One row of `waits.csv`: how long a worker was blocked on one peer, in total.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct WaitRow {
     /// The algorithm's label.
     pub algorithm: String,
@@ -423,7 +423,7 @@ impl CsvRow for WaitRow {
 }
 
 /// One row of `links.csv`: the traffic of one directed link.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct LinkRow {
     /// The algorithm's label.
     pub algorithm: String,
@@ -467,7 +467,7 @@ impl CsvRow for LinkRow {
 }
 
 /// What a worker is doing during a [`TimelineRow`]'s interval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Activity {
     /// Computing a gradient.
     Compute,
@@ -519,7 +519,7 @@ impl FromStr for Activity {
 }
 
 /// One row of `timeline.csv`: an interval of one worker's activity.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimelineRow {
     /// The algorithm's label.
     pub algorithm: String,

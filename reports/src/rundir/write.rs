@@ -10,6 +10,7 @@
 //!   `timeline.csv`, `partition.csv`): written whole, atomically ([`write_atomic`]), so a reader
 //!   never sees half a file.
 
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::Write;
@@ -179,6 +180,53 @@ impl<R: CsvRow> CsvStream<R> {
         Ok(s)
     }
 
+    /// Reopens `dir/R::FILE` to append after its first `len` bytes, cutting off anything
+    /// after them (what a run wrote after its checkpoint).
+    pub fn resume(dir: &Path, len: u64) -> Result<Self> {
+        let path = dir.join(R::FILE);
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        let have = file
+            .metadata()
+            .map_err(|e| Error::io("read", &path, e))?
+            .len();
+        if have < len {
+            return Err(Error::io(
+                "resume",
+                &path,
+                std::io::Error::other(format!(
+                    "it holds {have} bytes, fewer than the {len} it held at the checkpoint"
+                )),
+            ));
+        }
+        file.set_len(len)
+            .map_err(|e| Error::io("truncate", &path, e))?;
+        let mut file = file;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))
+            .map_err(|e| Error::io("seek", &path, e))?;
+        Ok(CsvStream {
+            writer: csv_writer(file),
+            path,
+            row: PhantomData,
+        })
+    }
+
+    /// The file's length so far, every row on disk (synced: a checkpoint counts on it).
+    pub fn synced_len(&mut self) -> Result<u64> {
+        self.writer
+            .flush()
+            .map_err(|e| Error::io("write", &self.path, e))?;
+        let file = self.writer.get_ref();
+        file.sync_data()
+            .map_err(|e| Error::io("sync", &self.path, e))?;
+        Ok(file
+            .metadata()
+            .map_err(|e| Error::io("read", &self.path, e))?
+            .len())
+    }
+
     /// Appends `row` and flushes it.
     pub fn push(&mut self, row: &R) -> Result<()> {
         self.record(row.cells())
@@ -196,7 +244,7 @@ impl<R: CsvRow> CsvStream<R> {
 
 /// The rows of the tables one algorithm adds: `staleness.csv`, `utilization.csv`, `waits.csv`,
 /// `links.csv` and `timeline.csv`.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tables {
     /// `staleness.csv`.
     pub staleness: Vec<StalenessRow>,
@@ -227,6 +275,16 @@ impl Tables {
         write_csv(dir, stamp, &self.links)?;
         write_csv(dir, stamp, &self.timeline)
     }
+}
+
+/// Where a [`RunWriter`] stands, for a checkpoint: the length of each streamed file and the
+/// tables' rows so far. [`RunWriter::resume`] cuts the streams back to these lengths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WriterState {
+    /// `(file name, bytes)` of every streamed file.
+    pub streams: Vec<(String, u64)>,
+    /// The rows of the tables of the algorithms finished so far.
+    pub tables: Tables,
 }
 
 /// Which per-event logs a run writes (`[metrics] log_gradients`, `log_messages`).
@@ -280,6 +338,81 @@ impl RunWriter {
             series: CsvStream::create(dir, &stamp)?,
             stamp,
             tables: Tables::default(),
+        })
+    }
+
+    /// Reopens the run directory `dir` as it was at a checkpoint ([`RunWriter::state`]): every
+    /// stream is cut back to its length then and appended to; the tables are rewritten with the
+    /// rows they had (or removed when no algorithm had finished).
+    pub fn resume(dir: &Path, stamp: Stamp, logs: EventLogs, state: WriterState) -> Result<Self> {
+        let len = |file: &str| -> Result<u64> {
+            state
+                .streams
+                .iter()
+                .find(|(f, _)| f == file)
+                .map(|(_, l)| *l)
+                .ok_or_else(|| {
+                    Error::io(
+                        "resume",
+                        &dir.join(file),
+                        std::io::Error::other("the checkpoint has no length for it"),
+                    )
+                })
+        };
+        fn optional<R: CsvRow>(
+            dir: &Path,
+            on: bool,
+            len: &dyn Fn(&str) -> Result<u64>,
+        ) -> Result<Option<CsvStream<R>>> {
+            on.then(|| CsvStream::resume(dir, len(R::FILE)?))
+                .transpose()
+        }
+        let writer = RunWriter {
+            dir: dir.to_path_buf(),
+            gradients: optional(dir, logs.gradients, &len)?,
+            messages: optional(dir, logs.messages, &len)?,
+            metrics: CsvStream::resume(dir, len(MetricRow::FILE)?)?,
+            series: CsvStream::resume(dir, len(SeriesRow::FILE)?)?,
+            stamp,
+            tables: state.tables,
+        };
+        if writer.tables == Tables::default() {
+            for file in [
+                StalenessRow::FILE,
+                UtilizationRow::FILE,
+                WaitRow::FILE,
+                LinkRow::FILE,
+                TimelineRow::FILE,
+            ] {
+                let path = dir.join(file);
+                match fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::io("remove", &path, e));
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            writer.tables.write(dir, &writer.stamp)?;
+        }
+        Ok(writer)
+    }
+
+    /// Where the writer stands, every streamed row synced to disk: what a checkpoint records.
+    pub fn state(&mut self) -> Result<WriterState> {
+        let mut streams = vec![
+            (MetricRow::FILE.to_string(), self.metrics.synced_len()?),
+            (SeriesRow::FILE.to_string(), self.series.synced_len()?),
+        ];
+        if let Some(g) = &mut self.gradients {
+            streams.push((GradientRow::FILE.to_string(), g.synced_len()?));
+        }
+        if let Some(m) = &mut self.messages {
+            streams.push((MessageRow::FILE.to_string(), m.synced_len()?));
+        }
+        Ok(WriterState {
+            streams,
+            tables: self.tables.clone(),
         })
     }
 

@@ -83,7 +83,7 @@ use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::SimTime;
 use crate::engine::rng::{Stream, StreamKind, stream};
 use crate::engine::time::TimeUnit;
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
@@ -146,7 +146,7 @@ impl AdPsgdConfig {
 }
 
 /// Events of AD-PSGD.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// `worker` finished computing its gradient (the second field: its crash count when the
     /// step started; a step abandoned by a crash is ignored).
@@ -183,7 +183,7 @@ pub enum Event {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct WorkerState {
     active: bool,
     grad: Option<GradId>,
@@ -207,6 +207,7 @@ struct WorkerState {
 }
 
 /// The state machine of AD-PSGD.
+#[derive(Serialize, Deserialize)]
 pub struct AdPsgd {
     partner: Partner,
     averaging: Averaging,
@@ -612,6 +613,7 @@ impl AlgorithmSpec for AdPsgdConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let sides = world.topology.bipartition().ok_or_else(|| {
             ConfigError::new("topology.kind", "AD-PSGD needs a bipartite topology")
@@ -620,6 +622,6 @@ impl AlgorithmSpec for AdPsgdConfig {
         if world.faults().configured() {
             alg = alg.with_timeout(self.partner_timeout(world));
         }
-        run(&mut alg, world, run_cfg, observer)
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
     }
 }

@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore, blocks};
@@ -110,7 +110,7 @@ impl AllReduceConfig {
 }
 
 /// Events of all-reduce SGD.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// Bucket `bucket` of `worker`'s gradient is computed (the last bucket: the step is done).
     BucketReady {
@@ -124,6 +124,7 @@ pub enum Event {
 }
 
 /// The state machine of all-reduce SGD.
+#[derive(Serialize, Deserialize)]
 pub struct AllReduceSgd {
     backward_fraction: f64,
     buckets: usize,
@@ -286,12 +287,14 @@ impl AlgorithmSpec for AllReduceConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
-        run(
+        run_checkpointed(
             &mut AllReduceSgd::new(self, world.workers()),
             world,
             run_cfg,
             observer,
+            ckpt,
         )
     }
 }

@@ -88,7 +88,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
@@ -132,7 +132,7 @@ impl DasgdConfig {
 }
 
 /// Events of DASGD.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// `worker` finished computing its gradient (the second field: its crash count when the
     /// step started; a step abandoned by a crash is ignored).
@@ -153,7 +153,7 @@ pub enum Event {
 /// The gradient set `R` of the model a gradient was computed on: its origin's, when the step
 /// started. Stored as its size and the origins' counters that are not zero, so a snapshot costs
 /// what the model has heard of, not `n`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Read {
     /// `|R|`: the gradients applied to the origin's model by then.
     total: u64,
@@ -162,7 +162,7 @@ struct Read {
     counts: Box<[(u32, u32)]>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct InFlight {
     /// Workers that have yet to apply it.
     left: usize,
@@ -209,6 +209,7 @@ fn missing_one(r: u64, lr: Option<&BTreeSet<u64>>, c: u64, lc: Option<&BTreeSet<
 type Computing = (GradId, Read);
 
 /// Who forwards a gradient to whom.
+#[derive(Serialize, Deserialize)]
 enum Trees {
     /// The origin sends to every other worker.
     All,
@@ -222,6 +223,7 @@ enum Trees {
 }
 
 /// The parent table, in 16-bit entries where the workers fit.
+#[derive(Serialize, Deserialize)]
 enum Parents {
     Narrow(Vec<u16>),
     Wide(Vec<u32>),
@@ -244,6 +246,7 @@ impl Parents {
 /// heard of `h` origins, `O(h)` (see [`Dasgd::staleness_between`] and the module's
 /// "Staleness"): with `|G_j Δ R| = |G_j| − |R| + 2·|R \ G_j|`, only the origins in `R` can
 /// count, and a model's size `|G_j|` is a running total.
+#[derive(Serialize, Deserialize)]
 pub struct Dasgd {
     broadcast: Broadcast,
     n: usize,
@@ -746,11 +749,12 @@ impl AlgorithmSpec for DasgdConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let mut alg = Dasgd::new(self, &world.topology);
         if world.faults().configured() {
             alg = alg.with_faults();
         }
-        run(&mut alg, world, run_cfg, observer)
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
     }
 }

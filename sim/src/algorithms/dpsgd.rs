@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
@@ -125,7 +125,7 @@ impl DpsgdConfig {
 }
 
 /// Events of D-PSGD.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// `worker` finished computing its gradient.
     ComputeDone(usize),
@@ -142,7 +142,7 @@ pub enum Event {
     },
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WorkerState {
     iter: u64,
     grad: Option<GradId>,
@@ -154,6 +154,7 @@ struct WorkerState {
 }
 
 /// The state machine of D-PSGD.
+#[derive(Serialize, Deserialize)]
 pub struct Dpsgd {
     order: UpdateOrder,
     neighbors: Vec<Vec<usize>>,
@@ -424,8 +425,9 @@ impl AlgorithmSpec for DpsgdConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let mut alg = Dpsgd::new(self, &world.topology);
-        run(&mut alg, world, run_cfg, observer)
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
     }
 }

@@ -86,7 +86,7 @@ use super::allreduce::bucket_bytes;
 use super::ring::{Done, Ring};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 
@@ -173,7 +173,7 @@ impl LapSgdConfig {
 }
 
 /// Events of LAP-SGD.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// Process `process` of `node` finished computing its gradient.
     ProcessDone {
@@ -188,7 +188,7 @@ pub enum Event {
     RingDone(Done),
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Process {
     grad: Option<GradId>,
     /// The step in flight is partial (LPP-SGD).
@@ -197,14 +197,14 @@ struct Process {
 }
 
 /// What a node's averaging thread is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Thread {
     Idle,
     Polling,
     Averaging,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Node {
     processes: Vec<Process>,
     /// The node's minibatch counter (all its processes).
@@ -214,6 +214,7 @@ struct Node {
 }
 
 /// The state machine of LAP-SGD and LPP-SGD.
+#[derive(Serialize, Deserialize)]
 pub struct LapSgd {
     partitioned: bool,
     h: u64,
@@ -591,13 +592,15 @@ impl AlgorithmSpec for LapSgdConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let partitioned = kind == "lpp-sgd";
-        run(
+        run_checkpointed(
             &mut LapSgd::new(self, world.workers(), partitioned),
             world,
             run_cfg,
             observer,
+            ckpt,
         )
     }
 }

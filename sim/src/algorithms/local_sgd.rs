@@ -47,7 +47,7 @@ use super::allreduce::{bucket_bytes, ring_support};
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore};
@@ -104,7 +104,7 @@ impl LocalSgdConfig {
 }
 
 /// Events of local SGD.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// `worker` finished computing its gradient.
     ComputeDone(usize),
@@ -112,7 +112,7 @@ pub enum Event {
     RingDone(Done),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Phase {
     Computing,
     /// Waiting for a gradient all-reduce (warm-up step).
@@ -121,7 +121,7 @@ enum Phase {
     ModelRing,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct WorkerState {
     grad: Option<GradId>,
     step: u64,
@@ -129,6 +129,7 @@ struct WorkerState {
 }
 
 /// The state machine of local SGD (and post-local SGD).
+#[derive(Serialize, Deserialize)]
 pub struct LocalSgd {
     h: u64,
     warmup: u64,
@@ -317,12 +318,14 @@ impl AlgorithmSpec for LocalSgdConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
-        run(
+        run_checkpointed(
             &mut LocalSgd::new(self, world.workers()),
             world,
             run_cfg,
             observer,
+            ckpt,
         )
     }
 }

@@ -41,7 +41,7 @@ pub mod sgp;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::algorithm::World;
-use crate::engine::{Observer, Outcome, RunConfig};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig};
 use crate::error::ConfigError;
 use crate::net::topology::{Topology, TopologyConfig};
 use crate::params::{OptimizerConfig, ReplicaStore};
@@ -138,13 +138,15 @@ pub trait AlgorithmSpec {
     /// whose network has `workers + extra_nodes()` nodes) and runs it until a stop rule of
     /// `run_cfg` fires.
     ///
-    /// `kind` is the entry's kind, for options types shared by two kinds.
+    /// `kind` is the entry's kind, for options types shared by two kinds. Checkpoints are taken,
+    /// and a run resumed, as `ckpt` says ([`crate::engine::run_checkpointed`]).
     fn run(
         &self,
         kind: &'static str,
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome>;
 }
 
@@ -450,6 +452,19 @@ pub fn run_algorithm(
     run_cfg: &RunConfig,
     observer: &mut dyn Observer,
 ) -> crate::Result<Outcome> {
+    run_algorithm_checkpointed(cfg, world, run_cfg, observer, Checkpointing::default())
+}
+
+/// [`run_algorithm`] with checkpoints taken, or continuing from one, as `ckpt` says
+/// ([`crate::engine::checkpoint`]). To resume, `world` must be built from the same scenario as
+/// the checkpointed run's, with the same metrics options and faults.
+pub fn run_algorithm_checkpointed(
+    cfg: &AlgorithmConfig,
+    world: &mut World<'_>,
+    run_cfg: &RunConfig,
+    observer: &mut dyn Observer,
+    ckpt: Checkpointing<'_>,
+) -> crate::Result<Outcome> {
     cfg.check_optimizer(&world.optimizer, "algorithms")?;
     let spec = cfg.algorithm.spec();
     spec.validate(&Setup {
@@ -458,5 +473,5 @@ pub fn run_algorithm(
         topology: &world.topology,
         params: Some(world.store.num_params()),
     })?;
-    spec.run(cfg.kind(), world, run_cfg, observer)
+    spec.run(cfg.kind(), world, run_cfg, observer, ckpt)
 }

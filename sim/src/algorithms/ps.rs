@@ -129,7 +129,7 @@ use serde::{Deserialize, Serialize};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::time::TimeUnit;
-use crate::engine::{Observer, Outcome, RunConfig, SimTime, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, SimTime, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore, blocks};
@@ -226,7 +226,7 @@ impl PsConfig {
 }
 
 /// Events of the parameter server.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// A pull request of `worker` for its step `clock` reached shard `shard`.
     Pull {
@@ -264,7 +264,7 @@ pub enum Event {
     Retransmit(u64),
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WorkerState {
     clock: u64,
     started: u64,
@@ -281,7 +281,7 @@ struct WorkerState {
 }
 
 /// A message posted with [`ParameterServer::post`]: enough to post it again.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Posted {
     src: usize,
     dst: usize,
@@ -289,7 +289,7 @@ struct Posted {
     event: Event,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Shard {
     block: Range<usize>,
     node: usize,
@@ -305,6 +305,7 @@ struct Shard {
 }
 
 /// The state machine of the parameter server.
+#[derive(Serialize, Deserialize)]
 pub struct ParameterServer {
     servers: usize,
     bound: Option<u64>,
@@ -345,7 +346,7 @@ pub struct ParameterServer {
 }
 
 /// An aggregate of `M` gradients (with `aggregate = M > 1`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Aggregate {
     /// The member gradients and their workers, in joining order.
     members: Vec<(GradId, usize)>,
@@ -991,6 +992,7 @@ impl AlgorithmSpec for PsConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let n = world.workers();
         let need = n + self.servers;
@@ -1010,6 +1012,6 @@ impl AlgorithmSpec for PsConfig {
         if world.faults().configured() {
             alg = alg.with_retransmit(self.retransmit(world));
         }
-        run(&mut alg, world, run_cfg, observer)
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
     }
 }

@@ -35,6 +35,7 @@
 //! Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
 //! JPDC 2009.
 
+use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
@@ -43,7 +44,7 @@ use crate::engine::time::{SimTime, num};
 use crate::record::Activity;
 
 /// What a worker's full contribution to its round means for its wait.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Barrier {
     /// Others have yet to contribute: the worker waits for them.
     Wait,
@@ -68,7 +69,7 @@ pub fn mark<E>(cx: &mut Ctx<'_, '_, E>, worker: usize, barrier: Option<Barrier>)
 }
 
 /// `worker` has received the last chunk of every bucket of round `round`: its all-reduce is done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Done {
     /// The worker.
     pub worker: usize,
@@ -77,7 +78,7 @@ pub struct Done {
 }
 
 /// The state of a bucketed ring all-reduce over workers `0..n`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ring {
     n: usize,
     chunk_bytes: Vec<u64>,

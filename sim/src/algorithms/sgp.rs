@@ -112,7 +112,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Observer, Outcome, RunConfig, run};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::schedule::PeerSchedule;
@@ -167,7 +167,7 @@ impl Default for OverlapSgpConfig {
 }
 
 /// Events of SGP.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// `node` finished computing its gradient (the second field: the node's crash count when
     /// the step started; a step abandoned by a crash is ignored).
@@ -200,7 +200,7 @@ pub enum Event {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Node {
     iter: u64,
     w: f64,
@@ -229,7 +229,7 @@ struct Node {
 }
 
 /// A node's gossip in flight (`send = "after-mix"`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct Gossip {
     /// Its round.
     round: u64,
@@ -238,8 +238,10 @@ struct Gossip {
 }
 
 /// The state machine of SGP and Overlap-SGP.
+#[derive(Serialize, Deserialize)]
 pub struct Sgp {
-    kind: &'static str,
+    #[serde(with = "crate::engine::checkpoint::static_str")]
+    kind: crate::engine::checkpoint::StaticStr,
     tau: u64,
     /// `send = "after-mix"` (only `overlap-sgp`).
     after_mix: bool,
@@ -803,12 +805,13 @@ impl AlgorithmSpec for SgpConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let schedule = world
             .topology
             .training_schedule(world.store.batch_size(), world.store.train_size());
         let mut alg = Sgp::synchronous(self, &schedule);
-        run(&mut alg, world, run_cfg, observer)
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
     }
 }
 
@@ -827,11 +830,12 @@ impl AlgorithmSpec for OverlapSgpConfig {
         world: &mut World<'_>,
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
         let schedule = world
             .topology
             .training_schedule(world.store.batch_size(), world.store.train_size());
         let mut alg = Sgp::overlap(self, &schedule);
-        run(&mut alg, world, run_cfg, observer)
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
     }
 }

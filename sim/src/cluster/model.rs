@@ -1,5 +1,6 @@
 //! The compute model of a run: each worker's step durations, drawn as the `[cluster]` section says.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use crate::env::BuildEnv;
 use crate::error::ConfigError;
 
 /// A worker's trace: its durations and what happens after the last.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Replay {
     steps: Arc<[SimTime]>,
     at_end: TraceEnd,
@@ -29,7 +30,7 @@ impl Replay {
 }
 
 /// One worker's compute model.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Worker {
     base: SimTime,
     trace: Option<Replay>,
@@ -39,7 +40,7 @@ struct Worker {
 }
 
 /// The compute model of a run: per-worker step durations.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Cluster {
     workers: Vec<Worker>,
 }

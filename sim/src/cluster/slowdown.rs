@@ -3,6 +3,7 @@
 
 use rand::Rng;
 use rand_distr::{Distribution as _, Exp, Gamma, Geometric, LogNormal, Pareto, Uniform};
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::stragglers::{
     Clock, Distribution, MarkovStart, StragglerModel, markov_clock, positive, window_bounds,
@@ -12,7 +13,7 @@ use crate::engine::time::SimTime;
 use crate::error::ConfigError;
 
 /// A validated distribution, ready to sample.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum Variate {
     Constant(f64),
     Uniform(Uniform<f64>),
@@ -185,7 +186,7 @@ impl Variate {
 }
 
 /// A worker's realization of one entry.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum ModelState {
     Fixed(f64),
     Jitter {

@@ -508,7 +508,7 @@ impl StragglerModel {
 }
 
 /// A loaded trace: one shared sequence, or one per worker.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum TraceData {
     Shared(Arc<[SimTime]>),
     PerWorker(BTreeMap<usize, Arc<[SimTime]>>),

@@ -32,9 +32,13 @@
 //! [`run_inspect`] also hands the algorithm and the world to a hook after every event, which is
 //! how tests check an algorithm's invariant at every event.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithm::{Algorithm, Ctx, StalenessStats, World, WorldState};
+use crate::engine::checkpoint::{self, Checkpointing, checkpoint_error};
 use crate::engine::time::{TimeUnit, num};
 use crate::engine::{EventQueue, SimTime};
 use crate::error::{ConfigError, Error, Result};
@@ -278,6 +282,12 @@ pub trait Observer {
     fn on_message(&mut self, _record: &MessageRecord) -> std::result::Result<(), String> {
         Ok(())
     }
+    /// A checkpoint of the run at `time` ([`crate::engine::checkpoint`]): everything the
+    /// observer has received so far belongs to it, nothing after. Only runs with
+    /// [`Checkpointing`] take them; an error stops the run.
+    fn on_checkpoint(&mut self, _state: &[u8], _time: SimTime) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// An observer that keeps every evaluation point in memory.
@@ -388,6 +398,7 @@ impl std::fmt::Display for Divergence {
 }
 
 /// Watches the held-out loss at every evaluation point.
+#[derive(Serialize, Deserialize)]
 struct DivergenceGuard {
     bound: Option<f64>,
     configured: bool,
@@ -453,17 +464,112 @@ pub fn run_inspect<A: Algorithm>(
     observer: &mut dyn Observer,
     inspect: &mut dyn FnMut(&A, &World<'_>, SimTime),
 ) -> Result<Outcome> {
-    let mut queue = EventQueue::new();
-    let time_limit = cfg.sim_time_s.map(SimTime::from_secs_f64);
+    let start = begin(alg, world, cfg, observer, inspect)?;
+    drive(alg, world, cfg, observer, inspect, start, None)
+}
+
+/// [`run`] with checkpoints ([`crate::engine::checkpoint`]): taken as `ckpt` says and handed to
+/// `observer`; with `ckpt.resume`, the run goes on from that checkpoint instead of starting.
+/// `alg` and `world` must then be built from the scenario the checkpoint's run was built from
+/// (with the same metrics options and faults); the checkpoint replaces their state.
+pub fn run_checkpointed<A>(
+    alg: &mut A,
+    world: &mut World<'_>,
+    cfg: &RunConfig,
+    observer: &mut dyn Observer,
+    ckpt: Checkpointing<'_>,
+) -> Result<Outcome>
+where
+    A: Algorithm + Serialize + DeserializeOwned,
+    A::Event: Serialize + DeserializeOwned,
+{
+    let inspect = &mut |_: &A, _: &World<'_>, _: SimTime| {};
+    let start = match ckpt.resume {
+        Some(bytes) => {
+            let (position, restored, queue, state): (
+                Position,
+                A,
+                EventQueue<A::Event>,
+                WorldState,
+            ) = checkpoint::decode(bytes)?;
+            *alg = restored;
+            world.restore(state).map_err(checkpoint_error)?;
+            world.store.set_now(position.now);
+            Start {
+                position,
+                queue,
+                diverged: None,
+            }
+        }
+        None => begin(alg, world, cfg, observer, inspect)?,
+    };
+    let mut save = |alg: &A,
+                    queue: &EventQueue<A::Event>,
+                    world: &mut World<'_>,
+                    position: &Position|
+     -> Result<Vec<u8>> {
+        let state = world.checkpoint().map_err(checkpoint_error)?;
+        checkpoint::encode(&(position, alg, queue, state))
+    };
+    let hook = Hook {
+        every: ckpt.every,
+        interrupt: ckpt.interrupt,
+        save: &mut save,
+    };
+    drive(alg, world, cfg, observer, inspect, start, Some(hook))
+}
+
+/// Where the run loop stands between two events: all a checkpoint needs besides the algorithm,
+/// the queue and the world.
+#[derive(Serialize, Deserialize)]
+struct Position {
+    now: SimTime,
+    events: u64,
+    next_eval: SimTime,
+    next_step_eval: Option<u64>,
+    guard: DivergenceGuard,
+    /// The last evaluation point's time and result (what the end of the run reads of it).
+    last_eval: (SimTime, Evaluation),
+    next_checkpoint: SimTime,
+}
+
+/// Where [`drive`] starts: after [`begin`], or at a checkpoint.
+struct Start<E> {
+    position: Position,
+    queue: EventQueue<E>,
+    /// The point at time 0 diverged (only when just begun).
+    diverged: Option<Divergence>,
+}
+
+/// How [`drive`] takes checkpoints.
+struct Hook<'h, A: Algorithm> {
+    every: Option<SimTime>,
+    interrupt: Option<&'h AtomicBool>,
+    #[allow(clippy::type_complexity)]
+    save:
+        &'h mut dyn FnMut(&A, &EventQueue<A::Event>, &mut World<'_>, &Position) -> Result<Vec<u8>>,
+}
+
+/// The evaluation grid's step.
+fn eval_every(cfg: &RunConfig) -> SimTime {
     // No time grid (eval_every_s = 0 with eval_every_steps): the next grid point is never.
-    let eval_every = if cfg.eval_every_s > 0.0 {
+    if cfg.eval_every_s > 0.0 {
         SimTime::from_secs_f64(cfg.eval_every_s).max(SimTime::from_nanos(1))
     } else {
         SimTime::MAX
-    };
-    let mut events = 0u64;
-    let mut now = SimTime::ZERO;
+    }
+}
 
+/// Starts `alg` and evaluates the point at time 0.
+fn begin<A: Algorithm>(
+    alg: &mut A,
+    world: &mut World<'_>,
+    cfg: &RunConfig,
+    observer: &mut dyn Observer,
+    inspect: &mut dyn FnMut(&A, &World<'_>, SimTime),
+) -> Result<Start<A::Event>> {
+    let mut queue = EventQueue::new();
+    let now = SimTime::ZERO;
     world.store.set_now(now);
     alg.start(&mut Ctx {
         now,
@@ -473,10 +579,66 @@ pub fn run_inspect<A: Algorithm>(
     inspect(alg, world, now);
     drain_logs(world, observer)?;
     let mut guard = DivergenceGuard::new(cfg, world.store.computes());
-    let mut last_eval = evaluate(alg, world, now, observer)?;
-    let mut diverged = guard.check(&last_eval);
-    let mut next_eval = eval_every;
-    let mut next_step_eval = cfg.eval_every_steps;
+    let last_eval = evaluate(alg, world, now, observer)?;
+    let diverged = guard.check(&last_eval);
+    let position = Position {
+        now,
+        events: 0,
+        next_eval: eval_every(cfg),
+        next_step_eval: cfg.eval_every_steps,
+        guard,
+        last_eval: (last_eval.time, last_eval.eval),
+        next_checkpoint: SimTime::ZERO,
+    };
+    Ok(Start {
+        position,
+        queue,
+        diverged,
+    })
+}
+
+/// The run loop, from `position` on, to the stop.
+fn drive<A: Algorithm>(
+    alg: &mut A,
+    world: &mut World<'_>,
+    cfg: &RunConfig,
+    observer: &mut dyn Observer,
+    inspect: &mut dyn FnMut(&A, &World<'_>, SimTime),
+    start: Start<A::Event>,
+    mut hook: Option<Hook<'_, A>>,
+) -> Result<Outcome> {
+    let Start {
+        position,
+        mut queue,
+        mut diverged,
+    } = start;
+    let time_limit = cfg.sim_time_s.map(SimTime::from_secs_f64);
+    let eval_every = eval_every(cfg);
+    let Position {
+        mut now,
+        mut events,
+        mut next_eval,
+        mut next_step_eval,
+        mut guard,
+        last_eval: (last_time, last_result),
+        mut next_checkpoint,
+    } = position;
+    let mut last_eval = EvalPoint {
+        time: last_time,
+        worker_steps: world.worker_steps,
+        epoch: world.epochs(),
+        eval: last_result,
+        train_loss: f64::NAN,
+        consensus: f64::NAN,
+        replicas: None,
+        suboptimality: None,
+        series: Vec::new(),
+    };
+    if let Some(every) = hook.as_ref().and_then(|h| h.every)
+        && next_checkpoint == SimTime::ZERO
+    {
+        next_checkpoint = every;
+    }
 
     let fraction = |world: &World<'_>, now: SimTime| -> f64 {
         let mut f: f64 = 0.0;
@@ -544,6 +706,36 @@ pub fn run_inspect<A: Algorithm>(
         {
             now = limit;
             break;
+        }
+        // Between two events, with every point before `t` written: a checkpoint is due when
+        // the time grid's next mark lies before `t`, or when the run is interrupted.
+        if let Some(h) = hook.as_mut() {
+            let interrupted = h.interrupt.is_some_and(|i| i.load(Ordering::SeqCst));
+            let due = h.every.is_some() && next_checkpoint < t;
+            if due || interrupted {
+                if let Some(every) = h.every {
+                    while next_checkpoint < t {
+                        next_checkpoint = next_checkpoint.saturating_add(every);
+                    }
+                }
+                let position = Position {
+                    now,
+                    events,
+                    next_eval,
+                    next_step_eval,
+                    guard,
+                    last_eval: (last_eval.time, last_eval.eval),
+                    next_checkpoint,
+                };
+                let bytes = (h.save)(alg, &queue, world, &position)?;
+                observer
+                    .on_checkpoint(&bytes, now)
+                    .map_err(Error::Observer)?;
+                guard = position.guard;
+                if interrupted {
+                    return Err(Error::Interrupted { time: now });
+                }
+            }
         }
         if fault {
             now = t;

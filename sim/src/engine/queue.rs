@@ -18,6 +18,7 @@
 //! assert_eq!(q.pop(), None);
 //! ```
 
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
 use crate::engine::time::SimTime;
@@ -34,6 +35,7 @@ const BUCKETS: usize = 65;
 /// event moves a few times at most, whatever the number pending. The events due at the current
 /// time wait in their own bucket in sequence order, so ties break by scheduling order. Events
 /// live in a slab; buckets hold 24-byte keys.
+#[derive(Serialize, Deserialize)]
 pub struct EventQueue<E> {
     /// The time of the events in `current` (and a lower bound of every other).
     last: u64,

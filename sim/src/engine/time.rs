@@ -5,13 +5,16 @@
 //! the same instant compare equal, and the tie is broken by their sequence number, never by
 //! floating-point rounding.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 
 use crate::error::ConfigError;
 
 /// An instant or a duration of simulated time, in nanoseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct SimTime(u64);
 
 impl SimTime {

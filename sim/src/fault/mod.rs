@@ -38,6 +38,7 @@
 
 pub mod config;
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 use rand::Rng;
@@ -54,7 +55,7 @@ use crate::env::BuildEnv;
 use crate::error::ConfigError;
 
 /// Why a message was lost.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LossCause {
     /// Random loss (a `loss` entry).
     Random,
@@ -64,7 +65,7 @@ pub enum LossCause {
 
 /// What became of a message posted with [`crate::algorithm::Ctx::send`] or
 /// [`crate::algorithm::Ctx::transfer`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sent {
     /// When it lands (when it would have landed, if it is lost).
     pub arrive: SimTime,
@@ -74,7 +75,7 @@ pub struct Sent {
 }
 
 /// A worker crashed or rejoined.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WorkerFault {
     /// The worker crashed now.
     Crash(usize),
@@ -83,7 +84,7 @@ pub enum WorkerFault {
 }
 
 /// Counts of what the faults did over a run.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FaultStats {
     /// Messages lost at random.
     pub lost: u64,
@@ -106,7 +107,7 @@ pub struct FaultStats {
 }
 
 /// Which links an entry covers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Cover {
     All,
     Links(BTreeSet<(usize, usize)>),
@@ -131,7 +132,7 @@ impl Cover {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Effect {
     Down,
     Loss(f64),
@@ -139,7 +140,7 @@ enum Effect {
     Delay(f64, Variate),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Rule {
     entry: usize,
     effect: Effect,
@@ -148,7 +149,7 @@ struct Rule {
     end: SimTime,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct CrashProcess {
     entry: usize,
     mtbf: Option<Exp<f64>>,
@@ -161,7 +162,7 @@ type Transition = (SimTime, u64, usize, usize, bool);
 /// The faults of a run: the crash and rejoin schedule, the state of every worker, and the rules
 /// that decide each message's fate. Built afresh for every algorithm from the same entries and
 /// seed, so every algorithm meets the same realization.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Faults {
     configured: bool,
     seed: u64,

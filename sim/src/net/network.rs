@@ -57,6 +57,7 @@
 //! The path is a function of simulated time only, so every algorithm meets the same congestion
 //! at the same instants.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 use rand::Rng;
@@ -70,7 +71,7 @@ use crate::error::ConfigError;
 use crate::net::config::{LinkSpec, NetworkConfig};
 
 /// Totals over a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkStats {
     /// Messages sent.
     pub messages: u64,
@@ -85,7 +86,7 @@ pub struct NetworkStats {
 /// (`up_start`, or the start on a dedicated link) to the instant its last byte has arrived at the
 /// receiver's downlink (`down_end`), latency excluded. Summed over the pairs, `messages` and
 /// `bytes` are the run's [`NetworkStats`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkStats {
     /// Messages sent from `src` to `dst`.
     pub messages: u64,
@@ -96,7 +97,7 @@ pub struct LinkStats {
 }
 
 /// Which links a congestion entry covers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Scope {
     All,
     Links(BTreeSet<(usize, usize)>),
@@ -135,7 +136,7 @@ impl Scope {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct CongestionSpan {
     start: SimTime,
     end: SimTime,
@@ -143,7 +144,7 @@ struct CongestionSpan {
     scope: Scope,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct CongestionProcess {
     factor: f64,
     p_on: f64,
@@ -152,14 +153,14 @@ struct CongestionProcess {
 }
 
 /// One link's realization of one random congestion process.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct OnOff {
     rng: Stream,
     on: bool,
     until: SimTime,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct LinkParams {
     bytes_per_s: Option<u64>,
     latency: Option<SimTime>,
@@ -171,7 +172,7 @@ fn bytes_per_s(gbps: f64) -> u64 {
 }
 
 /// The network state of a run: when each NIC direction is next free, and the congestion state.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Network {
     default_bps: u64,
     default_latency: SimTime,

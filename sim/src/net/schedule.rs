@@ -28,6 +28,7 @@
 //! The one- and two-peer schedules are strongly connected over every period: the union of their
 //! edges over a period contains the cycle `i → i + 1`.
 
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::ops::Range;
 
@@ -36,7 +37,7 @@ use rand::Rng;
 
 use crate::engine::rng::{StreamKind, splitmix64, stream};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Kind {
     /// Every node sends to its neighbours at every iteration.
     Fixed(Vec<Vec<usize>>),
@@ -44,7 +45,8 @@ enum Kind {
     /// iteration `s` on, `per` is the phase's and the rotation restarts: `book[(per·(k − s) + j)
     /// mod L]`.
     Rotating {
-        name: &'static str,
+        #[serde(with = "crate::engine::checkpoint::static_str")]
+        name: crate::engine::checkpoint::StaticStr,
         book: Vec<usize>,
         per: usize,
         /// `(first iteration, peers per iteration)`, first iterations increasing; empty: one
@@ -56,7 +58,7 @@ enum Kind {
 }
 
 /// Who sends to whom at each iteration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerSchedule {
     n: usize,
     kind: Kind,

@@ -440,6 +440,61 @@ impl ReplicaStore for ReferenceStore {
             None => self.evaluate().loss,
         })
     }
+
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        let state = ReferenceState {
+            params: self.params.clone(),
+            velocity: self.velocity.clone(),
+            second: self.second.clone(),
+            steps: self.steps.clone(),
+            data: self.data.clone(),
+            grads: self.grads.clone(),
+            next_grad: self.next_grad,
+            msgs: self.msgs.clone(),
+            next_msg: self.next_msg,
+            train_loss: self.train_loss,
+        };
+        postcard::to_stdvec(&state).map_err(|e| e.to_string())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), String> {
+        let state: ReferenceState = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        if state.params.len() < self.workers
+            || state
+                .params
+                .iter()
+                .any(|r| r.len() != self.problem.curvature.len())
+        {
+            return Err("the checkpoint's replicas do not fit this model".into());
+        }
+        self.params = state.params;
+        self.velocity = state.velocity;
+        self.second = state.second;
+        self.steps = state.steps;
+        self.data = state.data;
+        self.grads = state.grads;
+        self.next_grad = state.next_grad;
+        self.msgs = state.msgs;
+        self.next_msg = state.next_msg;
+        self.train_loss = state.train_loss;
+        Ok(())
+    }
+}
+
+/// What a checkpoint keeps of a [`ReferenceStore`] (the problem and the configuration are
+/// rebuilt with the store).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ReferenceState {
+    params: Vec<Vec<f64>>,
+    velocity: Vec<Vec<f64>>,
+    second: Vec<Vec<f64>>,
+    steps: Vec<Vec<u64>>,
+    data: Vec<Stream>,
+    grads: BTreeMap<GradId, Vec<f64>>,
+    next_grad: u64,
+    msgs: BTreeMap<MsgId, Vec<f64>>,
+    next_msg: u64,
+    train_loss: (f64, usize),
 }
 
 #[cfg(test)]

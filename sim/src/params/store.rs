@@ -35,18 +35,19 @@
 //! The store applies the `[optimizer]` section's local update; its rule is stated in
 //! [`crate::params::optimizer`].
 
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 /// A handle to a requested gradient. Handles are never reused within a store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct GradId(pub u64);
 
 /// A handle to a message buffer. Handles are never reused within a store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct MsgId(pub u64);
 
 /// What a term of a linear combination reads: a row or a message buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Slot {
     /// Row `i` (a worker's replica for `i < workers()`).
     Row(usize),
@@ -55,7 +56,7 @@ pub enum Slot {
 }
 
 /// Loss and accuracy of a model on the held-out split.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {
     /// Mean loss (cross-entropy for classifiers, the objective for analytic problems).
     pub loss: f64,
@@ -185,6 +186,23 @@ pub trait ReplicaStore {
     /// value `f*`; `None` (the default) for the others.
     fn suboptimality(&mut self, _terms: Option<&[(usize, f64)]>) -> Option<f64> {
         None
+    }
+
+    /// The store's whole state, for a checkpoint ([`crate::engine::checkpoint`]): every row and
+    /// its optimizer state, the data streams' positions, the pending gradient requests (the
+    /// values they read and their minibatches), the gradients computed and not yet released,
+    /// the message buffers, the handle counter, the training loss since the last read and the
+    /// batching counters. What the store was built from (model, data, configuration) is not in
+    /// it: [`ReplicaStore::restore_state`] restores into a store built the same way. `Err` when
+    /// the store cannot be checkpointed.
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        Err("this store cannot be checkpointed".into())
+    }
+
+    /// Restores what [`ReplicaStore::save_state`] saved, into a store built as the saved one
+    /// was. Afterwards every operation gives what it would have given on the saved store.
+    fn restore_state(&mut self, _state: &[u8]) -> Result<(), String> {
+        Err("this store cannot be checkpointed".into())
     }
 }
 

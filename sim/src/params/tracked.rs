@@ -69,6 +69,7 @@
 //! run loop hands it to the observer. Old writes are forgotten once no lineage, buffer or pending
 //! gradient can refer to them, so memory stays bounded.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 
@@ -80,7 +81,7 @@ use crate::record::{GradientRecord, Histogram};
 const FRESH: usize = usize::MAX;
 
 /// Where the values of a block come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Origin {
     /// The row's own latest values.
     Own,
@@ -93,7 +94,7 @@ type Lineage = Vec<(Range<usize>, Origin)>;
 
 /// A resolved lineage: every block names a row (or `FRESH`) and a write number. Nearly always
 /// one block over the whole row, kept without allocating.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Resolved {
     /// All of the row comes from `row` after write `seq`.
     Whole { row: usize, seq: u64 },
@@ -120,7 +121,7 @@ impl Resolved {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct RowVersions {
     lineage: Lineage,
     /// `(write number, coordinates touched)`, in increasing order.
@@ -133,7 +134,7 @@ struct RowVersions {
 /// in increasing order), so inserting is a push. Handles are nearly dense (a store numbers its
 /// messages from the same counter), so finding one starts where a dense window would hold it and
 /// searches outwards: `O(1)` in practice, `O(log n)` at worst.
-#[derive(Default)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct GradTable {
     slots: VecDeque<(GradId, Option<Reads>)>,
 }
@@ -217,7 +218,7 @@ impl GradTable {
 }
 
 /// The reads of a gradient: one, or several for a mean.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 enum Reads {
     One(Read),
     Many(Vec<Read>),
@@ -232,12 +233,30 @@ impl Reads {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct Read {
     worker: usize,
     time: SimTime,
     seq: u64,
     lineage: Resolved,
+}
+
+/// What a checkpoint keeps of a [`Tracked`] store: its versions and histograms, and the wrapped
+/// store's own state ([`ReplicaStore::save_state`]).
+#[derive(Serialize, Deserialize)]
+struct TrackedState {
+    seq: u64,
+    rows: Vec<RowVersions>,
+    msgs: BTreeMap<MsgId, Resolved>,
+    grads: GradTable,
+    row_staleness: Vec<Histogram>,
+    global_staleness: Vec<Histogram>,
+    iterations: VecDeque<u64>,
+    counted: BTreeSet<GradId>,
+    global_total: u64,
+    logged_writes: usize,
+    next_prune: usize,
+    inner: Vec<u8>,
 }
 
 /// The store of a run, with versions kept beside it (see the [module documentation](self)).
@@ -556,6 +575,41 @@ impl ReplicaStore for Tracked<'_> {
 
     fn computes(&self) -> bool {
         self.inner.computes()
+    }
+
+    fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        let state = TrackedState {
+            seq: self.seq,
+            rows: self.rows.clone(),
+            msgs: self.msgs.clone(),
+            grads: self.grads.clone(),
+            row_staleness: self.row_staleness.clone(),
+            global_staleness: self.global_staleness.clone(),
+            iterations: self.iterations.clone(),
+            counted: self.counted.clone(),
+            global_total: self.global_total,
+            logged_writes: self.logged_writes,
+            next_prune: self.next_prune,
+            inner: self.inner.save_state()?,
+        };
+        postcard::to_stdvec(&state).map_err(|e| e.to_string())
+    }
+
+    fn restore_state(&mut self, state: &[u8]) -> Result<(), String> {
+        let state: TrackedState = postcard::from_bytes(state).map_err(|e| e.to_string())?;
+        self.inner.restore_state(&state.inner)?;
+        self.seq = state.seq;
+        self.rows = state.rows;
+        self.msgs = state.msgs;
+        self.grads = state.grads;
+        self.row_staleness = state.row_staleness;
+        self.global_staleness = state.global_staleness;
+        self.iterations = state.iterations;
+        self.counted = state.counted;
+        self.global_total = state.global_total;
+        self.logged_writes = state.logged_writes;
+        self.next_prune = state.next_prune;
+        Ok(())
     }
 
     fn layers(&self) -> Vec<crate::params::Layer> {

@@ -1,0 +1,119 @@
+//! Checkpoints: the whole state of a run in progress, as bytes, and what a run needs to take
+//! them and to continue from one.
+//!
+//! A checkpoint of an algorithm's run ([`crate::algorithms::run_algorithm_checkpointed`]) holds
+//! everything that decides what happens next: the driver's position (clock, events handled, the
+//! next evaluation point, the divergence guard), the event queue, the algorithm's state (every
+//! worker's phase, its random streams, the messages it tracks), the world (every worker's
+//! compute model and random streams, the network's links, queues and congestion processes, the
+//! faults, the recorder's intervals and histograms, the step counters) and the store's state
+//! through [`ReplicaStore::save_state`] (replicas, optimizer state, data streams, pending
+//! gradient requests, message buffers). The graph is not in it: it is a function of the
+//! scenario, rebuilt on resume. Restoring a checkpoint into a world built from the same scenario
+//! and running on gives the same events, in the same order, with the same numbers, as the run
+//! that was never interrupted (`tests/resume.rs`).
+//!
+//! Checkpoints are taken between events: at the first gap in the event sequence at or after each
+//! multiple of [`Checkpointing::every`] (all events up to that time handled, and the evaluation
+//! points before it written), and when [`Checkpointing::interrupt`] is raised, after the event
+//! being handled. The bytes go to [`crate::engine::Observer::on_checkpoint`]; where they are
+//! kept is the caller's business. The encoding is [postcard](https://docs.rs/postcard) behind a
+//! magic number and a format version: a checkpoint of another format version is refused, not
+//! misread.
+//!
+//! [`ReplicaStore::save_state`]: crate::params::ReplicaStore::save_state
+
+use std::sync::atomic::AtomicBool;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::engine::time::SimTime;
+use crate::error::{Error, Result};
+
+/// The first bytes of every checkpoint of the engine.
+pub const MAGIC: &[u8; 8] = b"DASIMCKP";
+
+/// The format version; bumped whenever the encoded state changes shape.
+pub const VERSION: u32 = 1;
+
+/// When to take checkpoints, and what to continue from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Checkpointing<'a> {
+    /// Take a checkpoint every this much simulated time (`None`: only on interrupt).
+    pub every: Option<SimTime>,
+    /// Raised from outside (a Ctrl-C handler): the run stops after the event being handled,
+    /// takes a checkpoint and ends with [`Error::Interrupted`].
+    pub interrupt: Option<&'a AtomicBool>,
+    /// A checkpoint to continue from, as the observer received it.
+    pub resume: Option<&'a [u8]>,
+}
+
+/// Encodes `value` behind the magic number and the format version.
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    postcard::to_io(value, &mut out)
+        .map_err(|e| checkpoint_error(format!("cannot encode: {e}")))?;
+    Ok(out)
+}
+
+/// Decodes what [`encode`] wrote; refuses other data and other format versions.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    let Some(rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
+        return Err(checkpoint_error(
+            "not a dasim checkpoint (bad magic number)",
+        ));
+    };
+    if rest.len() < 4 {
+        return Err(checkpoint_error("truncated"));
+    }
+    let (version, body) = rest.split_at(4);
+    let version = u32::from_le_bytes(version.try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(checkpoint_error(format!(
+            "format version {version}, this dasim reads version {VERSION}: resume it with the \
+             dasim that wrote it"
+        )));
+    }
+    postcard::from_bytes(body).map_err(|e| checkpoint_error(format!("cannot decode: {e}")))
+}
+
+/// The error of a checkpoint that cannot be written or read.
+pub fn checkpoint_error(message: impl Into<String>) -> Error {
+    Error::Checkpoint(message.into())
+}
+
+/// A `&'static str` field read back through [`static_str`]. (Serde's derive sees a `&str`
+/// field by its spelling and would borrow it from the input; behind this alias it does not.)
+pub(crate) type StaticStr = &'static str;
+
+/// Serde for `&'static str` fields (a schedule's name, an algorithm's kind): written as a
+/// string, read back as one of the names the engine uses, leaked only when it is none of them
+/// (a few bytes, once per resume).
+pub(crate) mod static_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const KNOWN: &[&str] = &[
+        "sgp",
+        "overlap-sgp",
+        "static",
+        "one-peer-exponential",
+        "two-peer-exponential",
+        "bidirectional-exponential",
+    ];
+
+    pub(crate) fn serialize<S: Serializer>(s: &&'static str, out: S) -> Result<S::Ok, S::Error> {
+        out.serialize_str(s)
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(KNOWN
+            .iter()
+            .copied()
+            .find(|k| *k == s)
+            .unwrap_or_else(|| Box::leak(s.into_boxed_str())))
+    }
+}

@@ -1,0 +1,329 @@
+//! Checkpoints of the engine ([`dasim_sim::engine::checkpoint`]): for every algorithm, under
+//! random stragglers, random congestion and faults that draw from their own streams, a run
+//! resumed from any of its checkpoints — into an algorithm and a world built afresh from the
+//! scenario, as `dasim run --resume` builds them — goes on exactly as the run that was never
+//! interrupted: the same evaluation points, applied gradients and messages after the
+//! checkpoint, and the same outcome (time, events, steps, staleness, utilization, links, faults).
+
+use std::sync::atomic::AtomicBool;
+
+use dasim_sim::Error;
+use dasim_sim::algorithms::run_algorithm_checkpointed;
+use dasim_sim::engine::Checkpointing;
+use dasim_sim::fault::{FaultConfig, Faults};
+use dasim_sim::prelude::*;
+use dasim_sim::record::{GradientRecord, MessageRecord};
+
+/// The engine's sections of a scenario.
+#[derive(serde::Deserialize)]
+struct Sections {
+    seed: u64,
+    cluster: ClusterConfig,
+    network: NetworkConfig,
+    topology: TopologyConfig,
+    optimizer: OptimizerConfig,
+    run: RunConfig,
+    #[serde(default)]
+    faults: Vec<FaultConfig>,
+    algorithms: Vec<AlgorithmConfig>,
+}
+
+/// Jitter and a Markov straggler (their own streams), random congestion (its own streams),
+/// delayed and duplicated messages (every algorithm accepts them).
+const BASE: &str = r#"
+seed = 11
+
+[cluster]
+workers = 6
+step_time_ms = 10.0
+
+[[cluster.stragglers]]
+kind = "jitter"
+workers = "all"
+distribution = "lognormal"
+mean = 1.0
+cv = 0.2
+
+[[cluster.stragglers]]
+kind = "markov"
+workers = [2]
+factor = 4.0
+mean_fast_steps = 5.0
+mean_slow_steps = 3.0
+
+[network]
+bandwidth_gbps = 1.0
+latency_us = 50.0
+
+[[network.random_congestion]]
+mean_on_s = 0.02
+mean_off_s = 0.05
+bandwidth_factor = 0.25
+
+[topology]
+kind = "ring"
+
+[optimizer]
+lr = 0.05
+momentum = 0.5
+
+[run]
+sim_time_s = 0.6
+eval_every_s = 0.05
+divergence_loss = 1e300
+
+[[faults]]
+kind = "delay"
+probability = 0.2
+mean_ms = 2.0
+distribution = "exponential"
+
+[[faults]]
+kind = "duplicate"
+probability = 0.1
+"#;
+
+/// Crashes with a rejoin, and lost messages: for the algorithms that define what they do then.
+const CRASH_AND_LOSS: &str = r#"
+[[faults]]
+kind = "crash"
+workers = [4]
+at_s = 0.2
+rejoin_after_s = 0.1
+
+[[faults]]
+kind = "loss"
+probability = 0.05
+"#;
+
+/// What an observer saw, as text (NaNs compare equal), and the checkpoints it was handed, each
+/// with how much it had seen by then.
+#[derive(Default)]
+struct Seen {
+    points: Vec<String>,
+    gradients: Vec<String>,
+    messages: Vec<String>,
+    checkpoints: Vec<(Vec<u8>, [usize; 3])>,
+}
+
+impl Observer for Seen {
+    fn on_eval(&mut self, p: &EvalPoint) -> Result<(), String> {
+        self.points.push(format!("{p:?}"));
+        Ok(())
+    }
+    fn on_gradient(&mut self, g: &GradientRecord) -> Result<(), String> {
+        self.gradients.push(format!("{g:?}"));
+        Ok(())
+    }
+    fn on_message(&mut self, m: &MessageRecord) -> Result<(), String> {
+        self.messages.push(format!("{m:?}"));
+        Ok(())
+    }
+    fn on_checkpoint(&mut self, state: &[u8], _time: SimTime) -> Result<(), String> {
+        let seen = [self.points.len(), self.gradients.len(), self.messages.len()];
+        self.checkpoints.push((state.to_vec(), seen));
+        Ok(())
+    }
+}
+
+/// Runs entry `i` of `s` on a fresh world, as `ckpt` says.
+fn run(
+    s: &Sections,
+    i: usize,
+    observer: &mut Seen,
+    ckpt: Checkpointing<'_>,
+) -> dasim_sim::Result<Outcome> {
+    let alg = &s.algorithms[i];
+    let n = s.cluster.workers;
+    let env = BuildEnv::new(s.seed);
+    let mut store =
+        ReferenceStore::new(Quadratic::new(8, 10.0, 0.1), n, s.optimizer.clone(), s.seed);
+    let mut world = World::new(
+        Cluster::new(&s.cluster, &env).unwrap(),
+        Network::new(&s.network, n + alg.extra_nodes(), &env).unwrap(),
+        Topology::build(&s.topology, n, &env).unwrap(),
+        &mut store,
+        &s.optimizer,
+        s.seed,
+    );
+    world.set_metrics(&MetricsConfig {
+        log_gradients: true,
+        log_messages: true,
+        ..Default::default()
+    });
+    world.set_faults(Faults::new(&s.faults, n, &env).unwrap());
+    run_algorithm_checkpointed(alg, &mut world, &s.run, observer, ckpt)
+}
+
+fn sections(algorithm: &str, crash_and_loss: bool) -> Sections {
+    let mut text = format!("{BASE}\n[[algorithms]]\n{algorithm}\n");
+    if crash_and_loss {
+        text.push_str(CRASH_AND_LOSS);
+    }
+    toml::from_str(&text).unwrap_or_else(|e| panic!("{algorithm}: {e}"))
+}
+
+fn check(algorithm: &str, crash_and_loss: bool) {
+    let s = sections(algorithm, crash_and_loss);
+    let every = SimTime::from_millis_f64(70.0);
+    let mut whole = Seen::default();
+    let ckpt = Checkpointing {
+        every: Some(every),
+        ..Default::default()
+    };
+    let expected = run(&s, 0, &mut whole, ckpt).unwrap();
+    let plain = run(&s, 0, &mut Seen::default(), Checkpointing::default()).unwrap();
+    assert_eq!(
+        format!("{expected:?}"),
+        format!("{plain:?}"),
+        "{algorithm}: taking checkpoints changed the run"
+    );
+    assert!(
+        whole.checkpoints.len() >= 6,
+        "{algorithm}: {} checkpoints",
+        whole.checkpoints.len()
+    );
+    assert!(
+        !whole.messages.is_empty() || algorithm.contains("\"ps\"") || !whole.gradients.is_empty()
+    );
+    let last = whole.checkpoints.len() - 1;
+    for k in [0, last / 2, last] {
+        let (bytes, [p, g, m]) = &whole.checkpoints[k];
+        let mut resumed = Seen::default();
+        let ckpt = Checkpointing {
+            every: Some(every),
+            resume: Some(bytes),
+            ..Default::default()
+        };
+        let outcome = run(&s, 0, &mut resumed, ckpt).unwrap();
+        let at = format!("{algorithm}, resumed from checkpoint {k}");
+        assert_eq!(
+            resumed.points,
+            whole.points[*p..],
+            "{at}: evaluation points"
+        );
+        assert_eq!(resumed.gradients, whole.gradients[*g..], "{at}: gradients");
+        assert_eq!(resumed.messages, whole.messages[*m..], "{at}: messages");
+        assert_eq!(
+            format!("{outcome:?}"),
+            format!("{expected:?}"),
+            "{at}: outcome"
+        );
+        // The resumed run takes the later checkpoints too, with the same bytes.
+        let later: Vec<&Vec<u8>> = whole.checkpoints[k + 1..].iter().map(|(b, _)| b).collect();
+        let again: Vec<&Vec<u8>> = resumed.checkpoints.iter().map(|(b, _)| b).collect();
+        assert_eq!(again, later, "{at}: later checkpoints");
+    }
+}
+
+#[test]
+fn allreduce_resumes_exactly() {
+    check("kind = \"allreduce\"", false);
+}
+
+#[test]
+fn local_sgd_resumes_exactly() {
+    check("kind = \"local-sgd\"\nh = 3", false);
+}
+
+#[test]
+fn dpsgd_resumes_exactly() {
+    check("kind = \"dpsgd\"", false);
+}
+
+#[test]
+fn adpsgd_resumes_exactly() {
+    check("kind = \"adpsgd\"", true);
+    check("kind = \"adpsgd\"\naveraging = \"thread\"", false);
+}
+
+#[test]
+fn sgp_and_overlap_sgp_resume_exactly() {
+    check("kind = \"sgp\"", true);
+    check("kind = \"overlap-sgp\"\ntau = 2", true);
+}
+
+#[test]
+fn parameter_server_resumes_exactly() {
+    check("kind = \"ps\"\nservers = 2", true);
+}
+
+#[test]
+fn dasgd_resumes_exactly() {
+    check("kind = \"dasgd\"", true);
+}
+
+#[test]
+fn lap_and_lpp_sgd_resume_exactly() {
+    check("kind = \"lap-sgd\"\nprocesses = 2\nh = 3", false);
+    check("kind = \"lpp-sgd\"\nprocesses = 2\nh = 3", false);
+}
+
+#[test]
+fn an_interrupt_stops_after_the_current_event_with_a_checkpoint() {
+    let s = sections("kind = \"adpsgd\"", false);
+    let mut whole = Seen::default();
+    let expected = run(&s, 0, &mut whole, Checkpointing::default()).unwrap();
+    let raised = AtomicBool::new(true);
+    let mut first = Seen::default();
+    let ckpt = Checkpointing {
+        interrupt: Some(&raised),
+        ..Default::default()
+    };
+    match run(&s, 0, &mut first, ckpt) {
+        Err(Error::Interrupted { time }) => assert_eq!(time, SimTime::ZERO),
+        other => panic!("not interrupted: {other:?}"),
+    }
+    assert_eq!(
+        first.checkpoints.len(),
+        1,
+        "one checkpoint, at the interrupt"
+    );
+    let (bytes, _) = &first.checkpoints[0];
+    let mut rest = Seen::default();
+    let ckpt = Checkpointing {
+        resume: Some(bytes),
+        ..Default::default()
+    };
+    let outcome = run(&s, 0, &mut rest, ckpt).unwrap();
+    assert_eq!(format!("{outcome:?}"), format!("{expected:?}"));
+    let mut points = first.points.clone();
+    points.extend(rest.points);
+    assert_eq!(points, whole.points);
+}
+
+#[test]
+fn a_damaged_or_foreign_checkpoint_is_refused() {
+    let s = sections("kind = \"allreduce\"", false);
+    let mut whole = Seen::default();
+    let ckpt = Checkpointing {
+        every: Some(SimTime::from_millis_f64(100.0)),
+        ..Default::default()
+    };
+    run(&s, 0, &mut whole, ckpt).unwrap();
+    let (bytes, _) = &whole.checkpoints[1];
+    let refused = |bytes: &[u8]| {
+        let ckpt = Checkpointing {
+            resume: Some(bytes),
+            ..Default::default()
+        };
+        match run(&s, 0, &mut Seen::default(), ckpt) {
+            Err(Error::Checkpoint(m)) => m,
+            other => panic!("accepted: {other:?}"),
+        }
+    };
+    assert!(refused(b"not a checkpoint").contains("bad magic number"));
+    assert!(refused(&bytes[..bytes.len() / 2]).contains("cannot decode"));
+    let mut other_version = bytes.clone();
+    other_version[8] = 99;
+    assert!(refused(&other_version).contains("format version 99"));
+    // Another algorithm's state does not decode as this one's.
+    let sgp = sections("kind = \"sgp\"", false);
+    let mut seen = Seen::default();
+    let ckpt = Checkpointing {
+        every: Some(SimTime::from_millis_f64(100.0)),
+        ..Default::default()
+    };
+    run(&sgp, 0, &mut seen, ckpt).unwrap();
+    assert!(refused(&seen.checkpoints[1].0).contains("cannot"));
+}
