@@ -387,7 +387,7 @@ fn remove_stale(path: &std::path::Path) -> Result<()> {
 }
 
 /// The files of a run directory that `dasim run` writes (plots aside), and `dasim report`'s page.
-const RUN_FILES: [&str; 15] = [
+const RUN_FILES: [&str; 16] = [
     files::SCENARIO,
     files::SUMMARY,
     files::TIMINGS,
@@ -403,6 +403,7 @@ const RUN_FILES: [&str; 15] = [
     files::PARTITION,
     files::CHECKS,
     "report.html",
+    crate::checkpoint::FILE,
 ];
 
 /// Gets the output directory ready: refuses one that already holds a run's results
@@ -418,9 +419,17 @@ pub fn prepare_out(out: &std::path::Path, force: bool) -> Result<()> {
         return Ok(());
     }
     if !force {
+        let resumable = if out.join(crate::checkpoint::FILE).exists() {
+            format!(
+                ", or continue its interrupted run with dasim run --resume {}",
+                out.display()
+            )
+        } else {
+            String::new()
+        };
         return Err(Error::Usage(format!(
             "{} already holds the results of a run (summary.json, metrics.csv); pass --force to \
-             replace them, or choose another --out",
+             replace them, or choose another --out{resumable}",
             out.display()
         )));
     }

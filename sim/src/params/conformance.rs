@@ -168,6 +168,7 @@ macro_rules! testgen_replica_store {
             gradient_applies_to_any_row_and_stays_available,
             mean_gradient_is_the_mean,
             same_operations_give_same_numbers,
+            a_restored_store_goes_on_as_the_saved_one,
             sgd_step_is_linear_in_the_rate,
             plain_sgd_step_follows_the_rule,
             weight_decay_step_follows_the_rule,
@@ -912,6 +913,84 @@ pub fn same_operations_give_same_numbers<F: Fixture>(f: &F) {
             assert_close(format!("row {r} after the script"), x, y, f.tolerance());
         }
     }
+}
+
+/// What [`a_restored_store_goes_on_as_the_saved_one`] does after the checkpoint: it uses the
+/// gradient applied before (`g0`), the one pending (`g1`), the message (`m`) and the added row
+/// `r`, requests and handles more; returns the readings and the new handles.
+fn after_checkpoint<S: ReplicaStore>(
+    s: &mut S,
+    (g0, g1, m, r): (GradId, GradId, MsgId, usize),
+) -> (Vec<f64>, Vec<u64>) {
+    s.apply_gradient(r, g1, 0.1);
+    s.mix(2, &[(Slot::Msg(m), 0.5), (Slot::Row(2), 0.5)]);
+    let g2 = s.request_gradient(3);
+    s.apply_gradient(3, g2, 0.1);
+    s.apply_gradient(1, g0, 0.1);
+    let m2 = s.new_msg(&[(Slot::Row(r), 1.0)]);
+    s.mix(0, &[(Slot::Row(0), 0.5), (Slot::Msg(m2), 0.5)]);
+    let e = s.evaluate();
+    let trace = vec![
+        s.take_train_loss(),
+        s.consensus_distance(None),
+        e.loss,
+        e.accuracy,
+    ];
+    (trace, vec![g2.0, m2.0])
+}
+
+/// A store restored ([`ReplicaStore::restore_state`]) into a fresh store from what
+/// [`ReplicaStore::save_state`] saved goes on as the saved one: its rows (those added too),
+/// optimizer state, data streams, pending requests (what they read and their minibatches),
+/// gradients computed and not released, message buffers, handle counter and the training loss
+/// not yet read all carry over, bit for bit when the fixture is
+/// [reproducible](Fixture::reproducible). A store that cannot be checkpointed (`save_state`
+/// errs) passes.
+pub fn a_restored_store_goes_on_as_the_saved_one<F: Fixture>(f: &F) {
+    let opt = optimizer(0.5, true, 0.01);
+    let mut a = f.store(WORKERS, &opt);
+    let r = a.add_rows(1);
+    let g0 = a.request_gradient(0);
+    a.apply_gradient(1, g0, 0.1);
+    let g1 = a.request_gradient_scaled(2, 0.9);
+    let m = a.new_msg(&[(Slot::Row(0), 0.5), (Slot::Row(3), 0.5)]);
+    a.apply_gradient(0, g0, 0.05);
+    let Ok(state) = a.save_state() else {
+        return;
+    };
+    let mut b = f.store(WORKERS, &opt);
+    b.restore_state(&state)
+        .unwrap_or_else(|e| panic!("restoring what the store saved: {e}"));
+    assert_eq!(b.rows(), a.rows(), "the added row is restored");
+    let (ta, ha) = after_checkpoint(&mut a, (g0, g1, m, r));
+    let (tb, hb) = after_checkpoint(&mut b, (g0, g1, m, r));
+    assert_eq!(hb, ha, "handles after the restore");
+    let (ra, rb) = (read_all(f, &a), read_all(f, &b));
+    for (k, (x, y)) in ta.iter().zip(&tb).enumerate() {
+        if f.reproducible() {
+            assert!(
+                same_bits(*x, *y),
+                "reading {k} after the restore: {x} vs {y}"
+            );
+        } else if !(x.is_nan() && y.is_nan()) {
+            assert_close_scalar(
+                format!("reading {k} after the restore"),
+                *x,
+                *y,
+                f.tolerance(),
+            );
+        }
+    }
+    for (row, (x, y)) in ra.iter().zip(&rb).enumerate() {
+        if f.reproducible() {
+            assert_same(format!("row {row} after the restore"), x, y);
+        } else {
+            assert_close(format!("row {row} after the restore"), x, y, f.tolerance());
+        }
+    }
+    // A store refuses what it cannot have saved.
+    let mut c = f.store(WORKERS, &opt);
+    assert!(c.restore_state(b"not a store state").is_err());
 }
 
 // ---------------------------------------------------------------------------------------------
