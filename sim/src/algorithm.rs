@@ -16,7 +16,7 @@ use crate::net::Network;
 use crate::net::topology::Topology;
 use crate::params::lr::{ScheduleProgress, TrainingProgress};
 use crate::params::tracked::Tracked;
-use crate::params::{GradId, OptimizerConfig, ReplicaStore};
+use crate::params::{GradId, OptimizerConfig, ReplicaStore, Slot};
 use crate::record::{Activity, MessageRecord, MetricsConfig, Recorder};
 
 /// What an algorithm works with: the cluster's compute model, the network, the graph, the
@@ -218,6 +218,26 @@ impl World<'_> {
         self.faults = state.faults;
         Ok(())
     }
+}
+
+/// The live worker a rejoining `worker` copies under `rejoin_state = "neighbour"`
+/// ([`Algorithm::rejoin_model`]): its lowest-numbered neighbour in the graph that is up, else the
+/// next worker up after it in index order; `None` when every other worker is down.
+pub fn neighbour_model(worker: usize, world: &World<'_>) -> Option<usize> {
+    let n = world.workers();
+    let up = |j: &usize| *j != worker && *j < n && !world.faults.is_down(*j);
+    let mut graph: Vec<usize> = world
+        .topology
+        .neighbors(worker)
+        .iter()
+        .copied()
+        .filter(up)
+        .collect();
+    graph.sort_unstable();
+    graph
+        .first()
+        .copied()
+        .or_else(|| (1..n).map(|k| (worker + k) % n).find(up))
 }
 
 /// An algorithm's view of the simulation while it handles one event.
@@ -454,6 +474,15 @@ pub trait Algorithm {
     /// Reached only for the fault kinds the algorithm accepts
     /// ([`crate::algorithms::AlgorithmSpec::fault_support`]); the default does nothing.
     fn on_fault(&mut self, _fault: WorkerFault, _cx: &mut Ctx<'_, '_, Self::Event>) {}
+    /// Under `[[faults]]` with `rejoin_state = "neighbour"`: the model a rejoining `worker`
+    /// takes, as the terms of a mix into its row ([`ReplicaStore::mix`]), applied just before
+    /// [`Algorithm::on_fault`] hands it the rejoin. `None` keeps its last state. The default
+    /// ([`neighbour_model`]): the model of its lowest-numbered neighbour in the graph that is
+    /// up, else of the next worker up after it in index order (all-reduce's ring successor);
+    /// `None` when every other worker is down. Push-sum overrides it to keep the weights' sum.
+    fn rejoin_model(&self, worker: usize, world: &World<'_>) -> Option<Vec<(Slot, f64)>> {
+        neighbour_model(worker, world).map(|j| vec![(Slot::Row(j), 1.0)])
+    }
     /// Push-sum weight lost with dropped messages so far (push-sum algorithms only).
     fn mass_lost(&self) -> Option<f64> {
         None

@@ -1179,3 +1179,121 @@ fn which_algorithms_refuse_which_faults() {
     let e = dasim_sim::fault::check_support(&lap, loss_only, "algorithms[0]").unwrap_err();
     assert!(e.message.contains("silent degradation"), "{}", e.message);
 }
+
+/// The rows of workers 2, 3 and 4 (a ring of 6) when worker 3 crashes at 0.1 s and just after it
+/// rejoins at 0.2 s under `rejoin_state`, for the algorithm `make` builds on the world; and, for
+/// push-sum, the weights then.
+type Rows = [Vec<f64>; 3];
+fn around_the_rejoin<A: Algorithm>(
+    rejoin_state: &str,
+    cfg: &AlgorithmConfig,
+    make: impl FnOnce(&World<'_>) -> A,
+    weights: impl Fn(&A) -> Vec<f64>,
+) -> (Rows, Rows, Vec<f64>, Vec<f64>) {
+    let text = format!(
+        "[[faults]]\nkind = \"crash\"\nworkers = [3]\nat_s = 0.1\nrejoin_after_s = 0.1\n\
+         rejoin_state = \"{rejoin_state}\""
+    );
+    let mut store = Checked::new(quadratic_store(6, 11));
+    let shared = store.shared();
+    let mut world = world(
+        cfg,
+        &cluster(6, &[]),
+        &plain_net(),
+        TopologyConfig::Ring {},
+        &mut store,
+        &optimizer(0.05, 0.5),
+        11,
+    );
+    world.set_faults(realize(&text, 6));
+    let mut alg = make(&world);
+    let rows = || -> Rows {
+        let s = shared.borrow();
+        [
+            s.params(2).to_vec(),
+            s.params(3).to_vec(),
+            s.params(4).to_vec(),
+        ]
+    };
+    let (crash, rejoin) = (SimTime::from_secs_f64(0.1), SimTime::from_secs_f64(0.2));
+    let mut at_crash = None;
+    let mut at_rejoin = None;
+    let mut w_before = Vec::new();
+    let mut w_after = Vec::new();
+    run_inspect(
+        &mut alg,
+        &mut world,
+        &stop_at(0.3),
+        &mut Collect::default(),
+        &mut |a: &A, _, t| {
+            if t < rejoin {
+                // The last state before the rejoin, and the weights just before it.
+                w_before = weights(a);
+            }
+            if t == crash && at_crash.is_none() {
+                at_crash = Some(rows());
+            }
+            if t == rejoin && at_rejoin.is_none() {
+                at_rejoin = Some(rows());
+                w_after = weights(a);
+            }
+        },
+    )
+    .unwrap();
+    (at_crash.unwrap(), at_rejoin.unwrap(), w_before, w_after)
+}
+
+fn adpsgd(rejoin_state: &str) -> (Rows, Rows) {
+    let cfg: AlgorithmConfig = AdPsgdConfig::default().into();
+    let options = AdPsgdConfig::default();
+    let (c, r, _, _) = around_the_rejoin(
+        rejoin_state,
+        &cfg,
+        |w| {
+            let sides = w.topology.bipartition().unwrap();
+            AdPsgd::new(&options, &sides, w.seed).with_timeout(options.partner_timeout(w))
+        },
+        |_| Vec::new(),
+    );
+    (c, r)
+}
+
+#[test]
+fn a_worker_rejoins_with_its_last_state_or_its_neighbours_model() {
+    // Last state: worker 3's row is the one it crashed with; nothing touched it while down.
+    let (crash, rejoin) = adpsgd("last");
+    assert_eq!(rejoin[1], crash[1]);
+    assert_ne!(rejoin[1], rejoin[0], "the neighbours moved on meanwhile");
+    // Neighbour: its row is a copy of its lowest-numbered live neighbour's, worker 2's.
+    let (crash, rejoin) = adpsgd("neighbour");
+    assert_eq!(rejoin[1], rejoin[0]);
+    assert_ne!(rejoin[1], crash[1]);
+}
+
+#[test]
+fn a_push_sum_node_rejoins_with_its_neighbours_debiased_model_and_its_own_weight() {
+    let cfg: AlgorithmConfig = SgpConfig::default().into();
+    let (_, rejoin, before, after) = around_the_rejoin(
+        "neighbour",
+        &cfg,
+        |w| dasim_sim::algorithms::Sgp::synchronous(&SgpConfig::default(), w.topology.schedule()),
+        |a: &dasim_sim::algorithms::Sgp| a.weights(),
+    );
+    // The weights are unchanged by the rejoin, so their sum too.
+    assert_eq!(after, before);
+    // z_3 = x_3 / w_3 = x_2 / w_2 = z_2 (up to rounding: x_3 = (w_3 / w_2)·x_2).
+    for (x3, x2) in rejoin[1].iter().zip(&rejoin[0]) {
+        let (z3, z2) = (x3 / after[3], x2 / after[2]);
+        assert!((z3 - z2).abs() <= 1e-12 * z2.abs().max(1.0), "{z3} vs {z2}");
+    }
+    assert_ne!(after[3], after[2], "a case where the factor matters");
+}
+
+#[test]
+fn rejoin_state_needs_a_rejoin() {
+    let text =
+        "[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 0.1\nrejoin_state = \"neighbour\"";
+    let e = Faults::new(&faults(text), 4, &BuildEnv::new(1)).unwrap_err();
+    assert_eq!(e.path.to_string(), "faults[0].rejoin_state");
+    assert!(e.to_string().contains("rejoin_after_s"), "{e}");
+}

@@ -110,7 +110,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithm::{Algorithm, Ctx, World, neighbour_model};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
@@ -740,6 +740,13 @@ impl Algorithm for Sgp {
 
     fn replica_scales(&self) -> Option<Vec<f64>> {
         Some(self.nodes.iter().map(|n| 1.0 / n.w).collect())
+    }
+
+    /// A rejoining node takes its neighbour's de-biased model and keeps its own weight:
+    /// `x_i ← (w_i / w_j)·x_j`, so `z_i = z_j` and the weights still sum as before.
+    fn rejoin_model(&self, worker: usize, world: &World<'_>) -> Option<Vec<(Slot, f64)>> {
+        let j = neighbour_model(worker, world)?;
+        Some(vec![(Slot::Row(j), self.nodes[worker].w / self.nodes[j].w)])
     }
 
     fn series(&mut self) -> Vec<(&'static str, f64)> {

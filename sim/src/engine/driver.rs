@@ -42,7 +42,7 @@ use crate::engine::checkpoint::{self, Checkpointing, checkpoint_error};
 use crate::engine::time::{TimeUnit, num};
 use crate::engine::{EventQueue, SimTime};
 use crate::error::{ConfigError, Error, Result};
-use crate::fault::{FaultStats, Stall, WorkerFault};
+use crate::fault::{FaultStats, RejoinState, Stall, WorkerFault};
 use crate::net::NetworkStats;
 use crate::params::{Evaluation, ReplicaStore};
 use crate::record::{GradientRecord, MessageRecord, RunRecord};
@@ -745,7 +745,14 @@ fn drive<A: Algorithm>(
                 // a rejoined one is idle until the algorithm gives it work.
                 match f {
                     WorkerFault::Crash(w) => world.recorder.crash(w, now),
-                    WorkerFault::Rejoin(w) => world.recorder.rejoin(w, now),
+                    WorkerFault::Rejoin(w) => {
+                        world.recorder.rejoin(w, now);
+                        if world.faults.rejoin_state() == RejoinState::Neighbour
+                            && let Some(terms) = alg.rejoin_model(w, world)
+                        {
+                            world.store.mix(w, &terms);
+                        }
+                    }
                 }
                 alg.on_fault(
                     f,

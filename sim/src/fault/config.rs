@@ -60,10 +60,31 @@ pub struct CrashFault {
     /// with this mean, drawn from its own stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtbf_s: Option<f64>,
-    /// A crashed worker rejoins this many seconds after its crash, with its last state (none: it
-    /// never rejoins).
+    /// A crashed worker rejoins this many seconds after its crash (none: it never rejoins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejoin_after_s: Option<f64>,
+    /// The model a worker rejoins with: `last` (default), the replica and optimizer state it had
+    /// when it crashed, or `neighbour`, its replica re-initialized from a live neighbour's model
+    /// by the algorithm's rule ([`crate::algorithm::Algorithm::rejoin_model`]).
+    #[serde(default, skip_serializing_if = "RejoinState::is_last")]
+    pub rejoin_state: RejoinState,
+}
+
+/// What a crashed worker rejoins with (`[[faults]] rejoin_state`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RejoinState {
+    /// The replica and optimizer state it had when it crashed.
+    #[default]
+    Last,
+    /// Its replica set to a live neighbour's model (its optimizer state kept).
+    Neighbour,
+}
+
+impl RejoinState {
+    fn is_last(&self) -> bool {
+        *self == RejoinState::Last
+    }
 }
 
 /// A link-down entry: exactly one of `links`, `workers` and `groups`.
@@ -238,6 +259,14 @@ impl FaultConfig {
                 }
                 if let Some(r) = c.rejoin_after_s {
                     seconds(r, &at("rejoin_after_s"), true)?;
+                }
+                if c.rejoin_state != RejoinState::Last && c.rejoin_after_s.is_none() {
+                    return Err(ConfigError::new(
+                        &at("rejoin_state"),
+                        "rejoin_state says how a worker rejoins, but it never does: rejoin_after_s \
+                         is not set",
+                    )
+                    .hint("add rejoin_after_s = 0.1, or leave rejoin_state out"));
                 }
             }
             FaultConfig::LinkDown(l) => {

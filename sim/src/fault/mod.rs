@@ -46,6 +46,7 @@ use rand_distr::Exp;
 
 pub use config::{
     CrashFault, DelayFault, FaultConfig, FaultKind, FaultSupport, LinkDownFault, MessageFault,
+    RejoinState,
 };
 
 use crate::cluster::slowdown::Variate;
@@ -154,6 +155,7 @@ struct CrashProcess {
     entry: usize,
     mtbf: Option<Exp<f64>>,
     rejoin: Option<SimTime>,
+    state: RejoinState,
 }
 
 /// A pending crash or rejoin: `(time, sequence, worker, entry, rejoin)`.
@@ -174,6 +176,8 @@ pub struct Faults {
     has_delay: bool,
     /// Per worker: the entry that crashed it and when, while it is down.
     down: Vec<Option<(usize, SimTime)>>,
+    /// The state the worker of the last rejoin popped comes back with.
+    rejoin_state: RejoinState,
     last_arrival: BTreeMap<(usize, usize), SimTime>,
     stats: FaultStats,
 }
@@ -226,6 +230,7 @@ impl Faults {
                             .mtbf_s
                             .map(|m| Exp::new(1.0 / m).expect("a positive mean")),
                         rejoin: c.rejoin_after_s.map(SimTime::from_secs_f64),
+                        state: c.rejoin_state,
                     };
                     let workers = c.workers.resolve(n, env.seed, &at("workers"))?;
                     f.crashes.push(proc_);
@@ -345,6 +350,7 @@ impl Faults {
                 let t = self.uptime(k, w, now);
                 self.push(t, w, entry, false);
             }
+            self.rejoin_state = self.crashes[k].state;
             return Some(WorkerFault::Rejoin(w));
         }
         if self.down[w].is_some() {
@@ -356,6 +362,12 @@ impl Faults {
             self.push(now.saturating_add(r), w, entry, true);
         }
         Some(WorkerFault::Crash(w))
+    }
+
+    /// The state the worker of the last rejoin [`Faults::pop`] returned comes back with (its
+    /// crash entry's `rejoin_state`).
+    pub fn rejoin_state(&self) -> RejoinState {
+        self.rejoin_state
     }
 
     /// Whether worker `w` is down now.
