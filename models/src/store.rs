@@ -31,8 +31,9 @@
 //!   of [`ReplicaStore::apply_gradient_block`]: running statistics are local to the replica
 //!   whose passes produced them. [`ReplicaStore::mean_gradient`] averages `Δ` like the rest, so
 //!   all-reduce keeps replicas equal. Averaging, mixing and messages treat the state like
-//!   parameters (the papers' code averages batch-norm buffers too). Evaluation uses the running
-//!   statistics.
+//!   parameters, so the evaluated average carries the replicas' average statistics (the SGP
+//!   reference gossips only parameters; see the book's "Batch-norm state"). Evaluation uses the
+//!   running statistics.
 //! - **Augmentation on the host.** With a non-identity [`Augment`], a request also builds its
 //!   minibatch's features on the host, drawing from the worker's augmentation stream at request
 //!   time (so the `k`-th minibatch of a worker is the same whatever the flush order), and the
