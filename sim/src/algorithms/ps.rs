@@ -120,8 +120,9 @@
 //!
 //! **Invariant**: every pushed gradient is applied exactly once to every shard (with `M > 1`:
 //! as a member of exactly one aggregate, whose mean each shard applies once); a worker's model,
-//! when read, is block by block the server's model as served; with a staleness bound `s`, no
-//! worker starts step `c` before every worker's first `c − s` gradients are applied.
+//! when read, is block by block the server's model as served (its trainable coordinates; running
+//! statistics are the worker's own); with a staleness bound `s`, no worker starts step `c`
+//! before every worker's first `c − s` gradients are applied.
 //!
 //! **Staleness** ([`Algorithm::staleness`]): for each block of a gradient applied at shard `s`,
 //! the number of gradients shard `s` applied between serving the worker's pull and applying this
