@@ -28,8 +28,8 @@
 //! the state, the last [`ResNet::state_len`] coordinates: for each BN layer in the same order,
 //! its running mean `[C]` then its running variance `[C]`. Convolution weights are in PyTorch's
 //! `[out, in, kh, kw]` order. The state gets no gradient in training mode (the logits do not
-//! depend on it); averaging rows averages it with the weights, as the papers' code averages
-//! BN buffers.
+//! depend on it); averaging rows averages it with the weights (a choice of dasim: the SGP
+//! reference gossips only the parameters, see the book's "Batch-norm state").
 //!
 //! **Batching** as in [`crate::lenet`]: maps are `[B, R·C, H, W]`, replica `r` owning the `r`-th
 //! block of `C` channels; convolutions are grouped with one group per replica (measured faster

@@ -20,14 +20,20 @@
 //! - **Losses follow the data.** Softmax cross-entropy for class labels, `½·(ŷ − y)²` for real
 //!   targets ([`Loss`]), the mean over the minibatch, plus `½·l2·‖θ‖²` for the convex models.
 //! - **Model state.** A model with batch normalization keeps its running statistics as the last
-//!   `S` coordinates of the row ([`Model::state_len`]). A training pass returns them updated;
-//!   the gradient of a request carries, on those coordinates, the state delta
-//!   `Δ = new state − snapshot's state` instead of a derivative. Applying a gradient adds `Δ` to
-//!   the row's state (no learning rate, momentum or weight decay there: the optimizer touches
-//!   only the trainable prefix), and [`ReplicaStore::mean_gradient`] averages `Δ` like the rest,
-//!   so all-reduce keeps replicas equal. Averaging, mixing and messages treat the state like
-//!   parameters (the papers' code averages batch-norm buffers too). Evaluation uses the running
-//!   statistics.
+//!   `S` coordinates of the row ([`Model::state_len`], [`ReplicaStore::state`]). A training pass
+//!   returns them updated; the gradient of a request carries, on those coordinates, the state
+//!   delta in the row's units, `Δ = new state / scale − snapshot's state` (the change of the
+//!   statistics of the model the pass ran on, `scale · snapshot`, times `1/scale`), instead of a
+//!   derivative. Applying a gradient adds `Δ` to the row's state only if the row computed it (the
+//!   requesting worker's row, or for a mean, the row of one of its inputs: the store remembers
+//!   each gradient's owners); other rows get the optimizer step on the trainable prefix only (no
+//!   learning rate, momentum or weight decay on the state in any case). This is the state rule
+//!   of [`ReplicaStore::apply_gradient_block`]: running statistics are local to the replica
+//!   whose passes produced them. [`ReplicaStore::mean_gradient`] averages `Δ` like the rest, so
+//!   all-reduce keeps replicas equal. Averaging, mixing and messages treat the state like
+//!   parameters, so the evaluated average carries the replicas' average statistics (the SGP
+//!   reference gossips only parameters; see the book's "Batch-norm state"). Evaluation uses the
+//!   running statistics.
 //! - **Augmentation on the host.** With a non-identity [`Augment`], a request also builds its
 //!   minibatch's features on the host, drawing from the worker's augmentation stream at request
 //!   time (so the `k`-th minibatch of a worker is the same whatever the flush order), and the
@@ -256,6 +262,9 @@ pub struct BurnStore {
     objective: Option<Arc<Objective>>,
     pending: Vec<Pending>,
     ready: BTreeMap<GradId, Arc<Vec<f32>>>,
+    /// The rows that computed each live gradient (a mean's: its inputs' workers), sorted: the
+    /// only rows its state part is added to.
+    owners: BTreeMap<GradId, Vec<usize>>,
     msgs: BTreeMap<MsgId, Row>,
     next_id: u64,
     /// Sum (in request order, in `f64`) and count of the training losses since the last read.
@@ -333,6 +342,7 @@ impl BurnStore {
             objective: None,
             pending: Vec::new(),
             ready: BTreeMap::new(),
+            owners: BTreeMap::new(),
             msgs: BTreeMap::new(),
             next_id: 0,
             train_loss: 0.0,
@@ -524,9 +534,18 @@ impl BurnStore {
                 .collect()
         };
         let mut pending = pending.into_iter();
+        let state = self.model.trainable().end..self.model.num_params();
         for (grads, losses) in results {
-            for (g, loss) in grads.into_iter().zip(losses) {
-                let id = pending.next().expect("one result per request").id;
+            for (mut g, loss) in grads.into_iter().zip(losses) {
+                let q = pending.next().expect("one result per request");
+                if q.scale != 1.0 {
+                    // The state delta in the row's units: a row read at `scale` holds the
+                    // statistics times `1/scale` (push-sum's numerator `w·z`).
+                    for d in &mut g[state.clone()] {
+                        *d = (f64::from(*d) / q.scale) as f32;
+                    }
+                }
+                let id = q.id;
                 self.ready.insert(id, Arc::new(g));
                 self.train_loss += f64::from(loss);
             }
@@ -873,6 +892,10 @@ impl ReplicaStore for BurnStore {
         self.model.layers()
     }
 
+    fn state(&self) -> Range<usize> {
+        self.model.trainable().end..self.model.num_params()
+    }
+
     fn add_rows(&mut self, count: usize) -> usize {
         self.rows.push_copies_of_first(count)
     }
@@ -889,6 +912,7 @@ impl ReplicaStore for BurnStore {
                 .apply(train, &batch, sampler.augment_stream(), &mut out);
             out
         });
+        self.owners.insert(id, vec![worker]);
         self.pending.push(Pending {
             id,
             snapshot: self.rows.share(worker),
@@ -902,9 +926,13 @@ impl ReplicaStore for BurnStore {
 
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
         let parts: Vec<Arc<Vec<f32>>> = grads.iter().map(|&g| self.gradient(g)).collect();
+        let mut owners = Vec::new();
         for g in grads {
             self.ready.remove(g);
+            owners.extend(self.owners.remove(g).unwrap_or_default());
         }
+        owners.sort_unstable();
+        owners.dedup();
         let mut mean = parts[0].as_ref().clone();
         for part in &parts[1..] {
             for (m, x) in mean.iter_mut().zip(part.iter()) {
@@ -918,6 +946,7 @@ impl ReplicaStore for BurnStore {
         let id = GradId(self.next_id);
         self.next_id += 1;
         self.ready.insert(id, Arc::new(mean));
+        self.owners.insert(id, owners);
         id
     }
 
@@ -927,9 +956,14 @@ impl ReplicaStore for BurnStore {
         }
         let split = self.model.trainable().end;
         let g = self.gradient(grad);
-        // The state part of the block: add the state delta as it is.
+        // The state part of the block: the state delta, added only to a row that computed the
+        // gradient (the state rule of `ReplicaStore::apply_gradient_block`).
         let state = block.start.max(split)..block.end;
-        if !state.is_empty() {
+        let owner = self
+            .owners
+            .get(&grad)
+            .is_some_and(|o| o.binary_search(&row).is_ok());
+        if !state.is_empty() && owner {
             self.rows.add_block(row, &g[state.clone()], state);
         }
         // The trainable part: the optimizer step.
@@ -947,6 +981,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn release_gradient(&mut self, grad: GradId) {
+        self.owners.remove(&grad);
         if self.ready.remove(&grad).is_none() {
             self.pending.retain(|p| p.id != grad);
         }

@@ -9,6 +9,9 @@
 //! - `quadratic`: the store of `kind = "quadratic"` runs ([`QuadraticStore`], the exact reference
 //!   store with a run's counters).
 //!
+//! The burn fixtures' stateful store, for the checks of the state rule, is a ResNet-8 of width 4
+//! on the same digits (batch norm's running statistics are its state).
+//!
 //! Every check is a test of its own in each module, named after the property.
 
 use std::path::Path;
@@ -31,6 +34,15 @@ fn problem() -> &'static Problem {
             hidden: vec![8],
             activation: Activation::Relu,
         };
+        Problem::load(&model, &DataConfig::default(), Path::new("."), SEED).unwrap()
+    })
+}
+
+/// The digits and a ResNet-8 of width 4 (batch norm: a state suffix), loaded once.
+fn resnet_problem() -> &'static Problem {
+    static PROBLEM: OnceLock<Problem> = OnceLock::new();
+    PROBLEM.get_or_init(|| {
+        let model = ModelConfig::Resnet { depth: 8, width: 4 };
         Problem::load(&model, &DataConfig::default(), Path::new("."), SEED).unwrap()
     })
 }
@@ -81,6 +93,21 @@ impl Fixture for Burn {
 
     fn reproducible(&self) -> bool {
         self.reproducible
+    }
+
+    fn stateful_store(&self, workers: usize) -> Option<BurnStore> {
+        Some(
+            resnet_problem()
+                .store(
+                    self.device.clone(),
+                    workers,
+                    8,
+                    OptimizerConfig::default(),
+                    SEED,
+                )
+                .with_threads(self.threads)
+                .with_max_batch(self.max_batch),
+        )
     }
 }
 

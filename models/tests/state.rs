@@ -1,6 +1,7 @@
 //! Batch-norm state in the store (a ResNet-8 on the digits): gradients carry the running-statistics
-//! delta on the state suffix, applying one adds it as it is (no rate, momentum or weight decay),
-//! averaging and `mean_gradient` treat it like parameters, and evaluation uses it.
+//! delta on the state suffix, applying one to the row that computed it adds it as it is (no
+//! rate, momentum or weight decay) and to any other row leaves that row's state alone, averaging
+//! and `mean_gradient` treat it like parameters, and evaluation uses it.
 
 use std::path::Path;
 
@@ -51,10 +52,10 @@ fn applying_a_gradient_adds_the_state_delta_and_optimizes_only_the_prefix() {
         "the running stats moved"
     );
 
-    // Row 1 (still the initial model): the state gets Δ; the prefix one SGD step with weight
-    // decay (the momentum buffer starts at zero, so the first step is the plain one).
-    st.apply_gradient(1, id, 0.1);
-    let x1 = row(&st, 1);
+    // Row 0, which computed it: the state gets Δ; the prefix one SGD step with weight decay
+    // (the momentum buffer starts at zero, so the first step is the plain one).
+    st.apply_gradient(0, id, 0.1);
+    let x1 = row(&st, 0);
     let want_state: Vec<f32> = x0[t..].iter().zip(delta).map(|(x, d)| x + d).collect();
     close(&x1[t..], &want_state, 1e-6, "state after one application");
     let want_prefix: Vec<f32> = x0[..t]
@@ -64,13 +65,22 @@ fn applying_a_gradient_adds_the_state_delta_and_optimizes_only_the_prefix() {
         .collect();
     close(&x1[..t], &want_prefix, 1e-5, "parameters after one step");
 
-    // Again: momentum shapes the prefix's second step, but the state just adds Δ once more.
+    // Row 1 did not compute it: the same prefix step, and its state stays as it was.
     st.apply_gradient(1, id, 0.1);
-    let x1 = row(&st, 1);
+    let other = row(&st, 1);
+    assert_eq!(&other[..t], &x1[..t]);
+    assert_eq!(&other[t..], &x0[t..]);
+
+    // Again: momentum shapes the prefix's second step, but the state just adds Δ once more.
+    st.apply_gradient(0, id, 0.1);
+    let x1 = row(&st, 0);
     let want_state: Vec<f32> = want_state.iter().zip(delta).map(|(x, d)| x + d).collect();
     close(&x1[t..], &want_state, 1e-6, "state after two applications");
 
-    // With a zero rate only the state moves.
+    // With a zero rate only the state moves (worker 2's own gradient on its row).
+    let id = st.request_gradient(2);
+    let g = st.gradient_host(id);
+    let delta = &g[t..];
     st.apply_gradient(2, id, 0.0);
     let x2 = row(&st, 2);
     assert_eq!(&x2[..t], &x0[..t]);
@@ -88,7 +98,7 @@ fn applying_a_gradient_adds_the_state_delta_and_optimizes_only_the_prefix() {
     // A block that straddles the boundary: the optimizer on its prefix part, Δ on its state
     // part; nothing outside the block moves.
     let (mut st, _, _) = store(2, OptimizerConfig::default());
-    let id = st.request_gradient(0);
+    let id = st.request_gradient(1);
     let g = st.gradient_host(id);
     let block = t - 5..t + 7;
     st.apply_gradient_block(1, id, 0.5, block.clone());

@@ -22,7 +22,9 @@
 //! gradient reaches every worker exactly once, and — links being FIFO and each origin's gradients
 //! following fixed paths — each worker applies each origin's gradients in the order they were
 //! computed. Each worker applies gradients through its own optimizer state (momentum, weight
-//! decay). Nobody ever waits, so DASGD cannot deadlock.
+//! decay). Nobody ever waits, so DASGD cannot deadlock. A model's running statistics (batch norm,
+//! [`crate::params::ReplicaStore::state`]) are its own worker's: by the store's state rule a
+//! received gradient moves only the trainable parameters.
 //!
 //! ## Staleness
 //!

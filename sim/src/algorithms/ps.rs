@@ -32,6 +32,18 @@
 //! `s = 0` is bulk-synchronous. Server-side work takes no simulated time; the server's cost is
 //! its network traffic. A worker step counts when its gradient has been applied at every shard.
 //!
+//! ## Running statistics
+//!
+//! For a model with state ([`ReplicaStore::state`]: batch norm's running statistics), the state
+//! is not trained by the server: a worker's statistics are its own (its computed gradient's state
+//! part is applied to its own row, [`ReplicaStore::apply_gradient_block`]'s state rule, and a
+//! pull serves only the trainable coordinates), and the server's statistics follow the workers':
+//! when a push lands at a shard whose block holds state, those coordinates of the server's row
+//! become the pushing worker's (the statistics of its latest pass) before the optimizer step on
+//! the trainable ones. Bounded — the server always holds one worker's actual statistics — where
+//! adding every pushed change to the server is a delayed feedback loop, unstable at 32 workers.
+//! Without state none of this does anything.
+//!
 //! ## Aggregating `M` gradients per update
 //!
 //! With `aggregate = M > 1` the server is AsySG-con of Lian et al. 2015 with `M` gradients per
@@ -108,8 +120,9 @@
 //!
 //! **Invariant**: every pushed gradient is applied exactly once to every shard (with `M > 1`:
 //! as a member of exactly one aggregate, whose mean each shard applies once); a worker's model,
-//! when read, is block by block the server's model as served; with a staleness bound `s`, no
-//! worker starts step `c` before every worker's first `c − s` gradients are applied.
+//! when read, is block by block the server's model as served (its trainable coordinates; running
+//! statistics are the worker's own); with a staleness bound `s`, no worker starts step `c`
+//! before every worker's first `c − s` gradients are applied.
 //!
 //! **Staleness** ([`Algorithm::staleness`]): for each block of a gradient applied at shard `s`,
 //! the number of gradients shard `s` applied between serving the worker's pull and applying this
@@ -314,6 +327,10 @@ pub struct ParameterServer {
     /// Shards that have yet to apply each pushed gradient.
     pending: BTreeMap<GradId, usize>,
     row: usize,
+    /// The model's state suffix ([`ReplicaStore::state`]; empty without batch norm): the
+    /// running statistics, which stay local to each worker (see the module's "Running
+    /// statistics").
+    state: Range<usize>,
     stats: StalenessStats,
     /// Under faults: the retransmission timeout (`None`: no faults).
     retransmit: Option<SimTime>,
@@ -371,6 +388,7 @@ impl ParameterServer {
             shards: Vec::new(),
             pending: BTreeMap::new(),
             row: usize::MAX,
+            state: 0..0,
             stats: StalenessStats::default(),
             retransmit: None,
             lost: BTreeMap::new(),
@@ -550,6 +568,7 @@ impl ParameterServer {
             }
             None => self.join(grad, worker, cx),
         };
+        self.follow_statistics(shard, worker, cx);
         let read = self.shards[shard].read[worker];
         let a = self.aggs.get_mut(&agg).expect("an aggregate");
         a.arrived[shard].push((worker, read));
@@ -731,9 +750,21 @@ impl ParameterServer {
         })
     }
 
+    /// On a push of `worker` landing (accepted) at `shard`: the server's running statistics in
+    /// the shard's block become the worker's, those its last training pass produced.
+    fn follow_statistics(&self, shard: usize, worker: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let block = &self.shards[shard].block;
+        let stats = block.start.max(self.state.start)..block.end;
+        if !stats.is_empty() {
+            cx.world.store.copy_block(self.row, worker, stats);
+        }
+    }
+
     fn serve(&mut self, s: usize, w: usize, pull: u64, cx: &mut Ctx<'_, '_, Event>) {
         let shard = &mut self.shards[s];
-        cx.world.store.copy_block(w, self.row, shard.block.clone());
+        // A pull serves the trainable parameters: the worker keeps its own running statistics.
+        let block = shard.block.start..shard.block.end.min(self.state.start);
+        cx.world.store.copy_block(w, self.row, block);
         shard.read[w] = shard.version;
         let bytes = cx.world.net.payload_bytes(shard.block.len());
         let node = shard.node;
@@ -766,6 +797,7 @@ impl Algorithm for ParameterServer {
             "the network needs the server nodes (AlgorithmConfig::extra_nodes)"
         );
         self.row = cx.world.store.add_rows(1);
+        self.state = cx.world.store.state();
         self.shards = blocks(p, self.servers)
             .into_iter()
             .enumerate()
@@ -818,6 +850,12 @@ impl Algorithm for ParameterServer {
             Event::ComputeDone(w, life) if life != self.workers[w].life => {}
             Event::ComputeDone(w, _) => {
                 let grad = self.workers[w].grad.take().expect("a gradient in flight");
+                if !self.state.is_empty() {
+                    // The training pass updated the worker's own running statistics.
+                    cx.world
+                        .store
+                        .apply_gradient_block(w, grad, 0.0, self.state.clone());
+                }
                 if self.m == 1 {
                     self.pending.insert(grad, self.servers);
                 }
@@ -856,6 +894,7 @@ impl Algorithm for ParameterServer {
                 shard,
                 grad,
             } => {
+                self.follow_statistics(shard, worker, cx);
                 let lr = cx.lr();
                 let sh = &mut self.shards[shard];
                 cx.world

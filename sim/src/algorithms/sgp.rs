@@ -21,6 +21,12 @@
 //! `sgp` is the synchronous variant, `τ = 0`: a node waits for its in-peers' messages of its
 //! own iteration. The pseudo-code above is also `overlap-sgp` with `send = "every-iteration"`.
 //!
+//! Running statistics (batch norm, [`crate::params::ReplicaStore::state`]) are coordinates of the
+//! row: the numerator holds `w_i` times them and push-sum mixes them with the parameters. The
+//! store hands the state part of a gradient requested at scale `1/w_i` in the row's units, `w_i`
+//! times the change of the de-biased statistics, so `x_i / w_i` holds the statistics the pass
+//! produced. (The reference gossips only `module.parameters()`, keeping buffers local.)
+//!
 //! **Overlap-SGP, `send = "after-mix"` (the default): the reference implementation's rule.** In
 //! facebookresearch/stochastic_gradient_push (`gossip_module/distributed.py`, `--overlap True`,
 //! `--synch_freq s`) a gossip thread runs one push-sum exchange at a time: it pushes the

@@ -51,6 +51,12 @@
 //!   [`ReplicaStore::suboptimality`] is consistent, and [`ReplicaStore::take_train_loss`] is the
 //!   mean over the minibatches computed since the last call.
 //! - **Handles** are never reused.
+//! - **State** ([`ReplicaStore::state`]): a suffix of the row, empty for a model without state.
+//!   On a store whose model has state ([`Fixture::stateful_store`]; batch norm's running
+//!   statistics), the state rule of [`ReplicaStore::apply_gradient_block`]: a gradient's state
+//!   change reaches only the rows that computed it (for a mean, its inputs' rows), any other row
+//!   gets the trainable step alone; a scaled request's state change is in the row's units
+//!   (push-sum's numerator gains `w` times the de-biased change).
 //!
 //! # Running it against a store
 //!
@@ -93,6 +99,8 @@
 //! The fixture's model must be fully trainable (no state coordinates, such as batch-norm running
 //! statistics, that a gradient moves without the optimizer rule), and its gradients must differ
 //! from worker to worker (a noisy gradient, or minibatches), so that the rows can be moved apart.
+//! A store that also runs models with state gives one in [`Fixture::stateful_store`], on which
+//! the state checks run (they pass without running where it gives none).
 //!
 //! # Adding a check
 //!
@@ -137,6 +145,13 @@ pub trait Fixture {
     /// false, [`same_operations_give_same_numbers`] compares within [`Fixture::tolerance`].
     fn reproducible(&self) -> bool {
         true
+    }
+
+    /// A fresh plain-SGD store of `workers` workers whose model has state (a non-empty
+    /// [`ReplicaStore::state`], such as batch norm's running statistics), for the checks of the
+    /// state rule; `None` (the default) for an implementation without such models.
+    fn stateful_store(&self, _workers: usize) -> Option<Self::Store> {
+        None
     }
 }
 
@@ -194,6 +209,10 @@ macro_rules! testgen_replica_store {
             suboptimality_is_consistent,
             train_loss_is_the_mean_since_the_last_take,
             handles_are_never_reused,
+            state_is_a_suffix,
+            gradient_state_reaches_only_the_rows_that_computed_it,
+            mean_gradient_state_reaches_its_inputs_rows,
+            scaled_request_state_is_in_the_rows_units,
         }
     };
     (@tests [$fixture:expr] $($check:ident),* $(,)?) => {
@@ -1839,4 +1858,151 @@ pub fn handles_are_never_reused<F: Fixture>(f: &F) {
         s.release_msg(m2);
         s.release_msg(m3);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// State (batch norm's running statistics).
+
+/// [`ReplicaStore::state`] is a suffix of the row: it ends at `num_params()`, and leaves at
+/// least one trainable coordinate; on [`Fixture::stateful_store`] it is not empty.
+pub fn state_is_a_suffix<F: Fixture>(f: &F) {
+    let s = f.store(WORKERS, &plain());
+    let st = s.state();
+    assert_eq!(st.end, s.num_params(), "the state ends the row");
+    assert!(st.start > 0, "a row has trainable coordinates");
+    if let Some(s) = f.stateful_store(WORKERS) {
+        let st = s.state();
+        assert_eq!(st.end, s.num_params(), "the state ends the row");
+        assert!(
+            st.start > 0 && !st.is_empty(),
+            "the stateful store's state {st:?} of {} coordinates",
+            s.num_params()
+        );
+    }
+}
+
+/// A gradient's state change reaches only the row that computed it: applied to worker 0's row
+/// it moves the state; applied to rows 1 and an added row (equal to row 0 before), it moves their
+/// trainable coordinates exactly as row 0's and leaves their state exactly as it was. Applied to
+/// its own row again, the state moves by the same change again.
+pub fn gradient_state_reaches_only_the_rows_that_computed_it<F: Fixture>(f: &F) {
+    let Some(mut s) = f.stateful_store(WORKERS) else {
+        return;
+    };
+    let tol = f.tolerance();
+    let st = s.state();
+    let t = st.start;
+    let r = s.add_rows(1);
+    let x = f.read_row(&s, 0);
+    let g = s.request_gradient(0);
+    for row in [0, 1, r] {
+        s.apply_gradient(row, g, 0.1);
+    }
+    let x0 = f.read_row(&s, 0);
+    let delta = sub(&x0[t..], &x[t..]);
+    assert!(
+        delta.iter().any(|d| *d != 0.0),
+        "the training pass moved no state coordinate"
+    );
+    for row in [1, r] {
+        let xr = f.read_row(&s, row);
+        assert_close(
+            format!("the trainable step on row {row}, against the computing row's"),
+            &xr[..t],
+            &x0[..t],
+            tol,
+        );
+        assert_same(
+            format!("the state of row {row}, which did not compute the gradient"),
+            &xr[t..],
+            &x[t..],
+        );
+    }
+    s.apply_gradient(0, g, 0.0);
+    let again = f.read_row(&s, 0);
+    assert_close(
+        "the state after the gradient applied twice to its own row",
+        &again[t..],
+        &lin(&[(&x0[t..], 1.0), (&delta, 1.0)]),
+        tol,
+    );
+    assert_same(
+        "the trainable coordinates after a step of rate 0",
+        &again[..t],
+        &x0[..t],
+    );
+}
+
+/// A mean gradient's state change reaches the rows of its inputs' workers: the mean of worker
+/// 0's and worker 1's gradients moves rows 0 and 1 (equal before) to the same state, the mean of
+/// the two changes each alone makes, and leaves row 2's state as it was.
+pub fn mean_gradient_state_reaches_its_inputs_rows<F: Fixture>(f: &F) {
+    let Some(mut s) = f.stateful_store(WORKERS) else {
+        return;
+    };
+    let tol = f.tolerance();
+    let t = s.state().start;
+    let x = f.read_row(&s, 0);
+    // Each input's own change, measured on its own row of a second store.
+    let mut alone = f.stateful_store(WORKERS).expect("a second stateful store");
+    let ga = alone.request_gradient(0);
+    let gb = alone.request_gradient(1);
+    alone.apply_gradient(0, ga, 0.0);
+    alone.apply_gradient(1, gb, 0.0);
+    let d0 = sub(&f.read_row(&alone, 0)[t..], &x[t..]);
+    let d1 = sub(&f.read_row(&alone, 1)[t..], &x[t..]);
+    let g0 = s.request_gradient(0);
+    let g1 = s.request_gradient(1);
+    let m = s.mean_gradient(&[g0, g1]);
+    for row in [0, 1, 2] {
+        s.apply_gradient(row, m, 0.1);
+    }
+    let want = lin(&[(&x[t..], 1.0), (&d0, 0.5), (&d1, 0.5)]);
+    for row in [0, 1] {
+        assert_close(
+            format!("the state of input row {row} after the mean"),
+            &f.read_row(&s, row)[t..],
+            &want,
+            tol,
+        );
+    }
+    let x2 = f.read_row(&s, 2);
+    assert_same("the state of row 2, no input's", &x2[t..], &x[t..]);
+    assert_close(
+        "the trainable step on row 2, against row 0's",
+        &x2[..t],
+        &f.read_row(&s, 0)[..t],
+        tol,
+    );
+}
+
+/// A scaled request's state change is in the row's units (push-sum): with row 0 holding
+/// `x = w·z` (`w = 1/4`) and the gradient requested at `1/w`, applying it leaves `x / w` with the
+/// state that the same pass gives `z` on a row holding `z` itself, `z + Δ(z)`.
+pub fn scaled_request_state_is_in_the_rows_units<F: Fixture>(f: &F) {
+    let Some(mut s) = f.stateful_store(WORKERS) else {
+        return;
+    };
+    let tol = f.tolerance();
+    let t = s.state().start;
+    let w = 0.25;
+    s.mix(0, &[(Slot::Row(0), w)]);
+    let g = s.request_gradient_scaled(0, 1.0 / w);
+    s.apply_gradient(0, g, 0.0);
+    let got: Vec<f64> = f.read_row(&s, 0)[t..].iter().map(|v| v / w).collect();
+
+    let mut plain_row = f.stateful_store(WORKERS).expect("a second stateful store");
+    let h = plain_row.request_gradient(0);
+    plain_row.apply_gradient(0, h, 0.0);
+    let want = f.read_row(&plain_row, 0);
+    assert!(
+        want[t..] != f.read_row(&f.stateful_store(WORKERS).unwrap(), 0)[t..],
+        "the training pass moved no state coordinate"
+    );
+    assert_close(
+        "the de-biased state x/w after a request at 1/w",
+        &got,
+        &want[t..],
+        tol,
+    );
 }

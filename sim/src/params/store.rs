@@ -104,6 +104,16 @@ pub trait ReplicaStore {
     /// (LPP-SGD's partial steps); a model without layers answers one layer holding every
     /// parameter. Never used for control flow other than timing.
     fn layers(&self) -> Vec<Layer>;
+    /// The state suffix of a row: coordinates that are not trained by the optimizer but updated
+    /// by the training pass itself (batch normalization's running statistics), the last ones of
+    /// the row, `T..num_params()`. Empty (the default, `num_params()..num_params()`) for a model
+    /// without state. How a gradient moves them is stated at
+    /// [`ReplicaStore::apply_gradient_block`]; mixing, averaging, messages and copies treat them
+    /// like parameters.
+    fn state(&self) -> Range<usize> {
+        let p = self.num_params();
+        p..p
+    }
 
     /// Appends `count` rows after the existing ones and returns the index of the first. Each new
     /// row is a copy of row 0's current parameters, with a zero optimizer state. Added rows have
@@ -131,6 +141,17 @@ pub trait ReplicaStore {
     /// SGD and Adam; for LARS, per layer over the part of each layer inside `block`).
     /// Parameters and optimizer state outside `block` are unchanged. The gradient stays
     /// available (it may be applied to several rows, or block by block).
+    ///
+    /// **The state rule.** On the coordinates of `block` inside [`ReplicaStore::state`] there is
+    /// no optimizer step: the gradient carries there the change its training pass made to the
+    /// running statistics, in the units of the requesting row — `(new state) / scale − state
+    /// read`, so that a row read at `scale` (push-sum's numerator `x = w·z`, read at `1/w`)
+    /// gains `w` times the change of the de-biased statistics. That change is added only to a
+    /// row that computed the gradient: the worker that requested it, or, for a
+    /// [`ReplicaStore::mean_gradient`], the worker of any of its inputs (then the inputs' mean
+    /// change is added). Applied to any other row (a DASGD broadcast, a parameter server's row),
+    /// a gradient moves only the trainable coordinates: running statistics are local to the
+    /// replica whose passes produced them, and reach other rows only through mixing.
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>);
     /// One optimizer step on all of `row`: [`ReplicaStore::apply_gradient_block`] over
     /// `0..num_params()`.

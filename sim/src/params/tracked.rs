@@ -62,6 +62,11 @@
 //! replica received while the gradient was computed (AD-PSGD's averaging, LAP-SGD's concurrent
 //! processes, D-PSGD's mixing between read and step); all-reduce and local SGD measure 0.
 //!
+//! An application whose block lies inside the state suffix ([`ReplicaStore::state`]: a
+//! parameter-server worker taking its own pass's running statistics) is a write of the row but
+//! no optimizer step: it is neither measured nor a global iteration; and every measure is taken
+//! on the trainable coordinates of the applied block, so writes of state alone are not counted.
+//!
 //! Both measures are taken at every application (a gradient applied to `n` rows, or block by
 //! block, is measured `n` times, or once per block). Histograms are kept per worker (the worker
 //! that computed the gradient; for a mean applied to a worker's row, that worker); with
@@ -616,6 +621,10 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.layers()
     }
 
+    fn state(&self) -> Range<usize> {
+        self.inner.state()
+    }
+
     fn add_rows(&mut self, count: usize) -> usize {
         let first = self.inner.add_rows(count);
         let p = self.params;
@@ -656,10 +665,25 @@ impl ReplicaStore for Tracked<'_> {
     }
 
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
+        let state = self.inner.state().start;
+        if !block.is_empty() && block.start >= state {
+            // Only state coordinates (a parameter-server worker's own running statistics): a
+            // write of the row, but no optimizer step, so neither measured nor a global
+            // iteration.
+            self.inner
+                .apply_gradient_block(row, grad, lr, block.clone());
+            self.bump();
+            self.write(row, block, None);
+            self.maybe_prune();
+            return;
+        }
+        // Measured on the trainable coordinates: writes of state alone (a parameter server's
+        // running statistics following a worker's) are not updates a gradient can be stale by.
+        let measured = block.start..block.end.min(state);
         if !block.is_empty()
-            && let Some((worker, stale, read)) = self.measure(grad, row, &block)
+            && let Some((worker, stale, read)) = self.measure(grad, row, &measured)
         {
-            let global = self.measure_global(grad, &block).unwrap_or(0);
+            let global = self.measure_global(grad, &measured).unwrap_or(0);
             if let Some(h) = self.row_staleness.get_mut(worker) {
                 h.record(stale);
             }
