@@ -223,6 +223,7 @@ struct BurnStateRef<'a> {
     samplers: &'a [Sampler],
     pending: &'a [Pending],
     ready: &'a BTreeMap<GradId, Arc<Vec<f32>>>,
+    owners: &'a BTreeMap<GradId, Vec<usize>>,
     msgs: &'a BTreeMap<MsgId, Row>,
     next_id: u64,
     train_loss: (f64, usize),
@@ -236,6 +237,7 @@ struct BurnState {
     samplers: Vec<Sampler>,
     pending: Vec<Pending>,
     ready: BTreeMap<GradId, Arc<Vec<f32>>>,
+    owners: BTreeMap<GradId, Vec<usize>>,
     msgs: BTreeMap<MsgId, Row>,
     next_id: u64,
     train_loss: (f64, usize),
@@ -1080,6 +1082,7 @@ impl ReplicaStore for BurnStore {
             samplers: &self.samplers,
             pending: &self.pending,
             ready: &self.ready,
+            owners: &self.owners,
             msgs: &self.msgs,
             next_id: self.next_id,
             train_loss: (self.train_loss, self.train_loss_count),
@@ -1103,6 +1106,7 @@ impl ReplicaStore for BurnStore {
         self.samplers = state.samplers;
         self.pending = state.pending;
         self.ready = state.ready;
+        self.owners = state.owners;
         self.msgs = state.msgs;
         self.next_id = state.next_id;
         (self.train_loss, self.train_loss_count) = state.train_loss;

@@ -942,6 +942,8 @@ fn after_checkpoint<S: ReplicaStore>(
     (g0, g1, m, r): (GradId, GradId, MsgId, usize),
 ) -> (Vec<f64>, Vec<u64>) {
     s.apply_gradient(r, g1, 0.1);
+    s.apply_gradient(2, g1, 0.1);
+    s.apply_gradient(0, g0, 0.05);
     s.mix(2, &[(Slot::Msg(m), 0.5), (Slot::Row(2), 0.5)]);
     let g2 = s.request_gradient(3);
     s.apply_gradient(3, g2, 0.1);
@@ -967,7 +969,17 @@ fn after_checkpoint<S: ReplicaStore>(
 /// errs) passes.
 pub fn a_restored_store_goes_on_as_the_saved_one<F: Fixture>(f: &F) {
     let opt = optimizer(0.5, true, 0.01);
-    let mut a = f.store(WORKERS, &opt);
+    restores_exactly(f, f.store(WORKERS, &opt), || f.store(WORKERS, &opt));
+    // A model with running statistics: which rows computed a gradient carries over too.
+    if let Some(a) = f.stateful_store(WORKERS) {
+        restores_exactly(f, a, || {
+            f.stateful_store(WORKERS)
+                .expect("the fixture gave a stateful store once")
+        });
+    }
+}
+
+fn restores_exactly<F: Fixture>(f: &F, mut a: F::Store, fresh: impl Fn() -> F::Store) {
     let r = a.add_rows(1);
     let g0 = a.request_gradient(0);
     a.apply_gradient(1, g0, 0.1);
@@ -977,7 +989,7 @@ pub fn a_restored_store_goes_on_as_the_saved_one<F: Fixture>(f: &F) {
     let Ok(state) = a.save_state() else {
         return;
     };
-    let mut b = f.store(WORKERS, &opt);
+    let mut b = fresh();
     b.restore_state(&state)
         .unwrap_or_else(|e| panic!("restoring what the store saved: {e}"));
     assert_eq!(b.rows(), a.rows(), "the added row is restored");
@@ -1008,7 +1020,7 @@ pub fn a_restored_store_goes_on_as_the_saved_one<F: Fixture>(f: &F) {
         }
     }
     // A store refuses what it cannot have saved.
-    let mut c = f.store(WORKERS, &opt);
+    let mut c = fresh();
     assert!(c.restore_state(b"not a store state").is_err());
 }
 
