@@ -893,8 +893,9 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         out.summary(&summary)?;
         out.timings(&timings)?;
         crate::checkpoint::crash_point("summary");
-        // Between two algorithms: a resumed run starts the next one afresh.
-        if every.is_some() && i + 1 < s.algorithms.len() {
+        // Between two algorithms (or after the last): a resumed run starts the next one afresh
+        // (or only evaluates the claims and draws the plots).
+        if every.is_some() {
             let next = CheckpointContext {
                 algorithm: i + 1,
                 summary_json: serde_json::to_string(&summary).expect("a summary serializes"),
