@@ -7,8 +7,8 @@
 
 use dasim_models::data::{Dataset, class_counts};
 use dasim_reports::rundir::{
-    Activity, FaultSummary, GradientRow, LinkRow, MessageRow, MetricRow, Partition, PartitionRow,
-    SeriesRow, StalenessRow, Tables, TimelineRow, UtilizationRow, WaitRow, measured,
+    Activity, FaultRow, FaultSummary, GradientRow, LinkRow, MessageRow, MetricRow, Partition,
+    PartitionRow, SeriesRow, StalenessRow, Tables, TimelineRow, UtilizationRow, WaitRow, measured,
 };
 use dasim_sim::engine::{EvalPoint, FaultReport, SimTime, Spread};
 use dasim_sim::record::{self, GradientRecord, MessageRecord, RunRecord};
@@ -193,6 +193,17 @@ pub fn tables(algorithm: &str, r: &RunRecord, faulty: bool) -> Tables {
             start_s: secs(i.start),
             end_s: secs(i.end),
             waited_for: i.waited_for.map(|p| p as u64),
+        })
+        .collect();
+    t.faults = r
+        .fault_events
+        .iter()
+        .map(|e| FaultRow {
+            algorithm: a(),
+            time_s: secs(e.time),
+            event: e.mark.name().into(),
+            node: e.node as u64,
+            peer: e.peer.map(|p| p as u64),
         })
         .collect();
     t

@@ -387,7 +387,7 @@ fn remove_stale(path: &std::path::Path) -> Result<()> {
 }
 
 /// The files of a run directory that `dasim run` writes (plots aside), and `dasim report`'s page.
-const RUN_FILES: [&str; 16] = [
+const RUN_FILES: [&str; 17] = [
     files::SCENARIO,
     files::SUMMARY,
     files::TIMINGS,
@@ -402,6 +402,7 @@ const RUN_FILES: [&str; 16] = [
     files::MESSAGES,
     files::PARTITION,
     files::CHECKS,
+    files::FAULTS,
     "report.html",
     crate::checkpoint::FILE,
 ];

@@ -246,7 +246,7 @@ fn a_crash_with_rejoin_is_down_time_on_the_timeline_in_utilization_and_on_the_ga
 fn down_is_zero_without_crashes_and_absent_without_faults() {
     // A loss entry only: nobody is down, but the run has [[faults]], so down_s is there (0).
     let text = scenario_text(
-        "[[algorithms]]\nkind = \"adpsgd\"\n",
+        "[[algorithms]]\nkind = \"adpsgd\"\n\n[metrics]\ntimeline_s = [0.0, 0.5]\n",
         "[[faults]]\nkind = \"loss\"\nprobability = 0.1\n",
     );
     let (dir, path) = scenario(&text, "loss.toml");
@@ -260,6 +260,26 @@ fn down_is_zero_without_crashes_and_absent_without_faults() {
         !svg.contains(">\ndown\n</text>"),
         "no down key without down time"
     );
+    // faults.csv: one row per lost message in the window, at its sender; as many as counted
+    // (the window covers the run, far fewer than the cap); the chart marks them.
+    let lost: Vec<_> = data.faults.iter().filter(|f| f.event == "lost").collect();
+    let counted = data.summary.as_ref().unwrap().runs[0]
+        .faults
+        .as_ref()
+        .unwrap()
+        .messages_lost;
+    assert!(counted > 0);
+    assert_eq!(lost.len() as u64, counted);
+    assert!(
+        lost.iter()
+            .all(|f| f.peer.is_some() && f.algorithm == "adpsgd")
+    );
+    assert!(lost.windows(2).all(|w| w[0].time_s <= w[1].time_s));
+    assert!(
+        svg.contains(">\nmessage lost\n</text>"),
+        "a key for the marks"
+    );
+    assert!(!svg.contains(">\nduplicated or delayed\n</text>"));
 
     // Without [[faults]], the column and summary.json's utilization.down are absent.
     let text = scenario_text("[[algorithms]]\nkind = \"adpsgd\"\n", "");
@@ -272,4 +292,5 @@ fn down_is_zero_without_crashes_and_absent_without_faults() {
     assert!(!json.contains("\"down\""), "{json}");
     let data = RunData::load(&out).unwrap();
     assert!(data.utilization.iter().all(|r| r.down_s.is_none()));
+    assert!(!out.join("faults.csv").exists());
 }

@@ -9,7 +9,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::data::{Lane, bin_fractions, bin_stats};
+use crate::data::{FaultMarkKind, Lane, bin_fractions, bin_stats};
 use crate::figure::{
     AXIS_COLOR, AXIS_DESC_SIZE, DrawResult, FONT_FAMILY, Figure, GRID_BOLD, Key, LABEL_SIZE,
     TEXT_COLOR, Ticked, format_tick, header, palette,
@@ -48,6 +48,19 @@ fn activity_keys(down: bool) -> Vec<Key> {
         })
         .collect()
 }
+
+/// The colour of a Gantt chart's mark of a message a fault touched: black crosses for lost or
+/// dropped messages, reddish purple circles for duplicated or delayed ones (apart from every
+/// activity's colour).
+pub(crate) fn mark_color(kind: FaultMarkKind) -> RGBColor {
+    match kind {
+        FaultMarkKind::Lost => RGBColor(0x00, 0x00, 0x00),
+        FaultMarkKind::Disturbed => RGBColor(0xCC, 0x79, 0xA7),
+    }
+}
+
+/// The most fault marks a Gantt chart draws; beyond it, every k-th (the note says so).
+pub(crate) const MAX_DRAWN_MARKS: usize = 20_000;
 
 /// Height of a figure of `panels` panels.
 fn panels_height(panels: usize) -> u32 {
@@ -231,7 +244,23 @@ impl Figure for Gantt {
             .lanes
             .iter()
             .any(|l| l.intervals.iter().any(|i| i.0 == Activity::Down));
-        let area = header(root, &self.title, &self.note, &activity_keys(down))?;
+        let mut keys = activity_keys(down);
+        for (kind, label) in [
+            (FaultMarkKind::Lost, "message lost"),
+            (FaultMarkKind::Disturbed, "duplicated or delayed"),
+        ] {
+            if self
+                .lanes
+                .iter()
+                .any(|l| l.marks.iter().any(|m| m.1 == kind))
+            {
+                keys.push(Key {
+                    label: label.to_owned(),
+                    color: mark_color(kind),
+                });
+            }
+        }
+        let area = header(root, &self.title, &self.note, &keys)?;
         let n = self.lanes.len().max(1);
         let intervals = || self.lanes.iter().flat_map(|l| &l.intervals);
         let (start, end) = self.window.unwrap_or_else(|| {
@@ -314,6 +343,28 @@ impl Figure for Gantt {
                             )
                         }),
                 )?;
+            }
+        }
+        // Fault marks on top, thinned evenly beyond the most drawn.
+        let marks: usize = self.lanes.iter().map(|l| l.marks.len()).sum();
+        let every = marks.div_ceil(MAX_DRAWN_MARKS).max(1);
+        let mut k = 0usize;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let y = (n - 1 - i) as f64;
+            for &(t, kind) in &lane.marks {
+                k += 1;
+                if !k.is_multiple_of(every) {
+                    continue;
+                }
+                let style = mark_color(kind).stroke_width(2);
+                match kind {
+                    FaultMarkKind::Lost => {
+                        chart.draw_series(std::iter::once(Cross::new((t, y), 4, style)))?;
+                    }
+                    FaultMarkKind::Disturbed => {
+                        chart.draw_series(std::iter::once(Circle::new((t, y), 3, style)))?;
+                    }
+                }
             }
         }
         Ok(())

@@ -48,6 +48,8 @@ pub const TIMELINE: &[&str] = &[
     "end_s",
     "waited_for",
 ];
+/// The columns of `faults.csv`: one row per message a fault touched inside the timeline window.
+pub const FAULTS: &[&str] = &["algorithm", "time_s", "event", "node", "peer"];
 /// The columns of `gradients.csv`.
 pub const GRADIENTS: &[&str] = &[
     "algorithm",

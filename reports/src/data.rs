@@ -9,7 +9,7 @@
 
 use crate::Series;
 use crate::rundir::{
-    Activity, IntStats, MetricRow, SeriesRow, StalenessRow, TimelineRow, UtilizationRow,
+    Activity, FaultRow, IntStats, MetricRow, SeriesRow, StalenessRow, TimelineRow, UtilizationRow,
 };
 
 /// The x axis of a convergence plot.
@@ -328,6 +328,34 @@ pub struct Lane {
     pub worker: u64,
     /// `(activity, start_s, end_s)`, by start time.
     pub intervals: Vec<(Activity, f64, f64)>,
+    /// Messages faults touched on this worker (`faults.csv`), by time.
+    pub marks: Vec<(f64, FaultMarkKind)>,
+}
+
+/// How a Gantt chart marks a message a fault touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultMarkKind {
+    /// Lost at random or on a down link (at its sender), or dropped at its down receiver.
+    Lost,
+    /// Duplicated or delayed (at its sender).
+    Disturbed,
+}
+
+/// Puts the rows of `faults` of `algorithm` on the lanes of their nodes (the others, such as a
+/// parameter server's shards, have no lane).
+pub fn attach_fault_marks(lanes: &mut [Lane], faults: &[FaultRow], algorithm: &str) {
+    for f in faults.iter().filter(|f| f.algorithm == algorithm) {
+        let kind = match f.event.as_str() {
+            "lost" | "lost-link-down" | "dropped-down" => FaultMarkKind::Lost,
+            _ => FaultMarkKind::Disturbed,
+        };
+        if let Ok(i) = lanes.binary_search_by_key(&f.node, |l| l.worker) {
+            lanes[i].marks.push((f.time_s, kind));
+        }
+    }
+    for lane in lanes {
+        lane.marks.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
 }
 
 /// The lanes of `algorithm` in `timeline.csv`, by worker id; empty intervals are dropped.
@@ -345,7 +373,11 @@ pub fn timeline_lanes(rows: &[TimelineRow], algorithm: &str) -> Vec<Lane> {
         .into_iter()
         .map(|(worker, mut intervals)| {
             intervals.sort_by(|a, b| a.1.total_cmp(&b.1));
-            Lane { worker, intervals }
+            Lane {
+                worker,
+                intervals,
+                marks: Vec::new(),
+            }
         })
         .collect()
 }
@@ -617,6 +649,7 @@ mod tests {
             .map(|worker| Lane {
                 worker,
                 intervals: vec![(Activity::Compute, 0.0, 1.0)],
+                marks: Vec::new(),
             })
             .collect()
     }

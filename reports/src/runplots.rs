@@ -38,9 +38,9 @@ use crate::charts::{
     Gantt, GroupedBars, HistogramPanel, HistogramPanels, StackedPanel, StackedPanels,
 };
 use crate::data::{
-    GANTT_MAX_ROWS, Lane, LogCurve, Metric, WorkerShare, XAxis, band, metric_series, named_series,
-    range_series, sample_lanes, staleness_histograms, thousands, timeline_lanes, utilization,
-    worker_bin,
+    GANTT_MAX_ROWS, Lane, LogCurve, Metric, WorkerShare, XAxis, attach_fault_marks, band,
+    metric_series, named_series, range_series, sample_lanes, staleness_histograms, thousands,
+    timeline_lanes, utilization, worker_bin,
 };
 use crate::figure::{DrawResult, Figure, format_tick, save};
 use crate::plot::{Band, Line, LineChart};
@@ -469,10 +469,11 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
     // Timelines.
     let mut stems: Vec<String> = Vec::new();
     for alg in algs {
-        let lanes = timeline_lanes(&data.timeline, alg);
+        let mut lanes = timeline_lanes(&data.timeline, alg);
         if lanes.is_empty() {
             continue;
         }
+        attach_fault_marks(&mut lanes, &data.faults, alg);
         let mut stem = format!("timeline_{}", slug(alg));
         if stems.contains(&stem) {
             stem = format!("{stem}_{}", data.color_of(alg));
@@ -490,6 +491,14 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
         );
         if let Some(f) = data.run_summary(alg).and_then(|r| r.faults.as_ref()) {
             gantt.note.push_str(&fault_note(f));
+        }
+        let marks: usize = gantt.lanes.iter().map(|l| l.marks.len()).sum();
+        if marks > crate::charts::MAX_DRAWN_MARKS {
+            gantt.note.push_str(&format!(
+                "; one fault mark in {} of the {} on the rows shown is drawn",
+                marks.div_ceil(crate::charts::MAX_DRAWN_MARKS),
+                thousands(marks as u64)
+            ));
         }
         out.push(NamedFigure {
             stem,
@@ -1025,6 +1034,7 @@ mod tests {
                         1.0 + worker as f64 * 1e-3,
                     ),
                 ],
+                marks: Vec::new(),
             })
             .collect()
     }

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use dasim_reports::rundir::{
     Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, CsvStream,
-    EventLogs, GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition,
-    PartitionRow, RunData, RunWriter, SeriesRow, StalenessRow, Stamp, Summary, Tables,
+    EventLogs, FaultRow, GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow,
+    Partition, PartitionRow, RunData, RunWriter, SeriesRow, StalenessRow, Stamp, Summary, Tables,
     TimeToTarget, TimelineRow, Timings, Utilization, UtilizationRow, WaitRow, files, read_csv,
     read_partition, read_summary, read_timings, write_csv, write_partition, write_scenario,
 };
@@ -153,6 +153,22 @@ fn tables() -> Tables {
                 start_s: 0.01,
                 end_s: 0.02,
                 waited_for: Some(3),
+            },
+        ],
+        faults: vec![
+            FaultRow {
+                algorithm: "dpsgd".into(),
+                time_s: 0.015,
+                event: "lost-link-down".into(),
+                node: 0,
+                peer: Some(1),
+            },
+            FaultRow {
+                algorithm: "dpsgd".into(),
+                time_s: 0.0175,
+                event: "dropped-down".into(),
+                node: 2,
+                peer: None,
             },
         ],
     }
@@ -434,6 +450,10 @@ fn every_file_reads_back_as_written() {
     assert_eq!(
         read_back::<TimelineRow>(dir),
         [first.timeline.clone(), second.timeline.clone()].concat()
+    );
+    assert_eq!(
+        read_back::<FaultRow>(dir),
+        [first.faults.clone(), second.faults.clone()].concat()
     );
     assert_eq!(read_back::<CheckRow>(dir), check_rows());
     assert_eq!(read_summary(dir).unwrap(), Some(summary()));

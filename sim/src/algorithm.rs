@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
 use crate::engine::{EventQueue, SimTime};
-use crate::fault::{Faults, Sent, WorkerFault};
+use crate::fault::{Faults, LossCause, Sent, WorkerFault};
 use crate::net::Network;
 use crate::net::topology::Topology;
 use crate::params::lr::{ScheduleProgress, TrainingProgress};
 use crate::params::tracked::Tracked;
 use crate::params::{GradId, OptimizerConfig, ReplicaStore, Slot};
-use crate::record::{Activity, MessageRecord, MetricsConfig, Recorder};
+use crate::record::{Activity, FaultEvent, FaultMark, MessageRecord, MetricsConfig, Recorder};
 
 /// What an algorithm works with: the cluster's compute model, the network, the graph, the
 /// replicas and the optimizer's learning-rate rule.
@@ -334,6 +334,22 @@ impl<E> Ctx<'_, '_, E> {
         if duplicate {
             self.post(at, src, dst, payload);
         }
+        let marks = [
+            lost.map(|cause| match cause {
+                LossCause::Random => FaultMark::Lost,
+                LossCause::LinkDown => FaultMark::LostLinkDown,
+            }),
+            duplicate.then_some(FaultMark::Duplicated),
+            (lost.is_none() && delay > SimTime::ZERO).then_some(FaultMark::Delayed),
+        ];
+        for mark in marks.into_iter().flatten() {
+            self.world.recorder.fault(FaultEvent {
+                time: at,
+                mark,
+                node: src,
+                peer: Some(dst),
+            });
+        }
         let arrive = match lost {
             Some(_) => t,
             None => self.world.faults.fifo(src, dst, t.saturating_add(delay)),
@@ -367,7 +383,16 @@ impl<E> Ctx<'_, '_, E> {
     /// A message lands at `dst` now: `false`, and the message counted as dropped, when `dst` is
     /// down; the algorithm then discards it.
     pub fn deliverable(&mut self, dst: usize) -> bool {
-        self.world.faults.deliverable(dst)
+        let ok = self.world.faults.deliverable(dst);
+        if !ok {
+            self.world.recorder.fault(FaultEvent {
+                time: self.now,
+                mark: FaultMark::DroppedDown,
+                node: dst,
+                peer: None,
+            });
+        }
+        ok
     }
 
     /// Counts one step of `worker` (a gradient of its own applied, as the algorithm counts

@@ -345,6 +345,7 @@ pub struct Recorder {
     window: TimelineWindow,
     timeline: Vec<Interval>,
     messages: Option<Vec<MessageRecord>>,
+    faults: Vec<FaultEvent>,
 }
 
 impl Recorder {
@@ -364,6 +365,7 @@ impl Recorder {
             },
             timeline: Vec::new(),
             messages: None,
+            faults: Vec::new(),
         };
         r.configure(&MetricsConfig::default());
         r
@@ -504,6 +506,16 @@ impl Recorder {
         }
     }
 
+    /// A message a fault touched: kept when it falls inside the timeline window, up to
+    /// [`MAX_FAULT_EVENTS`].
+    pub fn fault(&mut self, event: FaultEvent) {
+        let inside =
+            event.time >= self.window.start && self.window.end.is_none_or(|end| event.time <= end);
+        if inside && self.faults.len() < MAX_FAULT_EVENTS {
+            self.faults.push(event);
+        }
+    }
+
     /// The messages logged since the last call.
     pub fn take_messages(&mut self) -> Vec<MessageRecord> {
         self.messages
@@ -556,12 +568,71 @@ impl Recorder {
             mix_age: self.mix_age.clone(),
             timeline: std::mem::take(&mut self.timeline),
             timeline_window: (self.window.start, end),
+            // A default window's end is known only now.
+            fault_events: std::mem::take(&mut self.faults)
+                .into_iter()
+                .filter(|e| e.time <= end)
+                .collect(),
             row_staleness: Vec::new(),
             global_staleness: Vec::new(),
             links: BTreeMap::new(),
         }
     }
 }
+
+/// What a fault did to one message ([`crate::fault`]), as the timeline marks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum FaultMark {
+    /// Lost at random (`loss`).
+    Lost,
+    /// Lost because its link was down (`link-down`).
+    LostLinkDown,
+    /// Dropped at its receiver, which was down (`crash`).
+    DroppedDown,
+    /// Sent twice (`duplicate`).
+    Duplicated,
+    /// Delivered late (`delay`).
+    Delayed,
+}
+
+impl FaultMark {
+    /// Every mark, in column order.
+    pub const ALL: [FaultMark; 5] = [
+        FaultMark::Lost,
+        FaultMark::LostLinkDown,
+        FaultMark::DroppedDown,
+        FaultMark::Duplicated,
+        FaultMark::Delayed,
+    ];
+
+    /// The name `faults.csv` writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultMark::Lost => "lost",
+            FaultMark::LostLinkDown => "lost-link-down",
+            FaultMark::DroppedDown => "dropped-down",
+            FaultMark::Duplicated => "duplicated",
+            FaultMark::Delayed => "delayed",
+        }
+    }
+}
+
+/// A message a fault touched, at the instant it did ([`Recorder::fault`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultEvent {
+    /// When: the message's posting (lost, duplicated, delayed), or its landing (dropped).
+    pub time: SimTime,
+    /// What happened to it.
+    pub mark: FaultMark,
+    /// The node whose timeline shows it: the sender, or the down receiver of a dropped message.
+    pub node: usize,
+    /// The other end (the receiver; none for a dropped message, whose sender is not known).
+    pub peer: Option<usize>,
+}
+
+/// At most this many fault events are kept per run (the first ones inside the timeline window);
+/// the counts in [`crate::fault::FaultStats`] cover every message.
+pub const MAX_FAULT_EVENTS: usize = 100_000;
 
 /// Everything recorded over one run, for the writers.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -588,6 +659,8 @@ pub struct RunRecord {
     pub timeline: Vec<Interval>,
     /// The timeline window `[start, end]`.
     pub timeline_window: (SimTime, SimTime),
+    /// The messages faults touched inside the window (at most [`MAX_FAULT_EVENTS`]), in order.
+    pub fault_events: Vec<FaultEvent>,
 }
 
 impl RunRecord {

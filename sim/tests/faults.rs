@@ -8,6 +8,7 @@ use dasim_sim::algorithms::{AlgorithmConfig, SgpConfig, run_algorithm};
 use dasim_sim::engine::run_inspect;
 use dasim_sim::fault::{FaultConfig, Faults, WorkerFault};
 use dasim_sim::prelude::*;
+use dasim_sim::record::{FaultEvent, FaultMark};
 
 use common::*;
 
@@ -130,6 +131,14 @@ links = ["0 -> 1"]"#,
     assert_eq!((f.lost, f.lost_link_down, f.duplicated), (2, 0, 0));
     // A lost message still left its sender: the network carried all four.
     assert_eq!(out.network.messages, 4);
+    // The timeline marks each at its sender, when it was posted.
+    let lost = |t: u64| FaultEvent {
+        time: SimTime::from_nanos(t),
+        mark: FaultMark::Lost,
+        node: 0,
+        peer: Some(1),
+    };
+    assert_eq!(out.record.fault_events, vec![lost(0), lost(MS)]);
 }
 
 #[test]
@@ -179,6 +188,19 @@ end_s = 0.002"#,
         ]
     );
     assert_eq!(out.faults.unwrap().stats.lost_link_down, 2);
+    let marks: Vec<_> = out
+        .record
+        .fault_events
+        .iter()
+        .map(|e| (e.time.as_nanos(), e.mark, e.node, e.peer))
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            (3 * MS / 2, FaultMark::LostLinkDown, 0, Some(1)),
+            (3 * MS / 2, FaultMark::LostLinkDown, 1, Some(2)),
+        ]
+    );
 }
 
 #[test]
@@ -209,6 +231,8 @@ probability = 1.0"#,
     // The copy followed the original on 0's uplink: busy for 2 µs.
     assert_eq!(out.record.links[&(0, 1)].busy.as_nanos(), 2000);
     assert_eq!(out.faults.unwrap().stats.duplicated, 1);
+    let marks: Vec<_> = out.record.fault_events.iter().map(|e| e.mark).collect();
+    assert_eq!(marks, [FaultMark::Duplicated]);
 }
 
 #[test]
@@ -230,6 +254,15 @@ end_s = 0.000001"#,
     );
     let f = out.faults.unwrap().stats;
     assert_eq!((f.delayed, f.delay_total.as_nanos()), (1, 3 * MS));
+    assert_eq!(
+        out.record.fault_events,
+        [FaultEvent {
+            time: SimTime::ZERO,
+            mark: FaultMark::Delayed,
+            node: 0,
+            peer: Some(1),
+        }]
+    );
 }
 
 #[test]
@@ -285,6 +318,16 @@ rejoin_after_s = 0.002"#,
     );
     let f = out.faults.unwrap().stats;
     assert_eq!((f.crashes, f.rejoins, f.dropped_down), (1, 1, 1));
+    // A dropped message is marked at its down receiver, when it landed.
+    assert_eq!(
+        out.record.fault_events,
+        [FaultEvent {
+            time: SimTime::from_nanos(3 * MS / 2 + 1000),
+            mark: FaultMark::DroppedDown,
+            node: 1,
+            peer: None,
+        }]
+    );
     assert_eq!(f.down_time[1].as_nanos(), 2 * MS);
     assert_eq!(f.down_time[0], SimTime::ZERO);
 }

@@ -34,10 +34,10 @@ pub use read::{
     Cells, CsvFile, RunData, read_csv, read_json, read_partition, read_summary, read_timings,
 };
 pub use schema::{
-    Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, FaultSummary,
-    GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition, PartitionRow,
-    SeriesRow, StalenessRow, Stamp, Stopped, Summary, TimeToTarget, TimelineRow, Timings,
-    Utilization, UtilizationRow, WaitRow, files, measured, num, sha256_hex,
+    Activity, AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, CsvRow, FaultRow,
+    FaultSummary, GradientRow, HostTimings, IntStats, LinkRow, MessageRow, MetricRow, Partition,
+    PartitionRow, SeriesRow, StalenessRow, Stamp, Stopped, Summary, TimeToTarget, TimelineRow,
+    Timings, Utilization, UtilizationRow, WaitRow, files, measured, num, sha256_hex,
 };
 pub use write::{
     CsvStream, EventLogs, RunWriter, Tables, WriterState, write_atomic, write_csv, write_json,

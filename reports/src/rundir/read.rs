@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::columns;
 use crate::rundir::schema::{
-    AlgorithmSummary, CheckRow, CsvRow, MetricRow, Partition, PartitionRow, SeriesRow,
+    AlgorithmSummary, CheckRow, CsvRow, FaultRow, MetricRow, Partition, PartitionRow, SeriesRow,
     StalenessRow, Stamp, Summary, TimelineRow, Timings, UtilizationRow, files,
 };
 use crate::{Error, Result};
@@ -112,6 +112,8 @@ pub struct RunData {
     pub utilization: Vec<UtilizationRow>,
     /// `timeline.csv`.
     pub timeline: Vec<TimelineRow>,
+    /// `faults.csv` (empty without faults).
+    pub faults: Vec<FaultRow>,
     /// `checks.csv`: the verdicts of the scenario's claims (empty without claims).
     pub checks: Vec<CheckRow>,
     /// `summary.json`; `None` for an interrupted run.
@@ -164,6 +166,7 @@ impl RunData {
             staleness: rows(dir, &mut stamp)?,
             utilization: rows(dir, &mut stamp)?,
             timeline: rows(dir, &mut stamp)?,
+            faults: rows(dir, &mut stamp)?,
             checks: rows(dir, &mut stamp)?,
             summary: read_summary(dir)?,
             ..RunData::default()

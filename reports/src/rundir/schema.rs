@@ -46,6 +46,8 @@ pub mod files {
     pub const PARTITION: &str = "partition.csv";
     /// The verdicts of the scenario's `[[expect]]` entries: [`super::CheckRow`].
     pub const CHECKS: &str = "checks.csv";
+    /// The messages faults touched, under `[[faults]]`: [`super::FaultRow`].
+    pub const FAULTS: &str = "faults.csv";
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
@@ -462,6 +464,47 @@ impl CsvRow for LinkRow {
             messages: r.req("messages")?,
             bytes: r.req("bytes")?,
             busy_s: r.req("busy_s")?,
+        })
+    }
+}
+
+/// A row of `faults.csv`: one message a fault touched, inside the timeline window (at most
+/// 100,000 per algorithm; `summary.json`'s `faults` counts them all).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultRow {
+    /// The algorithm's label.
+    pub algorithm: String,
+    /// When, seconds: the message's posting, or its landing for `dropped-down`.
+    pub time_s: f64,
+    /// `lost`, `lost-link-down`, `dropped-down`, `duplicated` or `delayed`.
+    pub event: String,
+    /// The node whose timeline shows it: the sender, or the down receiver of a dropped message.
+    pub node: u64,
+    /// The receiver; none for a dropped message.
+    pub peer: Option<u64>,
+}
+
+impl CsvRow for FaultRow {
+    const FILE: &'static str = files::FAULTS;
+    const COLUMNS: &'static [&'static str] = columns::FAULTS;
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.algorithm.clone(),
+            num(self.time_s),
+            self.event.clone(),
+            self.node.to_string(),
+            self.peer.map(|p| p.to_string()).unwrap_or_default(),
+        ]
+    }
+
+    fn read(r: &Cells) -> Result<Self> {
+        Ok(FaultRow {
+            algorithm: r.text("algorithm")?.to_owned(),
+            time_s: r.req("time_s")?,
+            event: r.text("event")?.to_owned(),
+            node: r.req("node")?,
+            peer: r.opt("peer")?,
         })
     }
 }

@@ -18,8 +18,8 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use crate::rundir::schema::{
-    CsvRow, GradientRow, LinkRow, MessageRow, MetricRow, Partition, SeriesRow, StalenessRow, Stamp,
-    Summary, TimelineRow, Timings, UtilizationRow, WaitRow, files,
+    CsvRow, FaultRow, GradientRow, LinkRow, MessageRow, MetricRow, Partition, SeriesRow,
+    StalenessRow, Stamp, Summary, TimelineRow, Timings, UtilizationRow, WaitRow, files,
 };
 use crate::{Error, Result};
 
@@ -256,6 +256,8 @@ pub struct Tables {
     pub links: Vec<LinkRow>,
     /// `timeline.csv`.
     pub timeline: Vec<TimelineRow>,
+    /// `faults.csv`: written only when some algorithm has a row.
+    pub faults: Vec<FaultRow>,
 }
 
 impl Tables {
@@ -265,15 +267,20 @@ impl Tables {
         self.waits.extend(more.waits);
         self.links.extend(more.links);
         self.timeline.extend(more.timeline);
+        self.faults.extend(more.faults);
     }
 
-    /// Writes the five tables to `dir`, each atomically.
+    /// Writes the tables to `dir`, each atomically (`faults.csv` only when it has rows).
     pub fn write(&self, dir: &Path, stamp: &Stamp) -> Result<()> {
         write_csv(dir, stamp, &self.staleness)?;
         write_csv(dir, stamp, &self.utilization)?;
         write_csv(dir, stamp, &self.waits)?;
         write_csv(dir, stamp, &self.links)?;
-        write_csv(dir, stamp, &self.timeline)
+        write_csv(dir, stamp, &self.timeline)?;
+        if !self.faults.is_empty() {
+            write_csv(dir, stamp, &self.faults)?;
+        }
+        Ok(())
     }
 }
 
@@ -383,6 +390,7 @@ impl RunWriter {
                 WaitRow::FILE,
                 LinkRow::FILE,
                 TimelineRow::FILE,
+                FaultRow::FILE,
             ] {
                 let path = dir.join(file);
                 match fs::remove_file(&path) {
