@@ -443,7 +443,7 @@ impl AdPsgd {
         cx.step_done(w);
         let st = &mut self.workers[w];
         st.started_since_step = 0;
-        st.steps_since_average += 1;
+        st.steps_since_average = st.steps_since_average.saturating_add(1);
     }
 
     fn next_step(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -461,7 +461,8 @@ impl AdPsgd {
         if self.ahead.is_some_and(|k| st.started_since_step >= k) {
             return;
         }
-        self.workers[w].started_since_step += 1;
+        let st = &mut self.workers[w];
+        st.started_since_step = st.started_since_step.saturating_add(1);
         let snap = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
         self.request_average(w, Some(snap), cx);
     }
