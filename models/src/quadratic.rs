@@ -103,6 +103,10 @@ impl ReplicaStore for QuadraticStore {
         self.inner.release_gradient(grad);
     }
 
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.inner.swap_optimizer_state(a, b);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         self.inner.average(rows);
     }

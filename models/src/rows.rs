@@ -107,6 +107,19 @@ impl Rows {
         self.params[r] = Arc::new(value);
     }
 
+    /// Exchanges the optimizer states of rows `a` and `b`; their parameters stay.
+    pub fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        if let Some(v) = self.velocity.as_mut() {
+            v.swap(a, b);
+        }
+        if let Some(v) = self.second.as_mut() {
+            v.swap(a, b);
+        }
+        if let Some(t) = self.steps.as_mut() {
+            t.swap(a, b);
+        }
+    }
+
     /// Appends `count` copies of row 0 with a zero optimizer state; returns the index of the
     /// first.
     pub fn push_copies_of_first(&mut self, count: usize) -> usize {

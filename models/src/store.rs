@@ -989,6 +989,10 @@ impl ReplicaStore for BurnStore {
         }
     }
 
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.rows.swap_optimizer_state(a, b);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         self.rows.average(rows);
     }

@@ -360,6 +360,8 @@ impl ReplicaStore for TimingStore {
 
     fn release_gradient(&mut self, _grad: GradId) {}
 
+    fn swap_optimizer_state(&mut self, _a: usize, _b: usize) {}
+
     fn average(&mut self, _rows: &[usize]) {}
 
     fn mix(&mut self, _dst: usize, _terms: &[(Slot, f64)]) {}

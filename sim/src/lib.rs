@@ -441,7 +441,7 @@ pub mod prelude {
     pub use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
-        AllReduceSgd, Averaging, Broadcast, Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd,
+        AllReduceSgd, Averaging, Bound, Broadcast, Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd,
         LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer,
         Partner, PsConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
     };

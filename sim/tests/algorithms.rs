@@ -41,10 +41,16 @@ fn allreduce_replicas_are_equal_whenever_read() {
 
 #[test]
 fn adpsgd_averaging_keeps_the_sum_of_replicas() {
+    // Per-step averaging keeps the sum at every instant (thread mode counts the replies in
+    // flight: `sim/tests/library.rs`).
+    let per_step = AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig {
+        averaging: Averaging::PerStep,
+        ..Default::default()
+    }));
     let n = 8;
     let mut store = Checked::new(quadratic_store(n, 5));
     let (outcome, points) = run_on(
-        &adpsgd(),
+        &per_step,
         &cluster(n, &[(3, 4.0)]),
         &net(10.0, 5.0),
         TopologyConfig::Ring {},

@@ -726,6 +726,7 @@ fn adpsgd_cfg(partner: Partner, averaging: Averaging, timeout_ms: Option<f64>) -
         partner,
         averaging,
         partner_timeout_ms: timeout_ms,
+        ..Default::default()
     }
     .into()
 }
@@ -783,8 +784,12 @@ fn adpsgd_asks_the_other_neighbour_when_one_is_down_and_stalls_when_all_are() {
     let mut store = quadratic_store(4, 11);
     let crash1 = "[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 0.0";
     let mut world = faulty_world(&alg, 4, TopologyConfig::Ring {}, &mut store, 0.05, crash1);
-    let mut a = AdPsgd::new(&AdPsgdConfig::default(), &[true, false, true, false], 11)
-        .with_timeout(AdPsgdConfig::default().partner_timeout(&world));
+    let per_step = AdPsgdConfig {
+        averaging: Averaging::PerStep,
+        ..Default::default()
+    };
+    let mut a = AdPsgd::new(&per_step, &[true, false, true, false], 11)
+        .with_timeout(per_step.partner_timeout(&world));
     let out = run(&mut a, &mut world, &stop_at(0.2), &mut Collect::default()).unwrap();
     assert!(out.stalled.is_none());
     let to1 = a.pair_counts().get(&(0, 1)).copied().unwrap_or(0)

@@ -223,3 +223,56 @@ fn lpp_sgd_partial_steps_take_the_time_of_the_cost_model() {
     assert_eq!(p0, [10, 20, 30, 40]);
     assert_eq!(p1, [10, 16, 26, 32]);
 }
+
+/// Each process has its own optimizer state, as in the reference (one optimizer per process):
+/// worked by hand. Two nodes of 2 processes, no averaging (`H` out of reach), momentum μ = 0.5,
+/// rate η = 0.05, the 1-dimensional quadratic `f(x) = (x − 1)²/2` without noise (`g = x − 1`),
+/// x₀ = 0. A process step takes 2 × 10 ms; at 20 ms process 0 then process 1 of node 0 apply
+/// the gradients they computed at x₀, at 40 ms those they computed after their first steps:
+///
+/// ```text
+/// 20 ms  p0: g = −1      v₀ = −1                        x = 0.05    p0 reads 0.05
+///        p1: g = −1      v₁ = −1                        x = 0.1     p1 reads 0.1
+/// 40 ms  p0: g = −0.95   v₀ = 0.5·(−1) − 0.95 = −1.45   x = 0.1725
+///        p1: g = −0.9    v₁ = 0.5·(−1) − 0.9  = −1.4    x = 0.2425
+/// ```
+///
+/// One state shared by both processes (dasim before) would give v = −1, −1.5, −1.7, … and
+/// x = 0.05, 0.125, … instead.
+#[test]
+fn each_process_steps_with_its_own_momentum_buffer() {
+    let c = LapSgdConfig {
+        h: 1_000_000,
+        ..Default::default()
+    };
+    let mut store = ReferenceStore::new(Quadratic::new(1, 1.0, 0.0), 2, optimizer(0.05, 0.5), SEED);
+    let (outcome, alg) = run_lap(
+        &c,
+        false,
+        &cluster(2, &[]),
+        &mut store,
+        &stop_after_steps(8),
+        &mut |_, _, _| {},
+    );
+    assert_eq!(outcome.worker_steps, 8);
+    assert_eq!(alg.rounds(), 0);
+    // One state row per node for its second process.
+    assert_eq!(store.rows(), 4);
+    for node in 0..2 {
+        let own = alg.state_row(node, 0);
+        let second = alg.state_row(node, 1);
+        assert_eq!(own, node);
+        assert!(second >= 2, "an added row");
+        let close = |got: f64, want: f64, what: &str| {
+            assert!(
+                (got - want).abs() < 1e-12,
+                "node {node}: {what} {got}, want {want}"
+            );
+        };
+        close(store.params(node)[0], 0.2425, "x");
+        close(store.velocity(own)[0], -1.45, "process 0's momentum");
+        close(store.velocity(second)[0], -1.4, "process 1's momentum");
+        // The state row's parameters are never used: still the initial model.
+        close(store.params(second)[0], 0.0, "the state row's parameters");
+    }
+}

@@ -98,6 +98,8 @@ update = "adapt-then-combine"
 kind = "adpsgd"
 partner = "cycle"
 averaging = "thread"
+max_averagings_per_step = 2
+max_steps_per_averaging = "unbounded"
 
 [[algorithms]]
 kind = "sgp"
@@ -216,6 +218,16 @@ fn invalid_options_name_their_key_and_give_a_hint() {
         ),
         ("kind = \"dpsgd\"", &one_peer, "topology.kind"),
         ("kind = \"adpsgd\"", &odd_ring, "topology.kind"),
+        (
+            "kind = \"adpsgd\"\nmax_averagings_per_step = 0",
+            &ring,
+            "algorithms[2].max_averagings_per_step",
+        ),
+        (
+            "kind = \"adpsgd\"\naveraging = \"per-step\"\nmax_steps_per_averaging = 2",
+            &ring,
+            "algorithms[2].max_steps_per_averaging",
+        ),
         (
             "kind = \"lap-sgd\"\nprocesses = 0",
             &ring,
@@ -738,61 +750,226 @@ fn dpsgd_on_the_complete_graph_with_uniform_weights_is_allreduce_sgd() {
 // AD-PSGD
 // ---------------------------------------------------------------------------------------------
 
+/// The thread-mode variants the invariant tests run: the default (free-running gossip, one
+/// gradient handed over at a time), and bounds on either side.
+fn adpsgd_thread_variants() -> Vec<(&'static str, Bound, Bound)> {
+    vec![
+        ("default", Bound::UNBOUNDED, Bound::At(1)),
+        ("one averaging per step", Bound::At(1), Bound::At(1)),
+        ("three averagings per step", Bound::At(3), Bound::UNBOUNDED),
+        ("two steps per averaging", Bound::UNBOUNDED, Bound::At(2)),
+        ("unbounded", Bound::UNBOUNDED, Bound::UNBOUNDED),
+    ]
+}
+
 #[test]
 fn adpsgd_thread_mode_keeps_the_sum_counting_replies_in_flight_at_every_event() {
     let n = 8;
-    for partner in [Partner::Uniform, Partner::Cycle] {
-        let c = AdPsgdConfig {
-            averaging: Averaging::Thread,
-            partner,
-            ..Default::default()
-        };
-        let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
-        let opt = optimizer(0.05, 0.5);
-        let mut store = store_with(n, &opt, SEED);
-        let (shared, drift) = (store.shared(), store.drift());
-        let (mut worst, mut mass, mut events) = (0.0f64, 0.0f64, 0u64);
-        let (outcome, alg) = run_checked(
-            &cfg,
-            &cluster(n, &[(3, 4.0)]),
-            &net(1.0, 20.0),
-            TopologyConfig::Ring {},
-            &mut store,
-            &opt,
-            &stop_at(0.5),
-            |w| AdPsgd::new(&c, &w.topology.bipartition().unwrap(), SEED),
-            &mut |alg: &AdPsgd, _, _| {
-                events += 1;
-                let s = shared.borrow();
-                let in_flight = sum_msgs(&s, alg.deltas_in_flight().iter().map(|&m| (m, 1.0)));
-                mass = mass.max(norm_inf(&in_flight));
-                // Σ rows + Σ δ in flight changes only by optimizer steps.
-                worst = worst.max(norm_inf(&add(&drift.borrow(), &in_flight)));
-            },
-        );
-        assert!(events > 600, "{events} events");
-        assert!(mass > 1e-6, "replies carry mass while in flight");
-        assert!(worst < 1e-12, "{partner:?}: drift {worst}");
-        // The computation never waits: the 4× straggler costs only its own share.
-        let rate = outcome.worker_steps as f64 / outcome.sim_time.as_secs_f64();
-        assert!(rate > 0.98 * (7.0 * 100.0 + 25.0), "{rate:.0} steps/s");
-        assert!(alg.pair_counts().values().sum::<u64>() > 150);
-        if partner == Partner::Cycle {
-            // Each active worker alternates between its two ring neighbours.
-            for a in (0..n).step_by(2) {
-                let counts: Vec<u64> = alg
-                    .pair_counts()
-                    .iter()
-                    .filter(|((x, _), _)| *x == a)
-                    .map(|(_, c)| *c)
-                    .collect();
-                assert_eq!(counts.len(), 2, "worker {a}");
-                assert!(counts[0].abs_diff(counts[1]) <= 1, "worker {a}: {counts:?}");
+    for (name, ahead, behind) in adpsgd_thread_variants() {
+        for partner in [Partner::Uniform, Partner::Cycle] {
+            let c = AdPsgdConfig {
+                partner,
+                max_averagings_per_step: ahead,
+                max_steps_per_averaging: behind,
+                ..Default::default()
+            };
+            assert_eq!(c.averaging, Averaging::Thread, "the default");
+            let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
+            let opt = optimizer(0.05, 0.5);
+            let mut store = store_with(n, &opt, SEED);
+            let (shared, drift) = (store.shared(), store.drift());
+            let (mut worst, mut mass, mut events) = (0.0f64, 0.0f64, 0u64);
+            // Per active worker: (steps, averagings started) at its last step, and (completed,
+            // steps) at its last completed averaging.
+            let mut at_step = vec![(0u64, 0u64); n];
+            let mut at_avg = vec![(0u64, 0u64); n];
+            let (mut most_ahead, mut most_behind) = (0u64, 0u64);
+            let (outcome, alg) = run_checked(
+                &cfg,
+                &cluster(n, &[(3, 4.0)]),
+                &net(1.0, 20.0),
+                TopologyConfig::Ring {},
+                &mut store,
+                &opt,
+                &stop_at(0.5),
+                |w| AdPsgd::new(&c, &w.topology.bipartition().unwrap(), SEED),
+                &mut |alg: &AdPsgd, world, _| {
+                    events += 1;
+                    let s = shared.borrow();
+                    let in_flight = sum_msgs(&s, alg.deltas_in_flight().iter().map(|&m| (m, 1.0)));
+                    mass = mass.max(norm_inf(&in_flight));
+                    // Σ rows + Σ δ in flight changes only by optimizer steps.
+                    worst = worst.max(norm_inf(&add(&drift.borrow(), &in_flight)));
+                    for w in (0..n).step_by(2) {
+                        let (started, completed) = alg.averagings_of(w);
+                        let steps = world.worker_steps_of(w);
+                        if steps != at_step[w].0 {
+                            at_step[w] = (steps, started);
+                        }
+                        if completed != at_avg[w].0 {
+                            at_avg[w] = (completed, steps);
+                        }
+                        // Averagings started since the last step (the gossip loop's lead), and
+                        // steps since the last completed averaging (the computation's).
+                        let ahead_now = started - at_step[w].1;
+                        let behind_now = steps - at_avg[w].1;
+                        most_ahead = most_ahead.max(ahead_now);
+                        most_behind = most_behind.max(behind_now);
+                        if let Some(k) = ahead.count() {
+                            assert!(
+                                ahead_now <= k as u64,
+                                "{name}: worker {w} ran {ahead_now} averagings ahead"
+                            );
+                        }
+                        if let Some(m) = behind.count() {
+                            assert!(
+                                behind_now <= m as u64,
+                                "{name}: worker {w} ran {behind_now} steps ahead"
+                            );
+                        }
+                    }
+                },
+            );
+            assert!(events > 600, "{name}: {events} events");
+            assert!(mass > 1e-6, "{name}: replies carry mass while in flight");
+            assert!(worst < 1e-12, "{name}, {partner:?}: drift {worst}");
+            // The bounds bind: without one, that side runs further ahead.
+            match ahead.count() {
+                Some(k) => assert_eq!(most_ahead, k as u64, "{name}"),
+                None => assert!(most_ahead > 10, "{name}: {most_ahead}"),
+            }
+            if behind.count().is_none() {
+                assert!(most_behind >= 1, "{name}");
+            }
+            // The computation never waits on this network (a round trip is far shorter than a
+            // step): the 4× straggler costs only its own share.
+            let rate = outcome.worker_steps as f64 / outcome.sim_time.as_secs_f64();
+            assert!(
+                rate > 0.98 * (7.0 * 100.0 + 25.0),
+                "{name}: {rate:.0} steps/s"
+            );
+            assert!(alg.pair_counts().values().sum::<u64>() > 150);
+            if partner == Partner::Cycle {
+                // Each active worker alternates between its two ring neighbours.
+                for a in (0..n).step_by(2) {
+                    let counts: Vec<u64> = alg
+                        .pair_counts()
+                        .iter()
+                        .filter(|((x, _), _)| *x == a)
+                        .map(|(_, c)| *c)
+                        .collect();
+                    assert_eq!(counts.len(), 2, "worker {a}");
+                    assert!(counts[0].abs_diff(counts[1]) <= 1, "worker {a}: {counts:?}");
+                }
             }
         }
     }
 }
 
+/// With the default (the reference's free-running gossip loop), an active worker averages while
+/// it computes, as often as the network allows, and a straggler's averagings are not paced by
+/// its compute: worker 0, 10× slower, averages about as often as the fast active workers. Under
+/// per-step averaging (the old default) it averaged once per step, never while computing.
+#[test]
+fn adpsgd_default_gossip_runs_beside_the_computation_unpaced_by_a_straggler() {
+    let n = 8;
+    let run = |c: AdPsgdConfig| {
+        let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
+        let opt = sgd(0.05);
+        let mut store = store_with(n, &opt, SEED);
+        let (mut during_compute, mut last) = (0u64, 0u64);
+        let (_, alg) = run_checked(
+            &cfg,
+            &cluster(n, &[(0, 10.0)]),
+            &net(1.0, 20.0),
+            TopologyConfig::Ring {},
+            &mut store,
+            &opt,
+            &stop_at(1.0),
+            |w| AdPsgd::new(&c, &w.topology.bipartition().unwrap(), SEED),
+            &mut |alg: &AdPsgd, world, _| {
+                let started = alg.averagings_of(0).0;
+                if started != last && world.recorder().activity(0) == Activity::Compute {
+                    during_compute += started - last;
+                }
+                last = started;
+            },
+        );
+        (alg, during_compute)
+    };
+    let (alg, during) = run(AdPsgdConfig::default());
+    let straggler = alg.averagings_of(0).0;
+    // 100 slow steps of 100 ms; a round trip of 16 parameters is about 41 µs.
+    assert!(straggler > 10_000, "{straggler} averagings");
+    assert_eq!(
+        during, straggler,
+        "every averaging starts while worker 0 computes"
+    );
+    for w in [2, 4, 6] {
+        let fast = alg.averagings_of(w).0;
+        assert!(
+            straggler.abs_diff(fast) * 10 < fast,
+            "straggler {straggler}, worker {w} {fast}"
+        );
+    }
+    // Per-step: one averaging per step of the straggler, none while it computes.
+    let (alg, during) = run(AdPsgdConfig {
+        averaging: Averaging::PerStep,
+        ..Default::default()
+    });
+    assert!(
+        (9..=11).contains(&alg.averagings_of(0).0),
+        "{:?}",
+        alg.averagings_of(0)
+    );
+    assert_eq!(during, 0);
+}
+
+/// Hand-worked: 2 workers, 10 ms steps, a one-way latency of 25 ms, so an averaging round trip
+/// takes 50 ms (plus 2 × 144 ns on the wire). The communication thread of worker 0 (active)
+/// completes averagings at about 50, 100, 150, … ms. With `max_steps_per_averaging = m` it
+/// applies its first m gradients at 10, 20, … ms, then holds the next until the averaging in
+/// flight completes, applies it there and starts the next step: m steps per 50 ms, as the
+/// reference's gossip thread, which takes one gradient between two averagings, paces its
+/// computation. Unbounded, it computes 100 steps per second whatever the network. The passive
+/// worker never waits.
+#[test]
+fn adpsgd_the_computation_waits_for_the_gossip_loop_only_up_to_its_bound() {
+    let steps = |behind: Bound| {
+        let c = AdPsgdConfig {
+            max_steps_per_averaging: behind,
+            ..Default::default()
+        };
+        let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(c.clone()));
+        let opt = sgd(0.05);
+        let mut store = store_with(2, &opt, SEED);
+        let mut held_at_most = 0u64;
+        let mut world_steps = (0, 0);
+        run_checked(
+            &cfg,
+            &cluster(2, &[]),
+            &net(1.0, 25_000.0),
+            TopologyConfig::Complete {},
+            &mut store,
+            &opt,
+            &stop_at(1.0),
+            |w| AdPsgd::new(&c, &w.topology.bipartition().unwrap(), SEED),
+            &mut |alg: &AdPsgd, world, _| {
+                if alg.holds_gradient(0) {
+                    held_at_most += 1;
+                }
+                assert!(!alg.holds_gradient(1), "a passive worker never waits");
+                world_steps = (world.worker_steps_of(0), world.worker_steps_of(1));
+            },
+        );
+        (world_steps, held_at_most > 0)
+    };
+    // m = 1: steps at 10, 50.0003, 100.0006, …: 20 by 1 s (the 20th at 950 ms + 19 × 288 ns).
+    assert_eq!(steps(Bound::At(1)), ((20, 100), true));
+    // m = 2: at 10, 20, then two per 50 ms (at 50 and 60, 100 and 110, …): 2 + 2 × 19 = 40.
+    assert_eq!(steps(Bound::At(2)), ((40, 100), true));
+    assert_eq!(steps(Bound::UNBOUNDED), ((100, 100), false));
+}
 // ---------------------------------------------------------------------------------------------
 // SGP and Overlap-SGP
 // ---------------------------------------------------------------------------------------------

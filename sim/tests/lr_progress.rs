@@ -128,7 +128,14 @@ fn fast(rates: [f64; 6]) -> Vec<(u64, f64)> {
 
 #[test]
 fn adpsgd_node_progress_follows_each_workers_own_counter() {
-    let kind = || AlgorithmKind::AdPsgd(Default::default());
+    // Per-step averaging: the active workers' steps end a round trip after the passive ones',
+    // which orders the timeline below.
+    let kind = || {
+        AlgorithmKind::AdPsgd(AdPsgdConfig {
+            averaging: Averaging::PerStep,
+            ..Default::default()
+        })
+    };
     let global = run(
         kind(),
         &schedule(ScheduleProgress::Global, ScheduleUnit::Steps, 2.0),

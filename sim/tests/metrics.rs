@@ -736,7 +736,12 @@ fn the_timeline_tiles_its_window_for_every_worker() {
 #[test]
 fn points_fall_on_the_time_grid_and_every_n_worker_steps() {
     let n = 4;
-    let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig::default()));
+    // Per-step averaging: the active workers' steps end a round trip after the 10 ms grid, so
+    // no point of the step count lands on the time grid.
+    let cfg = AlgorithmConfig::from(AlgorithmKind::AdPsgd(AdPsgdConfig {
+        averaging: Averaging::PerStep,
+        ..Default::default()
+    }));
     let both = RunConfig {
         sim_time_s: Some(0.2),
         epochs: None,

@@ -56,6 +56,9 @@ impl ReplicaStore for Scales {
     fn release_gradient(&mut self, grad: GradId) {
         self.inner.release_gradient(grad)
     }
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.inner.swap_optimizer_state(a, b)
+    }
     fn average(&mut self, rows: &[usize]) {
         self.inner.average(rows)
     }

@@ -10,33 +10,54 @@
 //! Two ways to schedule the averaging (`averaging`):
 //!
 //! ```text
-//! per-step (default), every worker loops without a global barrier:
+//! thread (default; the paper's implementation and the reference's, facebookresearch/
+//! stochastic_gradient_push gossip_module/ad_psgd.py: a gossip thread beside the training one):
+//!     computation of i: read x̂ ← x_i; compute g on x̂ and a minibatch; hand g over:
+//!         applied at once, x_i ← optimizer step with g, unless i is active and has applied
+//!         max_steps_per_averaging (default 1) gradients since its last completed averaging:
+//!         then it waits, holding g, until the averaging in flight completes, and g is applied
+//!         there; repeat
+//!     gossip loop of active i, from the start, back to back (running freely, as the
+//!     reference's `while True` loop; at most max_averagings_per_step averagings started
+//!     between two gradient steps when that bound is set):
+//!         snap ← x_i; send snap to a passive neighbour j;
+//!         j, on arrival: x_j ← (x_j + snap)/2; replies with δ = x_j − snap   (= avg − snap)
+//!         i, on the reply: x_i ← x_i + δ     (keeps the local steps made meanwhile); next
+//!
+//! per-step (Algorithm 1 of the paper read literally), every worker loops without a barrier:
 //!     read x̂ ← x_i; compute g on x̂ and a minibatch           (compute time from the cluster)
 //!     if i is active:
 //!         pick a passive neighbour j; send x_i to j; j sets x_i, x_j ← (x_i + x_j)/2 atomically
 //!         on arrival and replies; wait for the reply
 //!     x_i ← optimizer step with g                               (the rate in force now)
-//!
-//! thread (the paper's implementation: a communication thread beside the computation thread):
-//!     computation: read x̂ ← x_i; compute g; x_i ← optimizer step with g; repeat (never waits)
-//!     communication of active i, whenever at least one gradient was applied since its last
-//!     averaging started:
-//!         snap ← x_i; send snap to j;
-//!         j, on arrival: x_j ← (x_j + snap)/2; replies with δ = x_j − snap   (= avg − snap)
-//!         i, on the reply: x_i ← x_i + δ        (keeps the local steps made meanwhile)
 //! ```
 //!
-//! Passive workers never initiate averaging and never wait: their communication side answers
-//! averaging requests while they compute. In per-step mode an active worker waits only for a
-//! passive worker's reply, which never waits for anyone, so the scheme cannot deadlock; the
-//! averaging happens at the instant the request reaches `j`, and `x_i` is set then too, which is
-//! exact because only `i` itself touches an active replica, and `i` is waiting for the reply. In
-//! thread mode nobody waits.
+//! In the reference, the gossip thread applies the gradients: at the top of each loop iteration
+//! it applies the gradient the training thread handed over, if any, then runs one bilateral
+//! exchange (an active worker sends its model and blocks for its partner's; a passive one polls
+//! for a request and answers it). The training thread does not hand over a new gradient until
+//! the gossip thread has taken the previous one, so when an averaging outlasts a step, the
+//! computation of an active worker waits: one gradient per averaging. `max_steps_per_averaging
+//! = 1` is that hand-off; dasim applies a gradient as soon as the hand-off allows (the `δ`
+//! correction makes that the same model as applying it after the averaging in flight) where the
+//! reference applies it at the top of the next loop iteration. Passive workers never wait (the
+//! reference's passive loop polls, and answers in the time of one send). Nothing in the
+//! reference bounds the gossip loop's lead: on a fast network an active worker averages many
+//! times per step; `max_averagings_per_step = k` bounds it (k = 1 was dasim's thread mode before
+//! the free-running loop became the default).
+//!
+//! Passive workers never initiate averaging: their communication side answers averaging
+//! requests while they compute. In per-step mode an active worker waits only for a passive
+//! worker's reply, which never waits for anyone, so the scheme cannot deadlock; the averaging
+//! happens at the instant the request reaches `j`, and `x_i` is set then too, which is exact
+//! because only `i` itself touches an active replica, and `i` is waiting for the reply. In thread
+//! mode a held gradient waits for a reply, which never waits for anyone either.
 //!
 //! **Activities** ([`crate::record`]): in per-step mode an active worker communicates from
 //! sending its averaging request until the reply is back (the passive partner answers on
 //! arrival, so only the network delays it) and computes otherwise; passive workers always
-//! compute. In thread mode every worker always computes: the communication thread runs beside the
+//! compute. In thread mode a worker computes, except an active worker holding a gradient for
+//! the averaging in flight, which communicates: the communication thread runs beside the
 //! computation, which is the foreground activity.
 //!
 //! **Invariant**: averaging leaves the sum of all replicas unchanged — in per-step mode at every
@@ -66,7 +87,8 @@
 //!   has moved towards `snap` and `i` has not, so `Σ_i x_i` changes by `−δ` (`replies_lost`);
 //!   the invariant holds with the replies in flight and the replies lost;
 //! - a crashed worker abandons its step (its gradient is never applied) and its averaging; on
-//!   rejoin it starts a new step with the replica it had.
+//!   rejoin it starts a new step with the replica it had (and, in thread mode, its gossip loop
+//!   again).
 //!
 //! An active worker whose every neighbour is cut off for good (down with no rejoin to come, or
 //! behind a `link-down` window that never closes) stops retrying and waits: with nothing else
@@ -104,28 +126,106 @@ pub enum Partner {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Averaging {
-    /// Once per gradient step, between computing and applying the gradient.
+    /// In a communication thread beside the computation, its gossip loop running freely (the
+    /// paper's implementation and the reference's; optionally bounded, see
+    /// [`AdPsgdConfig::max_averagings_per_step`] and [`AdPsgdConfig::max_steps_per_averaging`]).
     #[default]
-    PerStep,
-    /// In a communication thread that runs independently of computation.
     Thread,
+    /// Once per gradient step, between computing and applying the gradient (the paper's
+    /// Algorithm 1 read literally).
+    PerStep,
+}
+
+/// A bound on how far one side of thread mode may run ahead of the other: a positive count, or
+/// `"unbounded"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Bound {
+    /// At most this many (at least 1).
+    At(u32),
+    /// No bound.
+    Unbounded(Unbounded),
+}
+
+/// The word `"unbounded"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unbounded {
+    /// No bound.
+    Unbounded,
+}
+
+impl Bound {
+    /// No bound.
+    pub const UNBOUNDED: Bound = Bound::Unbounded(Unbounded::Unbounded);
+
+    /// The count, `None` when unbounded.
+    pub fn count(self) -> Option<u32> {
+        match self {
+            Bound::At(k) => Some(k),
+            Bound::Unbounded(_) => None,
+        }
+    }
+
+    fn is_unbounded(&self) -> bool {
+        self.count().is_none()
+    }
+
+    fn is_one(&self) -> bool {
+        *self == Bound::At(1)
+    }
+}
+
+impl Default for Bound {
+    fn default() -> Self {
+        Bound::UNBOUNDED
+    }
+}
+
+fn one() -> Bound {
+    Bound::At(1)
 }
 
 /// Options of AD-PSGD.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdPsgdConfig {
     /// `uniform` (default) or `cycle`.
     #[serde(default)]
     pub partner: Partner,
-    /// `per-step` (default) or `thread`.
+    /// `thread` (default) or `per-step`.
     #[serde(default)]
     pub averaging: Averaging,
+    /// Thread mode: the communication thread of an active worker starts at most this many
+    /// averagings between two gradient applications of its computation (how far the gossip loop
+    /// may run ahead of the computation). Default `"unbounded"`: the gossip loop runs freely, as
+    /// in the reference.
+    #[serde(default, skip_serializing_if = "Bound::is_unbounded")]
+    pub max_averagings_per_step: Bound,
+    /// Thread mode: the computation of an active worker applies at most this many gradients
+    /// between two completed averagings of its communication thread; a gradient beyond waits for
+    /// the averaging in flight (how far the computation may run ahead of the gossip loop).
+    /// Default 1: the reference hands one gradient at a time to its gossip thread, which applies
+    /// it between two averagings. `"unbounded"`: the computation never waits.
+    #[serde(default = "one", skip_serializing_if = "Bound::is_one")]
+    pub max_steps_per_averaging: Bound,
     /// Under `[[faults]]`: how long an active worker waits for its partner's reply before it
     /// gives up and asks another neighbour, milliseconds (default: four round trips of a model
     /// on an idle network, `8·(S/B + α)`). Unused without faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partner_timeout_ms: Option<f64>,
+}
+
+impl Default for AdPsgdConfig {
+    fn default() -> Self {
+        AdPsgdConfig {
+            partner: Partner::default(),
+            averaging: Averaging::default(),
+            max_averagings_per_step: Bound::UNBOUNDED,
+            max_steps_per_averaging: one(),
+            partner_timeout_ms: None,
+        }
+    }
 }
 
 impl AdPsgdConfig {
@@ -190,8 +290,16 @@ struct WorkerState {
     /// Per-step: the partner whose reply the worker waits for. Thread: the partner of the
     /// averaging in flight.
     waiting_for: Option<usize>,
-    /// Thread: a gradient was applied since the last averaging started.
-    dirty: bool,
+    /// Thread: averagings started since the computation last applied a gradient.
+    started_since_step: u32,
+    /// Thread: gradients applied since the communication thread last completed an averaging.
+    steps_since_average: u32,
+    /// Averagings started and completed (the reply added) so far.
+    started: u64,
+    completed: u64,
+    /// Thread: the computation holds a finished gradient until the averaging in flight
+    /// completes (the bound `max_steps_per_averaging` is reached).
+    held: bool,
     next_partner: usize,
     rng: Stream,
     /// Requests sent so far (a reply or timeout of an earlier one does not end the wait).
@@ -211,6 +319,10 @@ struct WorkerState {
 pub struct AdPsgd {
     partner: Partner,
     averaging: Averaging,
+    /// Thread mode: `max_averagings_per_step` (`None`: unbounded).
+    ahead: Option<u32>,
+    /// Thread mode: `max_steps_per_averaging` (`None`: unbounded).
+    behind: Option<u32>,
     workers: Vec<WorkerState>,
     in_flight: Vec<MsgId>,
     pairs: BTreeMap<(usize, usize), u64>,
@@ -228,6 +340,8 @@ impl AdPsgd {
         AdPsgd {
             partner: cfg.partner,
             averaging: cfg.averaging,
+            ahead: cfg.max_averagings_per_step.count(),
+            behind: cfg.max_steps_per_averaging.count(),
             workers: sides
                 .iter()
                 .enumerate()
@@ -235,7 +349,11 @@ impl AdPsgd {
                     active,
                     grad: None,
                     waiting_for: None,
-                    dirty: false,
+                    started_since_step: 0,
+                    steps_since_average: 0,
+                    held: false,
+                    started: 0,
+                    completed: 0,
                     next_partner: 0,
                     rng: stream(seed, StreamKind::Algorithm, i as u64),
                     attempt: 0,
@@ -268,6 +386,19 @@ impl AdPsgd {
     /// Averagings started so far, by `(active, passive)` pair.
     pub fn pair_counts(&self) -> &BTreeMap<(usize, usize), u64> {
         &self.pairs
+    }
+
+    /// Averagings that active `worker` started and completed so far (an averaging completes when
+    /// its reply is back; one abandoned after a timeout never does).
+    pub fn averagings_of(&self, worker: usize) -> (u64, u64) {
+        let st = &self.workers[worker];
+        (st.started, st.completed)
+    }
+
+    /// Thread mode: whether `worker`'s computation holds a finished gradient until the
+    /// averaging in flight completes.
+    pub fn holds_gradient(&self, worker: usize) -> bool {
+        self.workers[worker].held
     }
 
     /// Thread mode: the replies `δ = avg − snap` in flight (they carry replica mass).
@@ -311,6 +442,9 @@ impl AdPsgd {
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
         cx.step_done(w);
+        let st = &mut self.workers[w];
+        st.started_since_step = 0;
+        st.steps_since_average = st.steps_since_average.saturating_add(1);
     }
 
     fn next_step(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -318,14 +452,18 @@ impl AdPsgd {
         self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w, life)));
     }
 
-    /// Thread mode: starts an averaging of active `w` if none is in flight and it has new
-    /// local progress.
+    /// Thread mode: the gossip loop of active `w` starts its next averaging, unless one is in
+    /// flight or the bound `max_averagings_per_step` holds it until the next gradient step.
     fn maybe_average(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let st = &self.workers[w];
-        if !st.active || st.waiting_for.is_some() || !st.dirty || st.parked || st.down {
+        if !st.active || st.waiting_for.is_some() || st.parked || st.down {
             return;
         }
-        self.workers[w].dirty = false;
+        if self.ahead.is_some_and(|k| st.started_since_step >= k) {
+            return;
+        }
+        let st = &mut self.workers[w];
+        st.started_since_step = st.started_since_step.saturating_add(1);
         let snap = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
         self.request_average(w, Some(snap), cx);
     }
@@ -338,6 +476,7 @@ impl AdPsgd {
         let st = &mut self.workers[w];
         st.waiting_for = Some(j);
         st.attempt += 1;
+        st.started += 1;
         let attempt = st.attempt;
         let bytes = cx.world.model_bytes;
         let sent = cx.send(
@@ -371,16 +510,40 @@ impl AdPsgd {
     }
 
     /// The wait of `w` for its reply ended (the reply came, or `w` gave up): per-step mode
-    /// applies the gradient and starts the next step; thread mode may start another averaging.
+    /// applies the gradient and starts the next step; thread mode completed an averaging: a
+    /// gradient held for it is applied (and the next step starts), then the gossip loop goes on.
     fn wait_over(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         self.workers[w].waiting_for = None;
+        self.workers[w].completed += 1;
         match self.averaging {
             Averaging::PerStep => {
                 self.apply(w, cx);
                 self.next_step(w, cx);
             }
-            Averaging::Thread => self.maybe_average(w, cx),
+            Averaging::Thread => {
+                self.workers[w].steps_since_average = 0;
+                if std::mem::take(&mut self.workers[w].held) {
+                    self.apply(w, cx);
+                    self.next_step(w, cx);
+                }
+                self.maybe_average(w, cx);
+            }
         }
+    }
+
+    /// Thread mode: `w`'s gradient is ready. It is applied now, unless `w` is active and has
+    /// applied `max_steps_per_averaging` gradients since its last completed averaging: then its
+    /// computation waits, holding the gradient, until the averaging in flight completes.
+    fn thread_step_done(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let st = &self.workers[w];
+        if st.active && self.behind.is_some_and(|m| st.steps_since_average >= m) {
+            self.workers[w].held = true;
+            cx.activity(w, Activity::Communicate);
+            return;
+        }
+        self.apply(w, cx);
+        self.next_step(w, cx);
+        self.maybe_average(w, cx);
     }
 
     /// Active `w` had no reply from its partner in time: it asks another neighbour, unless every
@@ -400,8 +563,9 @@ impl AdPsgd {
         match self.averaging {
             Averaging::PerStep => self.average_step(w, cx),
             Averaging::Thread => {
-                // The averaging under way is abandoned: start another now.
-                self.workers[w].dirty = true;
+                // The averaging under way is abandoned: start another now, whatever the bound.
+                let st = &mut self.workers[w];
+                st.started_since_step = st.started_since_step.saturating_sub(1);
                 self.maybe_average(w, cx);
             }
         }
@@ -419,6 +583,12 @@ impl Algorithm for AdPsgd {
         for w in 0..self.workers.len() {
             self.next_step(w, cx);
         }
+        if self.averaging == Averaging::Thread {
+            // The gossip loops start with the computation.
+            for w in 0..self.workers.len() {
+                self.maybe_average(w, cx);
+            }
+        }
     }
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
@@ -428,14 +598,11 @@ impl Algorithm for AdPsgd {
                 cx.activity(w, Activity::Communicate);
                 self.average_step(w, cx);
             }
-            (_, Event::ComputeDone(w, _)) => {
+            (Averaging::PerStep, Event::ComputeDone(w, _)) => {
                 self.apply(w, cx);
                 self.next_step(w, cx);
-                if self.averaging == Averaging::Thread {
-                    self.workers[w].dirty = true;
-                    self.maybe_average(w, cx);
-                }
             }
+            (Averaging::Thread, Event::ComputeDone(w, _)) => self.thread_step_done(w, cx),
             (_, Event::Timeout { worker, attempt }) => {
                 let st = &self.workers[worker];
                 if !st.down && st.attempt == attempt && st.waiting_for.is_some() {
@@ -519,7 +686,9 @@ impl Algorithm for AdPsgd {
                 st.life += 1;
                 st.waiting_for = None;
                 st.parked = false;
-                st.dirty = false;
+                st.started_since_step = 0;
+                st.steps_since_average = 0;
+                st.held = false;
                 st.avoid = None;
                 // A timeout of the abandoned request is stale now.
                 st.attempt += 1;
@@ -530,6 +699,9 @@ impl Algorithm for AdPsgd {
             WorkerFault::Rejoin(w) => {
                 self.workers[w].down = false;
                 self.next_step(w, cx);
+                if self.averaging == Averaging::Thread {
+                    self.maybe_average(w, cx);
+                }
             }
         }
     }
@@ -583,6 +755,37 @@ impl AlgorithmSpec for AdPsgdConfig {
                 format!("AD-PSGD ({}) needs a bipartite topology (active/passive split), but this graph has an odd cycle", setup.path),
             )
             .hint("a ring with an even number of workers, a hypercube or an even torus is bipartite"));
+        }
+        for (key, bound, default) in [
+            (
+                "max_averagings_per_step",
+                self.max_averagings_per_step,
+                Bound::UNBOUNDED,
+            ),
+            (
+                "max_steps_per_averaging",
+                self.max_steps_per_averaging,
+                one(),
+            ),
+        ] {
+            if bound == Bound::At(0) {
+                return Err(ConfigError::new(
+                    &setup.at(key),
+                    format!("{key} must be a positive number or \"unbounded\", got 0"),
+                )
+                .hint("1 is the tightest bound"));
+            }
+            if self.averaging == Averaging::PerStep && bound != default {
+                return Err(ConfigError::new(
+                    &setup.at(key),
+                    format!(
+                        "{key} bounds the communication thread: it needs averaging = \"thread\""
+                    ),
+                )
+                .hint(
+                    "per-step averaging makes exactly one averaging per step of an active worker",
+                ));
+            }
         }
         if let Some(ms) = self.partner_timeout_ms {
             let at = setup.at("partner_timeout_ms");

@@ -45,11 +45,14 @@
 //! **Processes** model `P` compute streams sharing one device: each process step draws the
 //! node's next step duration from the cluster model and takes it times `step_time_factor`
 //! (default `P`: the device is shared evenly, so a node applies one minibatch per step time, as
-//! a single-process worker does). The `P` processes of a node share its row and its optimizer
-//! state (the store keeps one momentum buffer per row; the reference gives each process its own
-//! optimizer, see the book chapter). A process reads the row when its step starts and writes it
-//! when it ends, so concurrent processes see each other's updates only between steps
-//! (lock-free, Hogwild-style).
+//! a single-process worker does). The `P` processes of a node share its row (its parameters);
+//! each has its own optimizer state, as in the reference, where every process builds its own
+//! optimizer over the shared model: process 0 steps with the node row's state, process `p > 0`
+//! with the state of a row added for it ([`ReplicaStore::add_rows`], its parameters unused) through
+//! [`ReplicaStore::apply_gradient_block_with_state`], so a process's momentum (or Adam's moments)
+//! follows its own gradients only. An optimizer without state (plain SGD) adds no rows. A process
+//! reads the row when its step starts and writes it when it ends, so concurrent processes see
+//! each other's updates only between steps (lock-free, Hogwild-style).
 //!
 //! **LPP-SGD's partial steps.** The blocks are the `P` near-equal contiguous blocks of the
 //! parameters ([`blocks`]); process `p` owns block `p`. Once the node's counter is past
@@ -239,6 +242,8 @@ pub struct LapSgd {
     rounds: u64,
     /// Per averaging round: the maximum counter it was decided on.
     decided_at: Vec<u64>,
+    /// `state_rows[i][p]`: the row whose optimizer state process `p` of node `i` steps with.
+    state_rows: Vec<Vec<usize>>,
 }
 
 impl LapSgd {
@@ -271,7 +276,15 @@ impl LapSgd {
             averagings: 0,
             rounds: 0,
             decided_at: Vec::new(),
+            state_rows: (0..n).map(|i| vec![i; p]).collect(),
         }
+    }
+
+    /// The row whose optimizer state process `process` of `node` steps the node's row with:
+    /// the node's own row for process 0, a row of its own ([`ReplicaStore::add_rows`]) for each
+    /// other process when the optimizer keeps a state (every row, when it keeps none).
+    pub fn state_row(&self, node: usize, process: usize) -> usize {
+        self.state_rows[node][process]
     }
 
     /// The snapshots taken and not yet averaged back, and the round average if computed: the
@@ -485,6 +498,17 @@ impl Algorithm for LapSgd {
             (store.batch_size() as u128 * n as u128).max(1),
             (store.train_size() as u128).max(1),
         );
+        // Each process has its own optimizer state, as in the reference (one optimizer per
+        // process over the node's shared parameters): process 0 keeps the node row's, the others
+        // one added row each, whose parameters are never used. Plain SGD keeps none: no rows.
+        if p > 1 && cx.world.optimizer.has_momentum_buffer() {
+            let first = store.add_rows(n * (p - 1));
+            for (i, rows) in self.state_rows.iter_mut().enumerate() {
+                for (q, row) in rows.iter_mut().enumerate().skip(1) {
+                    *row = first + i * (p - 1) + q - 1;
+                }
+            }
+        }
         self.polls = Some(Ring::new(n, &[POLL_BYTES]));
         self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
         for node in 0..n {
@@ -509,7 +533,10 @@ impl Algorithm for LapSgd {
                 // The node's own counter under `progress = "node"`, as each process's scheduler
                 // in the reference reads it.
                 let lr = cx.lr_for(node);
-                cx.world.store.apply_gradient_block(node, g, lr, block);
+                let state = self.state_rows[node][process];
+                cx.world
+                    .store
+                    .apply_gradient_block_with_state(node, state, g, lr, block);
                 cx.world.store.release_gradient(g);
                 cx.step_done(node);
                 // The counter before this minibatch says the epoch, as in the reference.

@@ -46,7 +46,7 @@ use crate::error::ConfigError;
 use crate::net::topology::{Topology, TopologyConfig};
 use crate::params::{OptimizerConfig, ReplicaStore};
 
-pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Partner};
+pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Bound, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};

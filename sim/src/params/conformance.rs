@@ -197,6 +197,7 @@ macro_rules! testgen_replica_store {
             adam_with_weight_decay_step_follows_the_rule,
             lars_step_follows_the_rule,
             adam_and_lars_state_is_per_row_and_never_mixed,
+            optimizer_states_swap_and_step_other_rows,
             mix_is_the_linear_combination,
             mix_is_atomic,
             messages_are_snapshots,
@@ -1064,6 +1065,85 @@ fn check_rule<F: Fixture>(f: &F, opt: OptimizerConfig, name: &str) {
             f.tolerance(),
         );
     }
+}
+
+/// [`ReplicaStore::swap_optimizer_state`] exchanges two rows' optimizer states and leaves their
+/// parameters; [`ReplicaStore::apply_gradient_block_with_state`] steps one row's parameters with
+/// another row's state, which alone takes the new state (momentum 0.9, worked with the rule).
+pub fn optimizer_states_swap_and_step_other_rows<F: Fixture>(f: &F) {
+    let tol = f.tolerance();
+    let (x, g) = first_gradient(f, WORKERS);
+    let opt = optimizer(0.9, false, 0.0);
+    let mut s = f.store(WORKERS, &opt);
+    let id = s.request_gradient(0);
+    let zero = vec![0.0; x.len()];
+    // Row 1 takes two steps: its momentum buffer v1 is built; rows 2 and 3 are never stepped.
+    let (mut x1, mut v1) = (x.clone(), zero.clone());
+    for lr in [0.1, 0.2] {
+        s.apply_gradient(1, id, lr);
+        rule_step(&opt, &mut x1, &mut v1, &g, lr);
+    }
+    s.swap_optimizer_state(1, 2);
+    assert_close(
+        "swap leaves row 1's parameters",
+        &f.read_row(&s, 1),
+        &x1,
+        tol,
+    );
+    assert_close(
+        "swap leaves row 2's parameters",
+        &f.read_row(&s, 2),
+        &x,
+        tol,
+    );
+    // Row 2 now steps with v1, row 1 from a zero buffer.
+    let (mut x2, mut v2) = (x.clone(), v1.clone());
+    s.apply_gradient(2, id, 0.1);
+    rule_step(&opt, &mut x2, &mut v2, &g, 0.1);
+    assert_close(
+        "row 2 steps with row 1's old state",
+        &f.read_row(&s, 2),
+        &x2,
+        tol,
+    );
+    let mut v1 = zero.clone();
+    s.apply_gradient(1, id, 0.1);
+    rule_step(&opt, &mut x1, &mut v1, &g, 0.1);
+    assert_close(
+        "row 1 steps from a zero state",
+        &f.read_row(&s, 1),
+        &x1,
+        tol,
+    );
+    // Row 3's parameters stepped with row 2's state: row 2's state advances, row 3's stays zero,
+    // row 2's parameters stay.
+    let mut x3 = x.clone();
+    s.apply_gradient_block_with_state(3, 2, id, 0.2, 0..s.num_params());
+    rule_step(&opt, &mut x3, &mut v2, &g, 0.2);
+    assert_close(
+        "row 3 stepped with row 2's state",
+        &f.read_row(&s, 3),
+        &x3,
+        tol,
+    );
+    assert_close("row 2's parameters stay", &f.read_row(&s, 2), &x2, tol);
+    s.apply_gradient(2, id, 0.1);
+    rule_step(&opt, &mut x2, &mut v2, &g, 0.1);
+    assert_close("row 2's state took that step", &f.read_row(&s, 2), &x2, tol);
+    let mut v3 = zero;
+    s.apply_gradient(3, id, 0.1);
+    rule_step(&opt, &mut x3, &mut v3, &g, 0.1);
+    assert_close(
+        "row 3's own state stayed zero",
+        &f.read_row(&s, 3),
+        &x3,
+        tol,
+    );
+    // A row with itself: a plain step.
+    s.swap_optimizer_state(0, 0);
+    s.apply_gradient_block_with_state(3, 3, id, 0.1, 0..s.num_params());
+    rule_step(&opt, &mut x3, &mut v3, &g, 0.1);
+    assert_close("a row's own state", &f.read_row(&s, 3), &x3, tol);
 }
 
 /// Plain SGD (no momentum, no decay): `x ← x − η·g`, step after step.

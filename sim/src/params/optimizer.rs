@@ -6,7 +6,9 @@
 //! algorithm passes the learning rate in force ([`crate::algorithm::World::lr_at`]). Three rules
 //! exist (`kind`); each keeps its state **per row** (per replica), and no operation but the step
 //! itself reads or writes that state: averaging, mixing, message buffers and block copies move
-//! parameters only, never moments, momentum buffers or step counts.
+//! parameters only, never moments, momentum buffers or step counts. (Only
+//! [`crate::params::ReplicaStore::swap_optimizer_state`] moves states between rows, for an
+//! algorithm that keeps several states for one set of parameters: LPP-SGD's processes.)
 //!
 //! ## `kind = "sgd"` (the default)
 //!

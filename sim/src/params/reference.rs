@@ -339,6 +339,12 @@ impl ReplicaStore for ReferenceStore {
         self.grads.remove(&grad);
     }
 
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.velocity.swap(a, b);
+        self.second.swap(a, b);
+        self.steps.swap(a, b);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         let dim = self.num_params();
         let mut mean = vec![0.0; dim];

@@ -161,6 +161,28 @@ pub trait ReplicaStore {
     }
     /// Frees a gradient.
     fn release_gradient(&mut self, grad: GradId);
+    /// Exchanges the optimizer states of rows `a` and `b` (momentum buffers, Adam's moments and
+    /// step counts); their parameters stay. With it, several optimizer states can step one set
+    /// of parameters: LPP-SGD's processes each keep theirs in a row of its own
+    /// ([`ReplicaStore::add_rows`]) and step the node's row with it
+    /// ([`ReplicaStore::apply_gradient_block_with_state`]). `a == b` changes nothing.
+    fn swap_optimizer_state(&mut self, a: usize, b: usize);
+    /// One optimizer step on the coordinates `block` of `row`'s parameters with the optimizer
+    /// state of row `state` (which takes the step's new state): as
+    /// [`ReplicaStore::apply_gradient_block`] on `row`, had `row` held `state`'s optimizer state.
+    /// `row`'s own state and `state`'s parameters are unchanged.
+    fn apply_gradient_block_with_state(
+        &mut self,
+        row: usize,
+        state: usize,
+        grad: GradId,
+        lr: f64,
+        block: Range<usize>,
+    ) {
+        self.swap_optimizer_state(row, state);
+        self.apply_gradient_block(row, grad, lr, block);
+        self.swap_optimizer_state(row, state);
+    }
 
     /// Sets every listed row to their mean, atomically.
     fn average(&mut self, rows: &[usize]);

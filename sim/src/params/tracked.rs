@@ -720,6 +720,11 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.release_gradient(grad);
     }
 
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        // Optimizer state is not parameters: no version, no write of either row.
+        self.inner.swap_optimizer_state(a, b);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         self.inner.average(rows);
         self.bump();

@@ -224,6 +224,9 @@ impl ReplicaStore for Checked {
     fn release_gradient(&mut self, grad: GradId) {
         self.inner.borrow_mut().release_gradient(grad)
     }
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.inner.borrow_mut().swap_optimizer_state(a, b)
+    }
     fn average(&mut self, rows: &[usize]) {
         let before = self.inner.borrow().sum();
         self.tracked(|s| s.average(rows));
