@@ -161,8 +161,7 @@ impl GradTable {
             };
         }
         // first < id <= last: slot 0 lies below `id`, the last slot at or above it.
-        let span = u128::from(last.0 - first.0);
-        let guess = (u128::from(id.0 - first.0) * (slots.len() - 1) as u128 / span) as usize;
+        let guess = interpolate(id.0 - first.0, slots.len() - 1, last.0 - first.0);
         let at = |k: usize| slots[k].0;
         // Bracket `id` by galloping from the guess, then binary-search the bracket.
         let (mut lo, mut hi) = if at(guess) < id {
@@ -536,6 +535,16 @@ impl<'s> Tracked<'s> {
 
 /// `lineage` with `block` replaced by `new` (which covers exactly `block`), adjacent blocks of
 /// the same origin merged.
+/// `⌊offset · last / span⌋` (`offset ≤ span`, `span > 0`): where a key `offset` past the
+/// first lies among `last + 1` evenly spread keys. In 64 bits where the product fits (a 128-bit
+/// division is a library call, and this runs at every application).
+fn interpolate(offset: u64, last: usize, span: u64) -> usize {
+    match offset.checked_mul(last as u64) {
+        Some(p) => (p / span) as usize,
+        None => (u128::from(offset) * last as u128 / u128::from(span)) as usize,
+    }
+}
+
 /// How many of the `len` sorted keys `at(0..len)` are at most `x`: the `partition_point` of
 /// `|k| k <= x`, found by interpolation (the keys here are write numbers, spread nearly evenly)
 /// and then galloping and bisecting from the guess. A measurement at 1,024 workers searches
@@ -550,7 +559,7 @@ fn rank(len: usize, at: impl Fn(usize) -> u64, x: u64) -> usize {
     }
     // at(0) <= x < at(len − 1).
     let (first, last) = (at(0), at(len - 1));
-    let guess = (u128::from(x - first) * (len - 1) as u128 / u128::from(last - first)) as usize;
+    let guess = interpolate(x - first, len - 1, last - first);
     // Bracket: at(lo) <= x < at(hi).
     let (mut lo, mut hi) = if at(guess) <= x {
         let (mut lo, mut step) = (guess, 1);
