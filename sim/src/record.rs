@@ -87,17 +87,33 @@ impl Activity {
     }
 }
 
-/// Values below this are counted in a dense array, larger ones in a map.
+/// Values below this are always counted in a dense array.
 const DENSE: usize = 1024;
 
 /// A histogram of non-negative integer measurements (staleness, message ages).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Values are counted in a dense array as far as it stays at most about twice as long as the
+/// number of distinct values recorded (at least [`DENSE`] long), larger ones in a map: the
+/// staleness at 1,024 workers spreads over thousands of values, and a map lookup per
+/// application (the recorder measures every one) cost more than the rest of the bookkeeping.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Histogram {
-    /// Counts of the values `0..DENSE`, as far as one was recorded.
+    /// Counts of the values `0..dense.len()`.
     dense: Vec<u64>,
     /// Counts of the larger values.
     sparse: BTreeMap<u64, u64>,
+    /// Distinct values recorded.
+    distinct: usize,
 }
+
+impl PartialEq for Histogram {
+    /// The same measurements, however they are laid out.
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Histogram {}
 
 impl Histogram {
     /// Adds one measurement.
@@ -106,14 +122,36 @@ impl Histogram {
     }
 
     fn record_n(&mut self, value: u64, count: u64) {
-        if value < DENSE as u64 {
-            let v = value as usize;
-            if self.dense.len() <= v {
-                self.dense.resize(v + 1, 0);
+        if count == 0 {
+            return;
+        }
+        let v = value as usize;
+        if value < self.dense.len() as u64 {
+            let c = &mut self.dense[v];
+            self.distinct += usize::from(*c == 0);
+            *c += count;
+            return;
+        }
+        let bound = DENSE.max(2 * (self.distinct + 1));
+        if value < bound as u64 {
+            // Grow the dense part (geometrically, within the bound) and move the map's values
+            // that it now covers.
+            let len = (v + 1).max(2 * self.dense.len()).min(bound);
+            self.dense.resize(len, 0);
+            while let Some(entry) = self.sparse.first_entry() {
+                if *entry.key() >= len as u64 {
+                    break;
+                }
+                let (k, c) = entry.remove_entry();
+                self.dense[k as usize] = c;
             }
-            self.dense[v] += count;
+            let c = &mut self.dense[v];
+            self.distinct += usize::from(*c == 0);
+            *c += count;
         } else {
-            *self.sparse.entry(value).or_default() += count;
+            let c = self.sparse.entry(value).or_default();
+            self.distinct += usize::from(*c == 0);
+            *c += count;
         }
     }
 
@@ -516,6 +554,11 @@ impl Recorder {
         }
     }
 
+    /// Whether every message is logged (`messages.csv`).
+    pub fn logs_messages(&self) -> bool {
+        self.messages.is_some()
+    }
+
     /// The messages logged since the last call.
     pub fn take_messages(&mut self) -> Vec<MessageRecord> {
         self.messages
@@ -742,6 +785,43 @@ mod tests {
         g.merge(&h);
         assert_eq!(g.count(), 6);
         assert_eq!(g.quantile(0.5), 5);
+    }
+
+    /// Values spread past the dense part in any order: the counts are those of a plain map,
+    /// the dense part grows only as far as the distinct values justify, and histograms with
+    /// the same counts are equal however their parts are laid out.
+    #[test]
+    fn counts_agree_with_a_map_whatever_the_layout() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let mut h = Histogram::default();
+        let mut reference = BTreeMap::new();
+        let mut values = Vec::new();
+        for _ in 0..20_000 {
+            let v = match rng.random_range(0..3) {
+                0 => rng.random_range(0..1_500),
+                1 => rng.random_range(0..6_000),
+                _ => rng.random_range(0..1u64 << 40),
+            };
+            h.record(v);
+            values.push(v);
+            *reference.entry(v).or_insert(0u64) += 1;
+            assert!(h.dense.len() <= DENSE.max(2 * (reference.len() + 1)));
+        }
+        assert_eq!(
+            h.iter().collect::<Vec<_>>(),
+            reference.into_iter().collect::<Vec<_>>()
+        );
+        assert!(
+            h.dense.len() > DENSE,
+            "the dense part grew with the distinct values"
+        );
+        // The same values recorded in reverse order lay out differently but are equal.
+        let mut g = Histogram::default();
+        values.iter().rev().for_each(|&v| g.record(v));
+        assert_eq!(g, h);
+        g.record(7);
+        assert_ne!(g, h);
     }
 
     #[test]

@@ -46,7 +46,12 @@
 //! heard of (not `n` of them), and an application costs that many lookups; the origin's own
 //! application costs nothing (`R ⊆ G_o`). Under faults the lost sets below `r[o]` are final when
 //! the model reads (a gradient's fate is settled before its origin's next one arrives, links
-//! being FIFO), so the read does not copy them. Counters are a flat `n × n` table of `u32`
+//! being FIFO), so the read does not copy them. While nothing has been lost, a read also leaves
+//! out the origins whose gradients it has were already applied by every model (`r[o] ≤ done[o]`,
+//! `done[o]` counting each origin's gradients completed everywhere, which complete in index
+//! order): they can never count. With `broadcast = "all"` at 1,024 workers that drops the
+//! majority of the origins from each read, and so from each of its `n − 1` applications.
+//! Counters are a flat `n × n` table of `u32`
 //! whose zeroed pages are only touched where a model has heard of an origin; forwarding trees
 //! are a table of parents, children being found among a node's neighbours.
 //! `tests/dasgd_staleness.rs` checks every measurement against the definition on random
@@ -168,6 +173,9 @@ struct Read {
 struct InFlight {
     /// Workers that have yet to apply it.
     left: usize,
+    /// Its origin and its index among the origin's gradients.
+    origin: u32,
+    seq: u64,
     /// The gradient set of the model it was computed on.
     read: Read,
 }
@@ -260,6 +268,10 @@ pub struct Dasgd {
     heard: Vec<Vec<u32>>,
     /// Per model: `|G_i|`, the gradients applied to it.
     total: Vec<u64>,
+    /// Per origin `o`: `done[o]` such that the first `done[o]` gradients of `o` have been
+    /// applied by every model (completions counted in index order; a gradient completed out of
+    /// order is only counted once those before it are, so this never overstates).
+    done: Vec<u32>,
     grads: Vec<Option<Computing>>,
     in_flight: BTreeMap<GradId, InFlight>,
     stats: StalenessStats,
@@ -349,6 +361,7 @@ impl Dasgd {
             counts: vec![0; n * n],
             heard: vec![Vec::new(); n],
             total: vec![0; n],
+            done: vec![0; n],
             grads: vec![None; n],
             in_flight: BTreeMap::new(),
             stats: StalenessStats::default(),
@@ -476,9 +489,18 @@ impl Dasgd {
         let f = self.in_flight.get_mut(&grad).expect("in flight");
         f.left -= count;
         if f.left == 0 {
-            self.in_flight.remove(&grad);
-            cx.world.store.release_gradient(grad);
+            self.complete(grad, cx);
         }
+    }
+
+    /// `grad` has been applied (or lost) everywhere: forget it.
+    fn complete(&mut self, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
+        let f = self.in_flight.remove(&grad).expect("in flight");
+        let done = &mut self.done[f.origin as usize];
+        if u64::from(*done) == f.seq {
+            *done += 1;
+        }
+        cx.world.store.release_gradient(grad);
     }
 
     /// How gradients are spread.
@@ -531,11 +553,18 @@ impl Dasgd {
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let grad = cx.start_step(w, Event::ComputeDone(w, self.life[w]));
         let row = &self.counts[w * self.n..(w + 1) * self.n];
+        // While nothing has been lost, an origin whose gradients in `R` every model has applied
+        // cannot count in any later `|R \ G_j|` (`r[o] ≤ done[o] ≤ c_j[o]`, and the fate of
+        // those gradients is settled: no hole below `r[o]` can appear later): leave it out.
+        // Once something was lost, a hole below both counters may count, so every origin heard
+        // of is kept.
+        let done = (self.applications_lost == 0).then_some(&self.done[..]);
         let read = Read {
             total: self.total[w],
             counts: self.heard[w]
                 .iter()
                 .map(|&o| (o, row[o as usize]))
+                .filter(|&(o, r)| done.is_none_or(|d| r > d[o as usize]))
                 .collect(),
         };
         self.grads[w] = Some((grad, read));
@@ -649,7 +678,15 @@ impl Algorithm for Dasgd {
                 cx.step_done(w);
                 let n = self.n;
                 if n > 1 {
-                    self.in_flight.insert(grad, InFlight { left: n - 1, read });
+                    self.in_flight.insert(
+                        grad,
+                        InFlight {
+                            left: n - 1,
+                            origin: w as u32,
+                            seq,
+                            read,
+                        },
+                    );
                     self.forward(w, w, seq, grad, cx);
                 } else {
                     cx.world.store.release_gradient(grad);
@@ -681,8 +718,7 @@ impl Algorithm for Dasgd {
                 let f = self.in_flight.get_mut(&grad).expect("in flight");
                 f.left -= 1;
                 if f.left == 0 {
-                    self.in_flight.remove(&grad);
-                    cx.world.store.release_gradient(grad);
+                    self.complete(grad, cx);
                 }
             }
         }

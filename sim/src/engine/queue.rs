@@ -45,6 +45,8 @@ pub struct EventQueue<E> {
     buckets: Vec<Vec<(u64, u64, u32)>>,
     slab: Vec<Option<E>>,
     free: Vec<u32>,
+    /// Scratch for the events that a refill finds due (kept to reuse its allocation).
+    due: Vec<(u64, u32)>,
     len: usize,
     next_seq: u64,
 }
@@ -64,6 +66,7 @@ impl<E> EventQueue<E> {
             buckets: vec![Vec::new(); BUCKETS],
             slab: Vec::new(),
             free: Vec::new(),
+            due: Vec::new(),
             len: 0,
             next_seq: 0,
         }
@@ -115,7 +118,7 @@ impl<E> EventQueue<E> {
             .expect("a pending event is in some bucket");
         let items = std::mem::take(&mut self.buckets[b]);
         self.last = items.iter().map(|&(t, _, _)| t).min().expect("not empty");
-        let mut due = Vec::new();
+        let mut due = std::mem::take(&mut self.due);
         for &(t, seq, slot) in &items {
             match self.bucket(t) {
                 0 => due.push((seq, slot)),
@@ -123,7 +126,8 @@ impl<E> EventQueue<E> {
             }
         }
         due.sort_unstable();
-        self.current.extend(due);
+        self.current.extend(due.drain(..));
+        self.due = due;
         // Keep the emptied bucket's allocation.
         let mut items = items;
         items.clear();

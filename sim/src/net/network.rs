@@ -57,8 +57,9 @@
 //! The path is a function of simulated time only, so every algorithm meets the same congestion
 //! at the same instants.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
 
 use rand::Rng;
 use rand_distr::Exp;
@@ -193,9 +194,13 @@ pub struct Network {
     payload_scale: Option<(u64, u64)>,
     header_bytes: u64,
     stats: NetworkStats,
-    /// Per sender, per receiver it sent to: the pair's totals and the end of its last
-    /// transmission (a short list per sender, searched linearly).
+    /// Per sender, per receiver it sent to (sorted by receiver): the pair's totals and the end
+    /// of its last transmission.
     links_used: Vec<Vec<(usize, LinkStats, SimTime)>>,
+    /// Per sender, the index in `links_used` of its last receiver: a sender that broadcasts
+    /// visits its receivers in order, and one that talks to a few repeats them, so the entry
+    /// is nearly always found there or next to it without a search over `n` receivers.
+    last_link: Vec<usize>,
     /// The last serialization time computed, `(bytes, bytes/s, time)`: collectives send the same
     /// size over links of the same rate again and again, and a division per message shows.
     last_transfer: (u64, u64, SimTime),
@@ -284,6 +289,7 @@ impl Network {
             header_bytes: cfg.header_bytes,
             stats: NetworkStats::default(),
             links_used: vec![Vec::new(); nodes],
+            last_link: vec![0; nodes],
             last_transfer: (0, 0, SimTime::ZERO),
         })
     }
@@ -385,19 +391,131 @@ impl Network {
         self.stats.messages = self.stats.messages.saturating_add(1);
         self.stats.bytes = self.stats.bytes.saturating_add(bytes);
         let out = &mut self.links_used[src];
-        let k = match out.iter().position(|(d, _, _)| *d == dst) {
-            Some(k) => k,
-            None => {
-                out.push((dst, LinkStats::default(), SimTime::ZERO));
-                out.len() - 1
+        let last = self.last_link[src];
+        let k = if out.get(last).is_some_and(|(d, _, _)| *d == dst) {
+            last
+        } else if out.get(last + 1).is_some_and(|(d, _, _)| *d == dst) {
+            last + 1
+        } else {
+            match out.binary_search_by_key(&dst, |(d, _, _)| *d) {
+                Ok(k) => k,
+                Err(k) => {
+                    out.insert(k, (dst, LinkStats::default(), SimTime::ZERO));
+                    k
+                }
             }
         };
+        self.last_link[src] = k;
         let (_, link, busy_until) = &mut out[k];
         link.messages = link.messages.saturating_add(1);
         link.bytes = link.bytes.saturating_add(bytes);
         link.busy += end - start.max(*busy_until);
         *busy_until = (*busy_until).max(end);
         end + self.link_latency(src, dst)
+    }
+
+    /// One round of a ring all-reduce of one bucket, in closed form: worker `w` (of the first
+    /// `starts.len()` nodes) is ready at `starts[w]` and sends `2(n − 1)` chunks of `payload`
+    /// bytes to `w + 1 (mod n)`, chunk `k + 1` once it has received chunk `k` from `w − 1`.
+    /// Returns when each worker receives its last chunk, with the network's state and totals
+    /// exactly as `2n(n − 1)` calls of [`Network::send`] in step order would leave them — or
+    /// `None`, changing nothing, where the closed form does not hold: congestion, a dedicated
+    /// ring link, ring links of different rates or latencies, or a NIC of the ring still busy
+    /// at its worker's start.
+    ///
+    /// Why it holds: with a rate giving each chunk `T` ns and a latency `α`, the downlink of
+    /// `w + 1` carries only `w`'s chunks, so chunk `s` of `w` leaves at
+    /// `u(w, s) = max(start_w, u(w − 1, s − 1) + T + α, u(w, s − 1) + T)` and arrives
+    /// `T + α` later. Every path through that recurrence from `start_{w−j}` takes `j` ring hops
+    /// and `s − j` uplink waits, so `u(w, s) = s·T + max_j (start_{w−j} + j·α)` over
+    /// `0 ≤ j ≤ s`, and for `s = 2n − 3` only the largest `j` of each residue mod `n` matters:
+    /// a sliding maximum over the ring, `O(n)` for the round instead of `O(n²)` sends.
+    pub fn ring_round(&mut self, starts: &[SimTime], payload: u64) -> Option<Vec<SimTime>> {
+        let n = starts.len();
+        if n < 2 || n > self.nodes() || !self.windows.is_empty() || !self.processes.is_empty() {
+            return None;
+        }
+        let bytes = payload.saturating_add(self.header_bytes);
+        let rate = self.link_bandwidth(0, 1);
+        let alpha = self.link_latency(0, 1);
+        for (w, &start) in starts.iter().enumerate() {
+            let d = (w + 1) % n;
+            if self.links.get(&(w, d)).is_some_and(|l| l.dedicated)
+                || self.link_bandwidth(w, d) != rate
+                || self.link_latency(w, d) != alpha
+                || self.uplink_free[w] > start
+                || self.downlink_free[d] > start
+            {
+                return None;
+            }
+            let out = &self.links_used[w];
+            if let Ok(k) = out.binary_search_by_key(&d, |(dst, _, _)| *dst)
+                && out[k].2 > start
+            {
+                return None;
+            }
+        }
+        let t = u128::from(transfer_ns(bytes, rate).as_nanos());
+        let a = u128::from(alpha.as_nanos());
+        let steps = 2 * (n as u128 - 1);
+        let start = |m: usize| u128::from(starts[m % n].as_nanos());
+        // j ≡ k (mod n), largest j ≤ 2n − 3: k + n for k ≤ n − 3, else k. The terms k ≤ n − 3,
+        // start_{w−k} + (k + n)·α, are b(m) + w·α over m = w + n − k in [w + 3, w + n].
+        let b = |m: usize| start(m) + (2 * n - m) as u128 * a;
+        let mut window: VecDeque<usize> = VecDeque::new();
+        let mut next = 3;
+        let mut last_post = Vec::with_capacity(n);
+        for w in 0..n {
+            while next <= w + n {
+                let v = b(next);
+                while window.back().is_some_and(|&m| b(m) <= v) {
+                    window.pop_back();
+                }
+                window.push_back(next);
+                next += 1;
+            }
+            while window.front().is_some_and(|&m| m < w + 3) {
+                window.pop_front();
+            }
+            let wrapped = window.front().map_or(0, |&m| b(m) + w as u128 * a);
+            let near = (start(w + 2) + (n as u128 - 2) * a).max(start(w + 1) + (n as u128 - 1) * a);
+            let u = (steps - 1) * t + wrapped.max(near);
+            // When chunk 2n − 3 of `w` leaves, and (`+ T`) when its last byte has arrived.
+            last_post.push(u64::try_from(u + t + a).ok()?);
+        }
+        let t = t as u64;
+        let a = a as u64;
+        let steps = steps as u64;
+        let mut got = vec![SimTime::ZERO; n];
+        for (w, &arrive) in last_post.iter().enumerate() {
+            let d = (w + 1) % n;
+            let end = SimTime::from_nanos(arrive - a);
+            got[d] = SimTime::from_nanos(arrive);
+            self.uplink_free[w] = end;
+            self.downlink_free[d] = end;
+            let out = &mut self.links_used[w];
+            let k = match out.binary_search_by_key(&d, |(dst, _, _)| *dst) {
+                Ok(k) => k,
+                Err(k) => {
+                    out.insert(k, (d, LinkStats::default(), SimTime::ZERO));
+                    k
+                }
+            };
+            self.last_link[w] = k;
+            let (_, link, busy_until) = &mut out[k];
+            link.messages = link.messages.saturating_add(steps);
+            link.bytes = link.bytes.saturating_add(bytes.saturating_mul(steps));
+            link.busy += SimTime::from_nanos(t * steps);
+            *busy_until = end;
+        }
+        let messages = steps * n as u64;
+        self.stats.messages = self.stats.messages.saturating_add(messages);
+        self.stats.bytes = self
+            .stats
+            .bytes
+            .saturating_add(bytes.saturating_mul(messages));
+        self.last_transfer = (bytes, rate, SimTime::from_nanos(t));
+        Some(got)
     }
 
     /// The totals of every ordered pair `(src, dst)` that carried a message, in pair order.
@@ -538,6 +656,108 @@ mod tests {
         assert_eq!(links[&(2, 1)].busy.as_nanos(), 3000);
         let total: u64 = links.values().map(|l| l.bytes).sum();
         assert_eq!(total, n.stats().bytes);
+    }
+
+    /// The loop the closed form replaces: `2(n − 1)` steps, every worker posting its chunk once
+    /// ready and once it has received the previous one ([`crate::algorithms::ring`]).
+    fn ring_by_sends(net: &mut Network, starts: &[SimTime], payload: u64) -> Vec<SimTime> {
+        let n = starts.len();
+        let mut got = starts.to_vec();
+        let mut next = vec![SimTime::ZERO; n];
+        for _ in 0..2 * (n - 1) {
+            for w in 0..n {
+                next[(w + 1) % n] = net.send(starts[w].max(got[w]), w, (w + 1) % n, payload);
+            }
+            std::mem::swap(&mut got, &mut next);
+        }
+        got
+    }
+
+    type State = (
+        Vec<SimTime>,
+        Vec<SimTime>,
+        NetworkStats,
+        Vec<Vec<(usize, LinkStats, SimTime)>>,
+    );
+
+    fn state(net: &Network) -> State {
+        (
+            net.uplink_free.clone(),
+            net.downlink_free.clone(),
+            net.stats(),
+            net.links_used.clone(),
+        )
+    }
+
+    /// Rounds of random sizes, ready times (a straggler far behind, ties, spreads around the
+    /// chunk time and the latency), chunk sizes and latencies, one after another: the closed
+    /// form gives the loop's arrivals and leaves the network exactly as the loop does.
+    #[test]
+    fn a_ring_round_in_closed_form_is_the_loop_of_sends() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut closed_rounds = 0;
+        for case in 0..300 {
+            let n = if case % 10 == 0 {
+                rng.random_range(20..80)
+            } else {
+                rng.random_range(2..10)
+            };
+            let latency_us = [0.0, 0.001, 0.5, 2.0][rng.random_range(0..4)];
+            let cfg = NetworkConfig::uniform(8.0, latency_us);
+            let mut slow = Network::new(&cfg, n + 1, &BuildEnv::new(0)).unwrap();
+            let mut fast = slow.clone();
+            let mut now = 0u64;
+            for _ in 0..3 {
+                let payload = rng.random_range(0..3000);
+                let starts: Vec<SimTime> = (0..n)
+                    .map(|_| {
+                        let d = match rng.random_range(0..4) {
+                            0 => 0,
+                            1 => rng.random_range(0..50),
+                            2 => rng.random_range(0..5000),
+                            _ => rng.random_range(0..1_000_000),
+                        };
+                        SimTime::from_nanos(now + d)
+                    })
+                    .collect();
+                let expected = ring_by_sends(&mut slow, &starts, payload);
+                match fast.ring_round(&starts, payload) {
+                    Some(got) => {
+                        closed_rounds += 1;
+                        assert_eq!(got, expected, "n = {n}, starts {starts:?}");
+                    }
+                    None => {
+                        // Refused (a NIC still busy): nothing changed, the loop then runs.
+                        assert_eq!(ring_by_sends(&mut fast, &starts, payload), expected);
+                    }
+                }
+                assert_eq!(state(&fast), state(&slow), "n = {n}");
+                now = expected.iter().map(|t| t.as_nanos()).max().unwrap()
+                    + rng.random_range(0..3) * 1000;
+            }
+        }
+        assert!(closed_rounds > 500, "{closed_rounds} rounds in closed form");
+    }
+
+    /// Where a NIC of the ring is still busy, or the network has congestion, the closed form
+    /// declines and leaves the network untouched.
+    #[test]
+    fn a_ring_round_declines_what_it_cannot_compute() {
+        let mut n = net(3);
+        n.send(SimTime::ZERO, 1, 0, 5000);
+        let before = state(&n);
+        assert_eq!(n.ring_round(&[SimTime::ZERO; 3], 100), None);
+        assert_eq!(state(&n), before);
+        let mut cfg = NetworkConfig::uniform(8.0, 2.0);
+        cfg.congestion
+            .push(toml::from_str("start_s = 0.0\nend_s = 1.0\nbandwidth_factor = 0.5").unwrap());
+        let mut c = Network::new(&cfg, 3, &BuildEnv::new(0)).unwrap();
+        assert_eq!(c.ring_round(&[SimTime::ZERO; 3], 100), None);
+        assert_eq!(
+            net(3).ring_round(&[SimTime::ZERO; 3], 100).map(|g| g.len()),
+            Some(3)
+        );
     }
 
     #[test]
