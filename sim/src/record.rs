@@ -93,7 +93,7 @@ const DENSE: usize = 1024;
 /// A histogram of non-negative integer measurements (staleness, message ages).
 ///
 /// Values are counted in a dense array as far as it stays at most about twice as long as the
-/// number of distinct values recorded (at least [`DENSE`] long), larger ones in a map: the
+/// number of distinct values recorded (at least 1,024 long), larger ones in a map: the
 /// staleness at 1,024 workers spreads over thousands of values, and a map lookup per
 /// application (the recorder measures every one) cost more than the rest of the bookkeeping.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
