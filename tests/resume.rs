@@ -124,6 +124,24 @@ fn resume(dir: &Path) {
     assert!(o.status.success(), "resume failed:\n{}", stderr(&o));
 }
 
+/// `dasim run SCENARIO --out DIR` on flex with checkpoints, killed by abort at `point`
+/// (`DASIM_CRASH_AT`); fails unless it was.
+fn killed_at(path: &Path, dir: &Path, point: &str) {
+    let o = Command::new(env!("CARGO_BIN_EXE_dasim"))
+        .args([
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .args(["--backend", "flex", "--quiet", "--checkpoint-every", EVERY])
+        .env("DASIM_CRASH_AT", point)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{point}: the run was not killed");
+    assert!(stderr(&o).contains("aborting"), "{point}: {}", stderr(&o));
+}
+
 /// The uninterrupted run, with checkpoints and without: the same files.
 fn reference(path: &Path, root: &Path) -> std::path::PathBuf {
     let with = root.join("whole");
@@ -153,22 +171,7 @@ fn a_run_killed_anywhere_resumes_to_the_same_files() {
         "plots:1",
     ] {
         let dir = tmp.path().join(point.replace(':', "-"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dasim"));
-        cmd.args([
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            dir.to_str().unwrap(),
-            "--backend",
-            "flex",
-            "--quiet",
-            "--checkpoint-every",
-            EVERY,
-        ])
-        .env("DASIM_CRASH_AT", point);
-        let o = cmd.output().unwrap();
-        assert!(!o.status.success(), "{point}: the run was not killed");
-        assert!(stderr(&o).contains("aborting"), "{point}: {}", stderr(&o));
+        killed_at(&path, &dir, point);
         resume(&dir);
         assert_same(&whole, &dir, point);
     }
@@ -179,18 +182,7 @@ fn a_run_killed_twice_resumes_to_the_same_files() {
     let (tmp, path) = scenario(&text(0.3), "resume.toml");
     let whole = reference(&path, tmp.path());
     let dir = tmp.path().join("twice");
-    let o = Command::new(env!("CARGO_BIN_EXE_dasim"))
-        .args([
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            dir.to_str().unwrap(),
-        ])
-        .args(["--backend", "flex", "--quiet", "--checkpoint-every", EVERY])
-        .env("DASIM_CRASH_AT", "checkpoint:5")
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
+    killed_at(&path, &dir, "checkpoint:5");
     // The resumed run is killed too, five checkpoints further on.
     let o = Command::new(env!("CARGO_BIN_EXE_dasim"))
         .args(["run", "--resume", dir.to_str().unwrap(), "--quiet"])
@@ -271,18 +263,7 @@ fn ctrl_c_writes_a_checkpoint_and_says_how_to_resume() {
 fn a_resume_that_cannot_be_exact_is_refused() {
     let (tmp, path) = scenario(&text(0.3), "resume.toml");
     let dir = tmp.path().join("run");
-    let o = Command::new(env!("CARGO_BIN_EXE_dasim"))
-        .args([
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            dir.to_str().unwrap(),
-        ])
-        .args(["--backend", "flex", "--quiet", "--checkpoint-every", EVERY])
-        .env("DASIM_CRASH_AT", "checkpoint:3")
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
+    killed_at(&path, &dir, "checkpoint:3");
     let metrics = std::fs::read(dir.join("metrics.csv")).unwrap();
 
     // Another backend than the run's.

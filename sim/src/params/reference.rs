@@ -62,21 +62,9 @@ pub struct ReferenceStore {
     problem: Quadratic,
     optimizer: OptimizerConfig,
     workers: usize,
-    params: Vec<Vec<f64>>,
-    /// SGD's and LARS's momentum buffer, Adam's first moment.
-    velocity: Vec<Vec<f64>>,
-    /// Adam's second moment (empty for the other rules).
-    second: Vec<Vec<f64>>,
-    /// Adam's step counts, per coordinate (empty for the other rules).
-    steps: Vec<Vec<u64>>,
-    data: Vec<Stream>,
-    grads: BTreeMap<GradId, Vec<f64>>,
-    next_grad: u64,
-    msgs: BTreeMap<MsgId, Vec<f64>>,
-    next_msg: u64,
     train_size: usize,
-    train_loss: (f64, usize),
     layers: Vec<Layer>,
+    state: ReferenceState,
 }
 
 impl ReferenceStore {
@@ -90,21 +78,23 @@ impl ReferenceStore {
         };
         ReferenceStore {
             workers,
-            params: vec![vec![0.0; dim]; workers],
-            velocity: vec![vec![0.0; dim]; workers],
-            second: vec![vec![0.0; adam]; workers],
-            steps: vec![vec![0; adam]; workers],
-            data: (0..workers)
-                .map(|w| stream(seed, StreamKind::Data, w as u64))
-                .collect(),
+            state: ReferenceState {
+                params: vec![vec![0.0; dim]; workers],
+                velocity: vec![vec![0.0; dim]; workers],
+                second: vec![vec![0.0; adam]; workers],
+                steps: vec![vec![0; adam]; workers],
+                data: (0..workers)
+                    .map(|w| stream(seed, StreamKind::Data, w as u64))
+                    .collect(),
+                grads: BTreeMap::new(),
+                next_grad: 0,
+                msgs: BTreeMap::new(),
+                next_msg: 0,
+                train_loss: (0.0, 0),
+            },
             problem,
             optimizer,
-            grads: BTreeMap::new(),
-            next_grad: 0,
-            msgs: BTreeMap::new(),
-            next_msg: 0,
             train_size: 1000,
-            train_loss: (0.0, 0),
             layers: vec![Layer {
                 params: 0..dim,
                 forward_flops: 2 * dim as u64,
@@ -132,33 +122,33 @@ impl ReferenceStore {
 
     /// Row `row` (the replica of worker `row` for `row < workers()`).
     pub fn params(&self, row: usize) -> &[f64] {
-        &self.params[row]
+        &self.state.params[row]
     }
 
     /// The momentum buffer of row `row` (SGD's and LARS's; Adam's first moment `m`).
     pub fn velocity(&self, row: usize) -> &[f64] {
-        &self.velocity[row]
+        &self.state.velocity[row]
     }
 
     /// Adam's second moment `v` of row `row` (empty for the other rules).
     pub fn second_moment(&self, row: usize) -> &[f64] {
-        &self.second[row]
+        &self.state.second[row]
     }
 
     /// Adam's step count of each coordinate of row `row` (empty for the other rules).
     pub fn steps(&self, row: usize) -> &[u64] {
-        &self.steps[row]
+        &self.state.steps[row]
     }
 
     /// Overwrites row `row` (for tests that start from distinct models).
     pub fn set_params(&mut self, row: usize, x: Vec<f64>) {
-        self.params[row] = x;
+        self.state.params[row] = x;
     }
 
     /// The coordinate-wise sum of the worker rows.
     pub fn sum(&self) -> Vec<f64> {
         let mut s = vec![0.0; self.num_params()];
-        for p in &self.params[..self.workers] {
+        for p in &self.state.params[..self.workers] {
             for (acc, v) in s.iter_mut().zip(p) {
                 *acc += v;
             }
@@ -168,28 +158,28 @@ impl ReferenceStore {
 
     /// Gradients requested and not yet released.
     pub fn live_gradients(&self) -> usize {
-        self.grads.len()
+        self.state.grads.len()
     }
 
     /// A live gradient's value.
     pub fn gradient(&self, grad: GradId) -> &[f64] {
-        &self.grads[&grad]
+        &self.state.grads[&grad]
     }
 
     /// Message buffers created and not yet released.
     pub fn live_msgs(&self) -> usize {
-        self.msgs.len()
+        self.state.msgs.len()
     }
 
     /// A live message buffer's value.
     pub fn msg(&self, msg: MsgId) -> &[f64] {
-        &self.msgs[&msg]
+        &self.state.msgs[&msg]
     }
 
     fn insert(&mut self, g: Vec<f64>) -> GradId {
-        let id = GradId(self.next_grad);
-        self.next_grad += 1;
-        self.grads.insert(id, g);
+        let id = GradId(self.state.next_grad);
+        self.state.next_grad += 1;
+        self.state.grads.insert(id, g);
         id
     }
 
@@ -198,8 +188,8 @@ impl ReferenceStore {
         let mut out = vec![0.0; self.num_params()];
         for &(slot, weight) in terms {
             let src = match slot {
-                Slot::Row(r) => &self.params[r],
-                Slot::Msg(m) => self.msgs.get(&m).expect("live message buffer"),
+                Slot::Row(r) => &self.state.params[r],
+                Slot::Msg(m) => self.state.msgs.get(&m).expect("live message buffer"),
             };
             for (o, v) in out.iter_mut().zip(src) {
                 *o += weight * v;
@@ -215,7 +205,7 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn rows(&self) -> usize {
-        self.params.len()
+        self.state.params.len()
     }
 
     fn num_params(&self) -> usize {
@@ -235,23 +225,26 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn add_rows(&mut self, count: usize) -> usize {
-        let first = self.params.len();
+        let first = self.state.params.len();
         let dim = self.num_params();
         for _ in 0..count {
-            self.params.push(self.params[0].clone());
-            self.velocity.push(vec![0.0; dim]);
-            let adam = self.second[0].len();
-            self.second.push(vec![0.0; adam]);
-            self.steps.push(vec![0; adam]);
+            self.state.params.push(self.state.params[0].clone());
+            self.state.velocity.push(vec![0.0; dim]);
+            let adam = self.state.second[0].len();
+            self.state.second.push(vec![0.0; adam]);
+            self.state.steps.push(vec![0; adam]);
         }
         first
     }
 
     fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
         assert!(worker < self.workers, "row {worker} has no data stream");
-        let x: Vec<f64> = self.params[worker].iter().map(|v| scale * v).collect();
+        let x: Vec<f64> = self.state.params[worker]
+            .iter()
+            .map(|v| scale * v)
+            .collect();
         let loss = self.problem.value(&x);
-        let rng = &mut self.data[worker];
+        let rng = &mut self.state.data[worker];
         let noise = self.problem.noise;
         let g: Vec<f64> = x
             .iter()
@@ -262,15 +255,15 @@ impl ReplicaStore for ReferenceStore {
                 a * (x - b) + noise * z
             })
             .collect();
-        self.train_loss.0 += loss;
-        self.train_loss.1 += 1;
+        self.state.train_loss.0 += loss;
+        self.state.train_loss.1 += 1;
         self.insert(g)
     }
 
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
         let mut mean = vec![0.0; self.num_params()];
         for id in grads {
-            let g = self.grads.remove(id).expect("live gradient");
+            let g = self.state.grads.remove(id).expect("live gradient");
             for (m, v) in mean.iter_mut().zip(g) {
                 *m += v;
             }
@@ -281,11 +274,11 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
-        let g = self.grads.get(&grad).expect("live gradient");
+        let g = self.state.grads.get(&grad).expect("live gradient");
         let opt = &self.optimizer;
         let weight_decay = opt.weight_decay;
-        let x = &mut self.params[row];
-        let v = &mut self.velocity[row];
+        let x = &mut self.state.params[row];
+        let v = &mut self.state.velocity[row];
         match opt.kind {
             OptimizerKind::Sgd => {
                 let (momentum, nesterov) = (opt.momentum, opt.nesterov);
@@ -298,7 +291,7 @@ impl ReplicaStore for ReferenceStore {
             }
             OptimizerKind::Adam => {
                 let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
-                let (s, t) = (&mut self.second[row], &mut self.steps[row]);
+                let (s, t) = (&mut self.state.second[row], &mut self.state.steps[row]);
                 for k in block {
                     let d = g[k] + weight_decay * x[k];
                     t[k] += 1;
@@ -336,49 +329,49 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn release_gradient(&mut self, grad: GradId) {
-        self.grads.remove(&grad);
+        self.state.grads.remove(&grad);
     }
 
     fn swap_optimizer_state(&mut self, a: usize, b: usize) {
-        self.velocity.swap(a, b);
-        self.second.swap(a, b);
-        self.steps.swap(a, b);
+        self.state.velocity.swap(a, b);
+        self.state.second.swap(a, b);
+        self.state.steps.swap(a, b);
     }
 
     fn average(&mut self, rows: &[usize]) {
         let dim = self.num_params();
         let mut mean = vec![0.0; dim];
         for &w in rows {
-            for (m, v) in mean.iter_mut().zip(&self.params[w]) {
+            for (m, v) in mean.iter_mut().zip(&self.state.params[w]) {
                 *m += v;
             }
         }
         let n = rows.len() as f64;
         mean.iter_mut().for_each(|m| *m /= n);
         for &w in rows {
-            self.params[w].clone_from(&mean);
+            self.state.params[w].clone_from(&mean);
         }
     }
 
     fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
-        self.params[dst] = self.combine(terms);
+        self.state.params[dst] = self.combine(terms);
     }
 
     fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
         let value = self.combine(terms);
-        let id = MsgId(self.next_msg);
-        self.next_msg += 1;
-        self.msgs.insert(id, value);
+        let id = MsgId(self.state.next_msg);
+        self.state.next_msg += 1;
+        self.state.msgs.insert(id, value);
         id
     }
 
     fn release_msg(&mut self, msg: MsgId) {
-        self.msgs.remove(&msg).expect("live message buffer");
+        self.state.msgs.remove(&msg).expect("live message buffer");
     }
 
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
-        let values = self.params[src][block.clone()].to_vec();
-        self.params[dst][block].copy_from_slice(&values);
+        let values = self.state.params[src][block.clone()].to_vec();
+        self.state.params[dst][block].copy_from_slice(&values);
     }
 
     fn evaluate(&mut self) -> Evaluation {
@@ -400,7 +393,7 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn take_train_loss(&mut self) -> f64 {
-        let (sum, count) = std::mem::take(&mut self.train_loss);
+        let (sum, count) = std::mem::take(&mut self.state.train_loss);
         if count == 0 {
             f64::NAN
         } else {
@@ -413,10 +406,10 @@ impl ReplicaStore for ReferenceStore {
     fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
         let n = self.workers;
         let scale = |i: usize| scales.map_or(1.0, |s| s[i]);
-        let z0: Vec<f64> = self.params[0].iter().map(|v| scale(0) * v).collect();
+        let z0: Vec<f64> = self.state.params[0].iter().map(|v| scale(0) * v).collect();
         let diffs: Vec<Vec<f64>> = (0..n)
             .map(|i| {
-                self.params[i]
+                self.state.params[i]
                     .iter()
                     .zip(&z0)
                     .map(|(v, a)| scale(i) * v - a)
@@ -448,53 +441,33 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn save_state(&mut self) -> Result<Vec<u8>, String> {
-        let state = ReferenceState {
-            params: self.params.clone(),
-            velocity: self.velocity.clone(),
-            second: self.second.clone(),
-            steps: self.steps.clone(),
-            data: self.data.clone(),
-            grads: self.grads.clone(),
-            next_grad: self.next_grad,
-            msgs: self.msgs.clone(),
-            next_msg: self.next_msg,
-            train_loss: self.train_loss,
-        };
-        postcard::to_stdvec(&state).map_err(|e| e.to_string())
+        postcard::to_stdvec(&self.state).map_err(|e| e.to_string())
     }
 
     fn restore_state(&mut self, state: &[u8]) -> Result<(), String> {
         let state: ReferenceState = postcard::from_bytes(state).map_err(|e| e.to_string())?;
-        if state.params.len() < self.workers
-            || state
-                .params
-                .iter()
-                .any(|r| r.len() != self.problem.curvature.len())
-        {
+        let dim = self.problem.curvature.len();
+        if state.params.len() < self.workers || state.params.iter().any(|r| r.len() != dim) {
             return Err("the checkpoint's replicas do not fit this model".into());
         }
-        self.params = state.params;
-        self.velocity = state.velocity;
-        self.second = state.second;
-        self.steps = state.steps;
-        self.data = state.data;
-        self.grads = state.grads;
-        self.next_grad = state.next_grad;
-        self.msgs = state.msgs;
-        self.next_msg = state.next_msg;
-        self.train_loss = state.train_loss;
+        self.state = state;
         Ok(())
     }
 }
 
-/// What a checkpoint keeps of a [`ReferenceStore`] (the problem and the configuration are
-/// rebuilt with the store).
+/// What changes in a [`ReferenceStore`] while a run goes on: what a checkpoint keeps (the
+/// problem and the configuration are rebuilt with the store).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ReferenceState {
+    /// The rows' parameters.
     params: Vec<Vec<f64>>,
+    /// SGD's and LARS's momentum buffer, Adam's first moment.
     velocity: Vec<Vec<f64>>,
+    /// Adam's second moment (empty for the other rules).
     second: Vec<Vec<f64>>,
+    /// Adam's step counts, per coordinate (empty for the other rules).
     steps: Vec<Vec<u64>>,
+    /// Each worker's data stream.
     data: Vec<Stream>,
     grads: BTreeMap<GradId, Vec<f64>>,
     next_grad: u64,
