@@ -228,7 +228,7 @@ fn a_crash_with_rejoin_is_down_time_on_the_timeline_in_utilization_and_on_the_ga
         "down intervals are drawn in their colour"
     );
     assert!(
-        svg.contains("1 crashes, 1 rejoins"),
+        svg.contains("1 crash, 1 rejoin;"),
         "the note counts the faults"
     );
     let svg = std::fs::read_to_string(out.join("utilization.svg")).unwrap();

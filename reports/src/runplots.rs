@@ -514,11 +514,14 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
 /// crashes and rejoins (the down intervals are drawn), then the messages lost at random, on
 /// down links and at down workers (over the whole run, not only the window).
 pub(crate) fn fault_note(f: &crate::rundir::FaultSummary) -> String {
+    let counted = |n: u64, one: &str, many: &str| {
+        format!("{} {}", thousands(n), if n == 1 { one } else { many })
+    };
     format!(
-        "; faults over the run: {} crashes, {} rejoins; messages lost {} at random, {} on down \
-         links, {} dropped at down workers",
-        thousands(f.crashes),
-        thousands(f.rejoins),
+        "; faults over the run: {}, {}; messages lost {} at random, {} on down links, {} \
+         dropped at down workers",
+        counted(f.crashes, "crash", "crashes"),
+        counted(f.rejoins, "rejoin", "rejoins"),
         thousands(f.messages_lost),
         thousands(f.messages_lost_link_down),
         thousands(f.messages_dropped_down),
