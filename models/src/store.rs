@@ -62,7 +62,7 @@ use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
-use crate::rows::{Row, Rows, combine};
+use crate::rows::{Row, Rows, combine, combine_in_place, combine_into};
 
 /// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
 /// models' activations).
@@ -524,15 +524,19 @@ impl BurnStore {
             .div_ceil(self.max_batch.unwrap_or(r))
             .max(self.threads.min(r));
         let bounds = dasim_sim::params::blocks(r, groups);
+        // Each gradient is assembled in a spare buffer of the rows.
+        let buffers: Vec<Vec<Vec<f32>>> = bounds
+            .iter()
+            .map(|b| b.clone().map(|_| self.rows.buffer()).collect())
+            .collect();
+        let work: Vec<_> = bounds.iter().zip(buffers).collect();
         let results: Vec<(Vec<Vec<f32>>, Vec<f32>)> = if groups > 1 && self.threads > 1 {
-            bounds
-                .par_iter()
-                .map(|b| self.group_gradients(&pending[b.clone()]))
+            work.into_par_iter()
+                .map(|(b, out)| self.group_gradients(&pending[b.clone()], out))
                 .collect()
         } else {
-            bounds
-                .iter()
-                .map(|b| self.group_gradients(&pending[b.clone()]))
+            work.into_iter()
+                .map(|(b, out)| self.group_gradients(&pending[b.clone()], out))
                 .collect()
         };
         let mut pending = pending.into_iter();
@@ -547,8 +551,8 @@ impl BurnStore {
                         *d = (f64::from(*d) / q.scale) as f32;
                     }
                 }
-                let id = q.id;
-                self.ready.insert(id, Arc::new(g));
+                self.ready.insert(q.id, Arc::new(g));
+                self.rows.recycle(q.snapshot);
                 self.train_loss += f64::from(loss);
             }
             self.stats.passes += 1;
@@ -558,9 +562,9 @@ impl BurnStore {
         self.stats.gradient_wall += started.elapsed();
     }
 
-    /// Gradients (`R` of `P`) and losses `[R]` of a group of requests, read back in one
-    /// transfer.
-    fn group_gradients(&self, group: &[Pending]) -> (Vec<Vec<f32>>, Vec<f32>) {
+    /// Gradients (`R` of `P`, written into `out`) and losses `[R]` of a group of requests,
+    /// read back in one transfer.
+    fn group_gradients(&self, group: &[Pending], out: Vec<Vec<f32>>) -> (Vec<Vec<f32>>, Vec<f32>) {
         let r = group.len();
         let p = self.model.num_params();
         let mut indices = Vec::with_capacity(r * self.batch);
@@ -583,7 +587,7 @@ impl BurnStore {
         }
         let params = Tensor::from_data(TensorData::new(stacked, [r, p]), &self.device);
         let (parts, losses) = self.batched_gradient(params, &indices, features);
-        Self::read_gradients(parts, losses, r, p)
+        Self::read_gradients(parts, losses, out)
     }
 
     /// Minibatch inputs `[R, B, dim]` and targets for `R·B` training indices: gathered on the
@@ -720,12 +724,12 @@ impl BurnStore {
     }
 
     /// Reads a batch's gradient blocks and losses back in one transfer, and assembles each
-    /// request's gradient on the host (`R` vectors of `P`), with no concatenation on the device.
+    /// request's gradient on the host into `out` (`R` buffers of `P`), with no concatenation on
+    /// the device.
     fn read_gradients(
         parts: Vec<(Range<usize>, Tensor<2>)>,
         losses: Tensor<1>,
-        r: usize,
-        p: usize,
+        mut out: Vec<Vec<f32>>,
     ) -> (Vec<Vec<f32>>, Vec<f32>) {
         let mut read = Transaction::default();
         let mut ranges = Vec::with_capacity(parts.len());
@@ -748,17 +752,13 @@ impl BurnStore {
             .expect("losses")
             .try_into_vec()
             .expect("f32 losses");
-        let grads = (0..r)
-            .map(|i| {
-                let mut g = Vec::with_capacity(p);
-                for (range, block) in ranges.iter().zip(&blocks) {
-                    let len = range.len();
-                    g.extend_from_slice(&block[i * len..(i + 1) * len]);
-                }
-                g
-            })
-            .collect();
-        (grads, losses)
+        for (i, g) in out.iter_mut().enumerate() {
+            for (range, block) in ranges.iter().zip(&blocks) {
+                let len = range.len();
+                g[range.clone()].copy_from_slice(&block[i * len..(i + 1) * len]);
+            }
+        }
+        (out, losses)
     }
 
     /// Gradients and losses of the models `rows` (each `params` long) on the minibatches
@@ -772,7 +772,7 @@ impl BurnStore {
         let p = self.model.num_params();
         let params = self.host_rows(rows);
         let (parts, losses) = self.batched_gradient(params, &batches.concat(), None);
-        Self::read_gradients(parts, losses, rows.len(), p)
+        Self::read_gradients(parts, losses, vec![vec![0.0; p]; rows.len()])
     }
 
     /// The training objective of the models `rows` on the minibatches `batches` (the quantity
@@ -814,6 +814,14 @@ impl BurnStore {
     fn combine(&self, terms: &[(Slot, f64)]) -> Vec<f32> {
         let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
         combine(&terms)
+    }
+
+    /// `Σ weight · slot` in a spare buffer of the rows (the hot path: no allocation).
+    fn combine_spare(&mut self, terms: &[(Slot, f64)]) -> Vec<f32> {
+        let mut out = self.rows.buffer();
+        let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
+        combine_into(&mut out, &terms);
+        out
     }
 
     /// Held-out loss and accuracy (NaN for real targets) of one model `[1, params]`, the test
@@ -935,7 +943,8 @@ impl ReplicaStore for BurnStore {
         }
         owners.sort_unstable();
         owners.dedup();
-        let mut mean = parts[0].as_ref().clone();
+        let mut mean = self.rows.buffer();
+        mean.copy_from_slice(&parts[0]);
         for part in &parts[1..] {
             for (m, x) in mean.iter_mut().zip(part.iter()) {
                 *m += x;
@@ -944,6 +953,9 @@ impl ReplicaStore for BurnStore {
         let k = parts.len() as f32;
         for m in &mut mean {
             *m /= k;
+        }
+        for part in parts {
+            self.rows.recycle(part);
         }
         let id = GradId(self.next_id);
         self.next_id += 1;
@@ -984,8 +996,9 @@ impl ReplicaStore for BurnStore {
 
     fn release_gradient(&mut self, grad: GradId) {
         self.owners.remove(&grad);
-        if self.ready.remove(&grad).is_none() {
-            self.pending.retain(|p| p.id != grad);
+        match self.ready.remove(&grad) {
+            Some(g) => self.rows.recycle(g),
+            None => self.pending.retain(|p| p.id != grad),
         }
     }
 
@@ -998,8 +1011,21 @@ impl ReplicaStore for BurnStore {
     }
 
     fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
-        // The combination is a fresh buffer: it becomes the row, nothing is copied.
-        let value = self.combine(terms);
+        // A mix led by the row itself (`x_i ← w·x_i + …`, push-sum's shares and receipts) is
+        // done in the row's own buffer when nobody else holds it, with the same arithmetic.
+        if let Some((&(Slot::Row(r), w0), rest)) = terms.split_first()
+            && r == dst
+            && rest.iter().all(|&(s, _)| s != Slot::Row(dst))
+            && let Some(mut row) = self.rows.take_unique(dst)
+        {
+            let rest: Vec<(&[f32], f64)> = rest.iter().map(|&(s, w)| (self.slot(s), w)).collect();
+            combine_in_place(&mut row, w0, &rest);
+            self.rows.set(dst, row);
+            return;
+        }
+        // Otherwise the combination goes into a spare buffer and becomes the row: nothing is
+        // copied, and the old buffer is a spare unless a snapshot or a message holds it.
+        let value = self.combine_spare(terms);
         self.rows.set(dst, value);
     }
 
@@ -1012,7 +1038,7 @@ impl ReplicaStore for BurnStore {
                     .get(&m)
                     .unwrap_or_else(|| panic!("message buffer {m:?} was released or never made")),
             ),
-            _ => Arc::new(self.combine(terms)),
+            _ => Arc::new(self.combine_spare(terms)),
         };
         let id = MsgId(self.next_id);
         self.next_id += 1;
@@ -1021,7 +1047,9 @@ impl ReplicaStore for BurnStore {
     }
 
     fn release_msg(&mut self, msg: MsgId) {
-        self.msgs.remove(&msg);
+        if let Some(buffer) = self.msgs.remove(&msg) {
+            self.rows.recycle(buffer);
+        }
     }
 
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
