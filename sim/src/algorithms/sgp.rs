@@ -374,8 +374,15 @@ impl Sgp {
                 out_pending: peers.len(),
             });
         }
+        // Every peer gets the same share: with several peers it is computed once, and each
+        // peer's message is a copy of it, which the burn store makes by sharing the buffer
+        // (messages are read-only), so a push costs one share of `P` floats, not one per peer.
+        let shared = (peers.len() > 1).then(|| cx.world.store.new_msg(&[(Slot::Row(i), share)]));
         for &j in &peers {
-            let msg = cx.world.store.new_msg(&[(Slot::Row(i), share)]);
+            let msg = match shared {
+                Some(m) => cx.world.store.new_msg(&[(Slot::Msg(m), 1.0)]),
+                None => cx.world.store.new_msg(&[(Slot::Row(i), share)]),
+            };
             self.in_flight.insert(msg, weight);
             if self.nodes[j].blocked && !self.nodes[j].down {
                 self.wait(j, i, cx);
@@ -404,6 +411,9 @@ impl Sgp {
                     },
                 );
             }
+        }
+        if let Some(m) = shared {
+            cx.world.store.release_msg(m);
         }
         cx.world.store.mix(i, &[(Slot::Row(i), share)]);
         self.nodes[i].w = weight;
