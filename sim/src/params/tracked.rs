@@ -138,6 +138,9 @@ struct RowVersions {
     /// Writes of the row so far (forgotten ones included): the writes after a read of the row
     /// are this count now less the count at the read.
     total: u64,
+    /// The lineage is one block of the row's own values (nearly always): known without reading
+    /// the lineage, which lives in an allocation of its own.
+    own: bool,
 }
 
 /// Values by handle: a window over increasing handles (stores hand them out in increasing
@@ -384,6 +387,7 @@ impl<'s> Tracked<'s> {
         let rows = (0..inner.rows())
             .map(|_| RowVersions {
                 lineage: vec![(0..p, Origin::Own)],
+                own: true,
                 ..Default::default()
             })
             .collect();
@@ -469,7 +473,14 @@ impl<'s> Tracked<'s> {
             Origin::Own => (r, self.seq),
             Origin::From { row, seq } => (row, seq),
         };
-        match &self.rows[r].lineage[..] {
+        let v = &self.rows[r];
+        if v.own {
+            return Resolved::Whole {
+                row: r,
+                seq: self.seq,
+            };
+        }
+        match &v.lineage[..] {
             [(_, o)] => {
                 let (row, seq) = resolve(o);
                 Resolved::Whole { row, seq }
@@ -515,8 +526,11 @@ impl<'s> Tracked<'s> {
         let v = &mut self.rows[row];
         match pieces {
             // The common case, a row's own new values over all of it: no allocation.
-            None if full && matches!(v.lineage[..], [(_, Origin::Own)]) => {}
-            None => v.lineage = splice(&v.lineage, &block, vec![(block.clone(), Origin::Own)]),
+            None if full && v.own => {}
+            None => {
+                v.lineage = splice(&v.lineage, &block, vec![(block.clone(), Origin::Own)]);
+                v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
+            }
             Some(pieces) => {
                 let new: Lineage = pieces
                     .pieces(p)
@@ -526,6 +540,7 @@ impl<'s> Tracked<'s> {
                     })
                     .collect();
                 v.lineage = splice(&v.lineage, &block, new);
+                v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
             }
         }
         v.writes.push((seq, block));
@@ -551,7 +566,7 @@ impl<'s> Tracked<'s> {
         for l in self.msgs.values() {
             keep_after = keep_after.min(l.oldest());
         }
-        for v in &self.rows {
+        for v in self.rows.iter().filter(|v| !v.own) {
             for (_, o) in &v.lineage {
                 if let Origin::From { seq, .. } = o {
                     keep_after = keep_after.min(*seq);
@@ -803,6 +818,7 @@ impl ReplicaStore for Tracked<'_> {
         for _ in 0..count {
             self.rows.push(RowVersions {
                 lineage: vec![(0..p, Origin::Own)],
+                own: true,
                 ..Default::default()
             });
         }
