@@ -95,7 +95,7 @@
 //! left to happen, the run stalls naming it. `partner_timeouts`, `late_replies` and
 //! `replies_lost` are reported in `summary.json`'s `faults`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -301,7 +301,6 @@ struct WorkerState {
     /// completes (the bound `max_steps_per_averaging` is reached).
     held: bool,
     next_partner: usize,
-    rng: Stream,
     /// Requests sent so far (a reply or timeout of an earlier one does not end the wait).
     attempt: u64,
     /// Crashes so far.
@@ -312,6 +311,9 @@ struct WorkerState {
     avoid: Option<usize>,
     /// Stopped retrying: every neighbour is cut off for good.
     parked: bool,
+    /// Averagings started with each partner so far, `(partner, count)` by partner: beside the
+    /// worker's other state rather than in one map of every pair searched at each averaging.
+    pairs: Vec<(usize, u64)>,
 }
 
 /// The state machine of AD-PSGD.
@@ -324,8 +326,12 @@ pub struct AdPsgd {
     /// Thread mode: `max_steps_per_averaging` (`None`: unbounded).
     behind: Option<u32>,
     workers: Vec<WorkerState>,
-    in_flight: Vec<MsgId>,
-    pairs: BTreeMap<(usize, usize), u64>,
+    /// Each worker's stream (for the partner draws), apart from its other state: a stream is a
+    /// few hundred bytes, which would spread the states of many workers over many cache lines.
+    rngs: Vec<Stream>,
+    /// The replies in flight, in the order they were sent (which is nearly the order they
+    /// land, so the one to remove is found near the front).
+    in_flight: VecDeque<MsgId>,
     /// Under faults: the partner timeout (`None`: no faults, no timeouts).
     timeout: Option<SimTime>,
     timeouts: u64,
@@ -344,8 +350,7 @@ impl AdPsgd {
             behind: cfg.max_steps_per_averaging.count(),
             workers: sides
                 .iter()
-                .enumerate()
-                .map(|(i, &active)| WorkerState {
+                .map(|&active| WorkerState {
                     active,
                     grad: None,
                     waiting_for: None,
@@ -355,16 +360,18 @@ impl AdPsgd {
                     started: 0,
                     completed: 0,
                     next_partner: 0,
-                    rng: stream(seed, StreamKind::Algorithm, i as u64),
                     attempt: 0,
                     life: 0,
                     down: false,
                     avoid: None,
                     parked: false,
+                    pairs: Vec::new(),
                 })
                 .collect(),
-            in_flight: Vec::new(),
-            pairs: BTreeMap::new(),
+            rngs: (0..sides.len())
+                .map(|i| stream(seed, StreamKind::Algorithm, i as u64))
+                .collect(),
+            in_flight: VecDeque::new(),
             timeout: None,
             timeouts: 0,
             late_replies: 0,
@@ -384,8 +391,12 @@ impl AdPsgd {
     }
 
     /// Averagings started so far, by `(active, passive)` pair.
-    pub fn pair_counts(&self) -> &BTreeMap<(usize, usize), u64> {
-        &self.pairs
+    pub fn pair_counts(&self) -> BTreeMap<(usize, usize), u64> {
+        self.workers
+            .iter()
+            .enumerate()
+            .flat_map(|(w, st)| st.pairs.iter().map(move |&(j, c)| ((w, j), c)))
+            .collect()
     }
 
     /// Averagings that active `worker` started and completed so far (an averaging completes when
@@ -402,26 +413,38 @@ impl AdPsgd {
     }
 
     /// Thread mode: the replies `δ = avg − snap` in flight (they carry replica mass).
-    pub fn deltas_in_flight(&self) -> &[MsgId] {
-        &self.in_flight
+    pub fn deltas_in_flight(&self) -> Vec<MsgId> {
+        self.in_flight.iter().copied().collect()
+    }
+
+    /// A reply `delta` is no longer in flight.
+    fn landed(&mut self, delta: MsgId) {
+        if let Some(k) = self.in_flight.iter().position(|&m| m == delta) {
+            self.in_flight.remove(k);
+        }
     }
 
     fn pick(&mut self, w: usize, peers: &[usize]) -> usize {
         let j = self.draw(w, peers);
-        *self.pairs.entry((w, j)).or_default() += 1;
+        let pairs = &mut self.workers[w].pairs;
+        match pairs.binary_search_by_key(&j, |&(p, _)| p) {
+            Ok(k) => pairs[k].1 += 1,
+            Err(k) => pairs.insert(k, (j, 1)),
+        }
         j
     }
 
     fn draw(&mut self, w: usize, peers: &[usize]) -> usize {
         let st = &mut self.workers[w];
+        let rng = &mut self.rngs[w];
         // After a timeout: another neighbour than the one that did not answer, if there is one.
         let avoid = st.avoid.take().filter(|&a| peers.iter().any(|&p| p != a));
         match self.partner {
             Partner::Uniform => match avoid {
-                None => peers[st.rng.random_range(0..peers.len())],
+                None => peers[rng.random_range(0..peers.len())],
                 Some(a) => {
                     let others: Vec<usize> = peers.iter().copied().filter(|&p| p != a).collect();
-                    others[st.rng.random_range(0..others.len())]
+                    others[rng.random_range(0..others.len())]
                 }
             },
             Partner::Cycle => {
@@ -471,8 +494,7 @@ impl AdPsgd {
     /// Active `w` picks a passive neighbour, sends it its model and waits for the reply;
     /// `snap` is the model sent (thread mode), `None` when `w` averages its live row.
     fn request_average(&mut self, w: usize, snap: Option<MsgId>, cx: &mut Ctx<'_, '_, Event>) {
-        let peers = cx.world.topology.neighbors(w).to_vec();
-        let j = self.pick(w, &peers);
+        let j = self.pick(w, cx.world.topology.neighbors(w));
         let st = &mut self.workers[w];
         st.waiting_for = Some(j);
         st.attempt += 1;
@@ -640,7 +662,7 @@ impl Algorithm for AdPsgd {
                         store.mix(to, &[(Slot::Row(to), 0.5), (Slot::Msg(snap), 0.5)]);
                         let delta = store.new_msg(&[(Slot::Row(to), 1.0), (Slot::Msg(snap), -1.0)]);
                         store.release_msg(snap);
-                        self.in_flight.push(delta);
+                        self.in_flight.push_back(delta);
                         Some(delta)
                     }
                 };
@@ -665,7 +687,7 @@ impl Algorithm for AdPsgd {
                     let store = &mut cx.world.store;
                     store.mix(to, &[(Slot::Row(to), 1.0), (Slot::Msg(delta), 1.0)]);
                     store.release_msg(delta);
-                    self.in_flight.retain(|&m| m != delta);
+                    self.landed(delta);
                 }
                 let st = &self.workers[to];
                 if st.waiting_for.is_some() && st.attempt == attempt {
@@ -741,7 +763,7 @@ impl AdPsgd {
     /// A correction `δ` that will never be added: its mass is lost.
     fn reply_lost(&mut self, delta: MsgId, cx: &mut Ctx<'_, '_, Event>) {
         self.replies_lost += 1;
-        self.in_flight.retain(|&m| m != delta);
+        self.landed(delta);
         cx.world.store.release_msg(delta);
     }
 }

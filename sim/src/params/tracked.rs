@@ -74,7 +74,8 @@
 //! run loop hands it to the observer. Old writes are forgotten once no lineage, buffer or pending
 //! gradient can refer to them, so memory stays bounded.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::cell::Cell;
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -134,16 +135,46 @@ struct RowVersions {
     writes: Vec<(u64, Range<usize>)>,
     /// How many of `writes` touched only part of the row (none: counting is a binary search).
     partial: usize,
+    /// Writes of the row so far (forgotten ones included): the writes after a read of the row
+    /// are this count now less the count at the read.
+    total: u64,
+    /// The lineage is one block of the row's own values (nearly always): known without reading
+    /// the lineage, which lives in an allocation of its own.
+    own: bool,
 }
 
-/// The live gradients' reads, by handle: a window over increasing handles (stores hand them out
-/// in increasing order), so inserting is a push. Handles are nearly dense (a store numbers its
-/// messages from the same counter), so finding one starts where a dense window would hold it and
-/// searches outwards: `O(1)` in practice, `O(log n)` at worst.
-#[derive(Clone, Default, Serialize, Deserialize)]
-struct GradTable {
-    slots: VecDeque<(GradId, Option<Entry>)>,
+/// Values by handle: a window over increasing handles (stores hand them out in increasing
+/// order), so inserting is a push. Handles are nearly dense (a store numbers its gradients and
+/// messages from one counter), so finding one starts where a dense window would hold it and
+/// searches outwards: `O(1)` in practice, `O(log n)` at worst. The handles are kept apart from
+/// the values, so the search reads a few neighbouring keys of 8 bytes and then one value; and
+/// once most of the window is holes (a handle kept long while many after it come and go), the
+/// holes are dropped, so memory stays in proportion to the live handles.
+#[derive(Clone, Serialize, Deserialize)]
+struct Table<V> {
+    keys: VecDeque<u64>,
+    vals: VecDeque<Option<V>>,
+    /// Slots holding a value.
+    live: usize,
+    /// The slot last found: a handle is usually looked up again soon (a gradient is applied,
+    /// then released), and a stale hint only costs the comparison that rejects it.
+    #[serde(skip)]
+    hint: Cell<usize>,
 }
+
+impl<V> Default for Table<V> {
+    fn default() -> Self {
+        Table {
+            keys: VecDeque::new(),
+            vals: VecDeque::new(),
+            live: 0,
+            hint: Cell::new(0),
+        }
+    }
+}
+
+/// The live gradients' reads, by handle.
+type GradTable = Table<Entry>;
 
 /// A pending gradient's reads, and whether it has been counted as a global iteration (applied
 /// once): a flag beside its reads instead of a set of handles searched at every application.
@@ -153,10 +184,22 @@ struct Entry {
     counted: bool,
 }
 
-impl GradTable {
-    fn find(&self, id: GradId) -> Result<usize, usize> {
-        let slots = &self.slots;
-        let (Some(&(first, _)), Some(&(last, _))) = (slots.front(), slots.back()) else {
+impl<V> Table<V> {
+    fn find(&self, id: u64) -> Result<usize, usize> {
+        let hint = self.hint.get();
+        if self.keys.get(hint) == Some(&id) {
+            return Ok(hint);
+        }
+        let found = self.search(id);
+        if let Ok(k) = found {
+            self.hint.set(k);
+        }
+        found
+    }
+
+    fn search(&self, id: u64) -> Result<usize, usize> {
+        let keys = &self.keys;
+        let (Some(&first), Some(&last)) = (keys.front(), keys.back()) else {
             return Err(0);
         };
         if id <= first || id > last {
@@ -165,20 +208,20 @@ impl GradTable {
             } else if id < first {
                 Err(0)
             } else {
-                Err(slots.len())
+                Err(keys.len())
             };
         }
         // first < id <= last: slot 0 lies below `id`, the last slot at or above it.
-        let guess = interpolate(id.0 - first.0, slots.len() - 1, last.0 - first.0);
-        let at = |k: usize| slots[k].0;
+        let guess = interpolate(id - first, keys.len() - 1, last - first);
+        let at = |k: usize| keys[k];
         // Bracket `id` by galloping from the guess, then binary-search the bracket.
         let (mut lo, mut hi) = if at(guess) < id {
             let (mut lo, mut step) = (guess, 1);
-            while lo + step < slots.len() - 1 && at(lo + step) < id {
+            while lo + step < keys.len() - 1 && at(lo + step) < id {
                 lo += step;
                 step *= 2;
             }
-            (lo, (lo + step).min(slots.len() - 1))
+            (lo, (lo + step).min(keys.len() - 1))
         } else {
             let (mut hi, mut step) = (guess, 1);
             while hi > step && at(hi - step) >= id {
@@ -199,58 +242,65 @@ impl GradTable {
         if at(hi) == id { Ok(hi) } else { Err(hi) }
     }
 
-    fn insert(&mut self, id: GradId, reads: Reads) {
-        let fresh = Entry {
-            reads,
-            counted: false,
-        };
-        match self.slots.back() {
-            Some((last, _)) if *last >= id => match self.find(id) {
-                Ok(k) => match &mut self.slots[k].1 {
-                    Some(e) => e.reads = fresh.reads,
-                    none => *none = Some(fresh),
-                },
-                Err(k) => self.slots.insert(k, (id, Some(fresh))),
+    /// Sets the value of `id` (replacing any).
+    fn insert(&mut self, id: u64, value: V) {
+        match self.keys.back() {
+            Some(&last) if last >= id => match self.find(id) {
+                Ok(k) => {
+                    let slot = &mut self.vals[k];
+                    self.live += usize::from(slot.is_none());
+                    *slot = Some(value);
+                }
+                Err(k) => {
+                    self.keys.insert(k, id);
+                    self.vals.insert(k, Some(value));
+                    self.live += 1;
+                }
             },
-            _ => self.slots.push_back((id, Some(fresh))),
-        }
-    }
-
-    fn get(&self, id: GradId) -> Option<&Reads> {
-        self.entry(id).map(|e| &e.reads)
-    }
-
-    fn entry(&self, id: GradId) -> Option<&Entry> {
-        self.find(id).ok().and_then(|k| self.slots[k].1.as_ref())
-    }
-
-    /// Marks `id` counted; whether it is pending and was not counted before.
-    fn count(&mut self, id: GradId) -> bool {
-        match self.find(id).ok().and_then(|k| self.slots[k].1.as_mut()) {
-            Some(e) if !e.counted => {
-                e.counted = true;
-                true
+            _ => {
+                self.keys.push_back(id);
+                self.vals.push_back(Some(value));
+                self.live += 1;
             }
-            _ => false,
         }
     }
 
-    fn remove(&mut self, id: GradId) -> Option<Reads> {
+    /// The slot of `id`, if it holds a value.
+    fn slot(&self, id: u64) -> Option<usize> {
+        self.find(id).ok().filter(|&k| self.vals[k].is_some())
+    }
+
+    fn get(&self, id: u64) -> Option<&V> {
+        self.find(id).ok().and_then(|k| self.vals[k].as_ref())
+    }
+
+    fn remove(&mut self, id: u64) -> Option<V> {
         let k = self.find(id).ok()?;
-        let reads = self.slots[k].1.take().map(|e| e.reads);
-        while matches!(self.slots.front(), Some((_, None))) {
-            self.slots.pop_front();
+        let value = self.vals[k].take();
+        self.live -= usize::from(value.is_some());
+        while matches!(self.vals.front(), Some(None)) {
+            self.vals.pop_front();
+            self.keys.pop_front();
         }
-        while matches!(self.slots.back(), Some((_, None))) {
-            self.slots.pop_back();
+        while matches!(self.vals.back(), Some(None)) {
+            self.vals.pop_back();
+            self.keys.pop_back();
         }
-        reads
+        if self.keys.len() > 64 && self.keys.len() > 4 * self.live {
+            // Mostly holes: keep the live slots only (amortized: at least three quarters of
+            // the slots go).
+            let mut k = 0;
+            self.keys.retain(|_| {
+                k += 1;
+                self.vals[k - 1].is_some()
+            });
+            self.vals.retain(Option::is_some);
+        }
+        value
     }
 
-    fn values(&self) -> impl Iterator<Item = &Reads> {
-        self.slots
-            .iter()
-            .filter_map(|(_, e)| e.as_ref().map(|e| &e.reads))
+    fn values(&self) -> impl Iterator<Item = &V> {
+        self.vals.iter().flatten()
     }
 }
 
@@ -276,6 +326,10 @@ struct Read {
     time: SimTime,
     seq: u64,
     lineage: Resolved,
+    /// Global iterations when read: those after the read are the count now less this one.
+    iters: u64,
+    /// Writes of row `worker` when read ([`RowVersions::total`]).
+    row_writes: u64,
 }
 
 /// What a checkpoint keeps of a [`Tracked`] store: its versions and histograms, and the wrapped
@@ -284,7 +338,7 @@ struct Read {
 struct TrackedState {
     seq: u64,
     rows: Vec<RowVersions>,
-    msgs: BTreeMap<MsgId, Resolved>,
+    msgs: Table<Resolved>,
     grads: GradTable,
     row_staleness: Vec<Histogram>,
     global_staleness: Vec<Histogram>,
@@ -301,12 +355,17 @@ pub struct Tracked<'s> {
     now: SimTime,
     seq: u64,
     rows: Vec<RowVersions>,
-    msgs: BTreeMap<MsgId, Resolved>,
+    msgs: Table<Resolved>,
     grads: GradTable,
     /// Parameters per row (constant).
     params: usize,
     row_staleness: Vec<Histogram>,
     global_staleness: Vec<Histogram>,
+    /// Measurements not yet counted in the histograms, `(worker, row, global)` in the order
+    /// taken: counted by the batch ([`Tracked::count_measured`]), where a histogram update that
+    /// misses the cache (two per worker, thousands of values long at 1,024 workers) overlaps
+    /// the next ones instead of stalling an event.
+    measured: Vec<(usize, u64, u64)>,
     /// The write number of every global iteration not yet forgotten, increasing.
     iterations: VecDeque<u64>,
     /// Global iterations so far.
@@ -318,6 +377,9 @@ pub struct Tracked<'s> {
 
 const FIRST_PRUNE: usize = 4096;
 
+/// Measurements kept before they are counted in the histograms.
+const MEASURED_BATCH: usize = 1024;
+
 impl<'s> Tracked<'s> {
     /// Wraps `inner`, whose rows all hold their own values.
     pub fn new(inner: &'s mut dyn ReplicaStore) -> Self {
@@ -325,6 +387,7 @@ impl<'s> Tracked<'s> {
         let rows = (0..inner.rows())
             .map(|_| RowVersions {
                 lineage: vec![(0..p, Origin::Own)],
+                own: true,
                 ..Default::default()
             })
             .collect();
@@ -334,11 +397,12 @@ impl<'s> Tracked<'s> {
             now: SimTime::ZERO,
             seq: 0,
             rows,
-            msgs: BTreeMap::new(),
+            msgs: Table::default(),
             grads: GradTable::default(),
             params: p,
             row_staleness: vec![Histogram::default(); workers],
             global_staleness: vec![Histogram::default(); workers],
+            measured: Vec::with_capacity(MEASURED_BATCH),
             iterations: VecDeque::new(),
             global_total: 0,
             log: None,
@@ -369,13 +433,29 @@ impl<'s> Tracked<'s> {
     }
 
     /// Per worker: the row staleness of every application of the gradients it computed.
-    pub fn row_staleness(&self) -> &[Histogram] {
+    pub fn row_staleness(&mut self) -> &[Histogram] {
+        self.count_measured();
         &self.row_staleness
     }
 
     /// Per worker: the global staleness of every application of the gradients it computed.
-    pub fn global_staleness(&self) -> &[Histogram] {
+    pub fn global_staleness(&mut self) -> &[Histogram] {
+        self.count_measured();
         &self.global_staleness
+    }
+
+    /// Counts the measurements kept so far in the histograms, in the order they were taken (so
+    /// the histograms are the same, layout included, as if each had been counted at once).
+    fn count_measured(&mut self) {
+        for &(worker, stale, global) in &self.measured {
+            if let Some(h) = self.row_staleness.get_mut(worker) {
+                h.record(stale);
+            }
+            if let Some(h) = self.global_staleness.get_mut(worker) {
+                h.record(global);
+            }
+        }
+        self.measured.clear();
     }
 
     /// Global iterations so far: gradients applied at least once.
@@ -393,7 +473,14 @@ impl<'s> Tracked<'s> {
             Origin::Own => (r, self.seq),
             Origin::From { row, seq } => (row, seq),
         };
-        match &self.rows[r].lineage[..] {
+        let v = &self.rows[r];
+        if v.own {
+            return Resolved::Whole {
+                row: r,
+                seq: self.seq,
+            };
+        }
+        match &v.lineage[..] {
             [(_, o)] => {
                 let (row, seq) = resolve(o);
                 Resolved::Whole { row, seq }
@@ -415,7 +502,7 @@ impl<'s> Tracked<'s> {
             Slot::Row(r) => self.resolve_row(r),
             // A buffer that is not a pure copy is fresh content of no row; its write number
             // matters to nobody (a threshold on a row other than the target is the request's).
-            Slot::Msg(m) => self.msgs.get(&m).cloned().unwrap_or(Resolved::Whole {
+            Slot::Msg(m) => self.msgs.get(m.0).cloned().unwrap_or(Resolved::Whole {
                 row: FRESH,
                 seq: self.seq,
             }),
@@ -439,8 +526,11 @@ impl<'s> Tracked<'s> {
         let v = &mut self.rows[row];
         match pieces {
             // The common case, a row's own new values over all of it: no allocation.
-            None if full && matches!(v.lineage[..], [(_, Origin::Own)]) => {}
-            None => v.lineage = splice(&v.lineage, &block, vec![(block.clone(), Origin::Own)]),
+            None if full && v.own => {}
+            None => {
+                v.lineage = splice(&v.lineage, &block, vec![(block.clone(), Origin::Own)]);
+                v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
+            }
             Some(pieces) => {
                 let new: Lineage = pieces
                     .pieces(p)
@@ -450,10 +540,12 @@ impl<'s> Tracked<'s> {
                     })
                     .collect();
                 v.lineage = splice(&v.lineage, &block, new);
+                v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
             }
         }
         v.writes.push((seq, block));
         v.partial += usize::from(!full);
+        v.total += 1;
         self.logged_writes += 1;
     }
 
@@ -468,13 +560,13 @@ impl<'s> Tracked<'s> {
         }
         // The oldest threshold anything may still compare against.
         let mut keep_after = self.seq;
-        for read in self.grads.values().flat_map(Reads::as_slice) {
+        for read in self.grads.values().flat_map(|e| e.reads.as_slice()) {
             keep_after = keep_after.min(read.seq).min(read.lineage.oldest());
         }
         for l in self.msgs.values() {
             keep_after = keep_after.min(l.oldest());
         }
-        for v in &self.rows {
+        for v in self.rows.iter().filter(|v| !v.own) {
             for (_, o) in &v.lineage {
                 if let Origin::From { seq, .. } = o {
                     keep_after = keep_after.min(*seq);
@@ -497,8 +589,7 @@ impl<'s> Tracked<'s> {
 
     /// The global staleness of `grad` applied to `block`: the global iterations after the
     /// oldest read of the parts that overlap `block`, `grad`'s own not counted.
-    fn measure_global(&self, grad: GradId, block: &Range<usize>) -> Option<u64> {
-        let entry = self.grads.entry(grad)?;
+    fn measure_global(&self, entry: &Entry, block: &Range<usize>) -> Option<u64> {
         let reads = entry.reads.as_slice();
         let p = self.params;
         let oldest = reads
@@ -507,21 +598,29 @@ impl<'s> Tracked<'s> {
             .filter(|(b, _, _)| b.start < block.end && block.start < b.end)
             .map(|(_, _, s)| s)
             .min()?;
-        let it = &self.iterations;
-        let after = it.len() - rank(it.len(), |k| it[k], oldest);
+        // The iterations after write `oldest`. When it is a read's own instant (a worker's
+        // gradient on its own values, nearly always), they are those counted since that read;
+        // otherwise (a copy taken earlier) they are searched among the iterations kept.
+        let after = match reads.iter().find(|r| r.seq == oldest) {
+            Some(r) => (self.global_total - r.iters) as usize,
+            None => {
+                let it = &self.iterations;
+                it.len() - rank(it.len(), |k| it[k], oldest)
+            }
+        };
         let own = usize::from(entry.counted);
         Some(after.saturating_sub(own) as u64)
     }
 
-    /// The row staleness of `grad` applied to `block` of row `t`, the worker that computed it
-    /// and when it was read.
+    /// The row staleness of the gradient `entry` applied to `block` of row `t`, the worker that
+    /// computed it and when it was read.
     fn measure(
         &self,
-        grad: GradId,
+        entry: &Entry,
         t: usize,
         block: &Range<usize>,
     ) -> Option<(usize, u64, SimTime)> {
-        let reads = self.grads.get(grad)?.as_slice();
+        let reads = entry.reads.as_slice();
         let read = reads
             .iter()
             .find(|r| r.worker == t)
@@ -532,12 +631,18 @@ impl<'s> Tracked<'s> {
             let threshold = if row == t { s } else { read.seq };
             (!b.is_empty()).then_some((b, threshold))
         });
-        let writes = &self.rows[t].writes;
-        if self.rows[t].partial == 0 {
+        let v = &self.rows[t];
+        let writes = &v.writes;
+        if v.partial == 0 {
             // Every write touched the whole row, so every part: count those after the oldest
-            // threshold.
+            // threshold. When that is the read of this very row, they are the row's writes
+            // since the read; otherwise they are searched.
             let oldest = parts.map(|(_, s)| s).min()?;
-            let stale = writes.len() - rank(writes.len(), |k| writes[k].0, oldest);
+            let stale = if read.worker == t && oldest == read.seq {
+                (v.total - read.row_writes) as usize
+            } else {
+                writes.len() - rank(writes.len(), |k| writes[k].0, oldest)
+            };
             return Some((read.worker, stale as u64, read.time));
         }
         let parts: Vec<(Range<usize>, u64)> = parts.collect();
@@ -665,6 +770,7 @@ impl ReplicaStore for Tracked<'_> {
     }
 
     fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        self.count_measured();
         let state = TrackedState {
             seq: self.seq,
             rows: self.rows.clone(),
@@ -690,6 +796,7 @@ impl ReplicaStore for Tracked<'_> {
         self.grads = state.grads;
         self.row_staleness = state.row_staleness;
         self.global_staleness = state.global_staleness;
+        self.measured.clear();
         self.iterations = state.iterations;
         self.global_total = state.global_total;
         self.logged_writes = state.logged_writes;
@@ -711,6 +818,7 @@ impl ReplicaStore for Tracked<'_> {
         for _ in 0..count {
             self.rows.push(RowVersions {
                 lineage: vec![(0..p, Origin::Own)],
+                own: true,
                 ..Default::default()
             });
         }
@@ -724,8 +832,16 @@ impl ReplicaStore for Tracked<'_> {
             time: self.now,
             seq: self.seq,
             lineage: self.resolve_row(worker),
+            iters: self.global_total,
+            row_writes: self.rows[worker].total,
         };
-        self.grads.insert(g, Reads::One(read));
+        self.grads.insert(
+            g.0,
+            Entry {
+                reads: Reads::One(read),
+                counted: false,
+            },
+        );
         g
     }
 
@@ -733,13 +849,19 @@ impl ReplicaStore for Tracked<'_> {
         let g = self.inner.mean_gradient(grads);
         let mut reads = Vec::new();
         for id in grads {
-            match self.grads.remove(*id) {
+            match self.grads.remove(id.0).map(|e| e.reads) {
                 Some(Reads::One(r)) => reads.push(r),
                 Some(Reads::Many(v)) => reads.extend(v),
                 None => {}
             }
         }
-        self.grads.insert(g, Reads::Many(reads));
+        self.grads.insert(
+            g.0,
+            Entry {
+                reads: Reads::Many(reads),
+                counted: false,
+            },
+        );
         g
     }
 
@@ -759,16 +881,17 @@ impl ReplicaStore for Tracked<'_> {
         // Measured on the trainable coordinates: writes of state alone (a parameter server's
         // running statistics following a worker's) are not updates a gradient can be stale by.
         let measured = block.start..block.end.min(state);
+        // The gradient's slot, found once for the measures and the count below.
+        let slot = self.grads.slot(grad.0);
         if !block.is_empty()
-            && let Some((worker, stale, read)) = self.measure(grad, row, &measured)
+            && let Some(entry) = slot.and_then(|k| self.grads.vals[k].as_ref())
+            && let Some((worker, stale, read)) = self.measure(entry, row, &measured)
         {
-            let global = self.measure_global(grad, &measured).unwrap_or(0);
-            if let Some(h) = self.row_staleness.get_mut(worker) {
-                h.record(stale);
+            let global = self.measure_global(entry, &measured).unwrap_or(0);
+            if self.measured.len() == MEASURED_BATCH {
+                self.count_measured();
             }
-            if let Some(h) = self.global_staleness.get_mut(worker) {
-                h.record(global);
-            }
+            self.measured.push((worker, stale, global));
             if let Some(log) = &mut self.log {
                 log.push(GradientRecord {
                     worker,
@@ -784,7 +907,10 @@ impl ReplicaStore for Tracked<'_> {
             .apply_gradient_block(row, grad, lr, block.clone());
         if !block.is_empty() {
             self.bump();
-            if self.grads.count(grad) {
+            // Counted as a global iteration at its first application.
+            if let Some(e) = slot.and_then(|k| self.grads.vals[k].as_mut())
+                && !std::mem::replace(&mut e.counted, true)
+            {
                 self.iterations.push_back(self.seq);
                 self.global_total += 1;
             }
@@ -794,7 +920,7 @@ impl ReplicaStore for Tracked<'_> {
     }
 
     fn release_gradient(&mut self, grad: GradId) {
-        self.grads.remove(grad);
+        self.grads.remove(grad.0);
         self.inner.release_gradient(grad);
     }
 
@@ -832,13 +958,13 @@ impl ReplicaStore for Tracked<'_> {
         let lineage = Self::pure(terms).map(|s| self.resolve(s));
         let m = self.inner.new_msg(terms);
         if let Some(l) = lineage {
-            self.msgs.insert(m, l);
+            self.msgs.insert(m.0, l);
         }
         m
     }
 
     fn release_msg(&mut self, msg: MsgId) {
-        self.msgs.remove(&msg);
+        self.msgs.remove(msg.0);
         self.inner.release_msg(msg);
     }
 
@@ -893,11 +1019,11 @@ mod tests {
         )
     }
 
-    fn only(t: &Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
+    fn only(t: &mut Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
         t.row_staleness()[worker].iter().collect()
     }
 
-    fn global(t: &Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
+    fn global(t: &mut Tracked<'_>, worker: usize) -> Vec<(u64, u64)> {
         t.global_staleness()[worker].iter().collect()
     }
 
@@ -915,13 +1041,13 @@ mod tests {
         t.apply_gradient_block(server, g1, 0.1, 0..2);
         t.apply_gradient_block(server, g0, 0.1, 0..2);
         t.apply_gradient_block(server, g0, 0.1, 2..4);
-        assert_eq!(only(&t, 0), vec![(0, 1), (2, 1)]);
-        assert_eq!(only(&t, 1), vec![(0, 1), (1, 1)]);
+        assert_eq!(only(&mut t, 0), vec![(0, 1), (2, 1)]);
+        assert_eq!(only(&mut t, 1), vec![(0, 1), (1, 1)]);
         // Globally: g1's first application is one iteration, its second is not another. g0's
         // first half was served before it, its second half too (both count g1); g0's second
         // application does not count g0's first.
-        assert_eq!(global(&t, 0), vec![(1, 2)]);
-        assert_eq!(global(&t, 1), vec![(0, 2)]);
+        assert_eq!(global(&mut t, 0), vec![(1, 2)]);
+        assert_eq!(global(&mut t, 1), vec![(0, 2)]);
         assert_eq!(t.global_iterations(), 2);
     }
 
@@ -937,11 +1063,11 @@ mod tests {
         let mean = t.mean_gradient(&[g0, g]);
         t.apply_gradient(0, mean, 0.1);
         t.apply_gradient(1, mean, 0.1);
-        assert_eq!(only(&t, 0), vec![(0, 1)]);
-        assert_eq!(only(&t, 1), vec![(1, 1)]);
+        assert_eq!(only(&mut t, 0), vec![(0, 1)]);
+        assert_eq!(only(&mut t, 1), vec![(1, 1)]);
         // One mean is one global iteration: fresh on both rows (the mix is no gradient).
-        assert_eq!(global(&t, 0), vec![(0, 1)]);
-        assert_eq!(global(&t, 1), vec![(0, 1)]);
+        assert_eq!(global(&mut t, 0), vec![(0, 1)]);
+        assert_eq!(global(&mut t, 1), vec![(0, 1)]);
         assert_eq!(t.global_iterations(), 1);
     }
 
@@ -957,33 +1083,60 @@ mod tests {
             t.release_gradient(g);
         }
         t.apply_gradient(0, g0, 0.1);
-        assert_eq!(only(&t, 0), vec![(0, 1)], "row 0 was not written");
-        assert_eq!(global(&t, 0), vec![(3, 1)]);
-        assert_eq!(global(&t, 1), vec![(0, 3)]);
+        assert_eq!(only(&mut t, 0), vec![(0, 1)], "row 0 was not written");
+        assert_eq!(global(&mut t, 0), vec![(3, 1)]);
+        assert_eq!(global(&mut t, 1), vec![(0, 3)]);
     }
 
     #[test]
     fn the_gradient_table_finds_handles_in_any_order() {
-        let read = |w| {
-            Reads::One(Read {
+        let read = |w| Entry {
+            reads: Reads::One(Read {
                 worker: w,
                 time: SimTime::ZERO,
                 seq: 0,
                 lineage: Resolved::Whole { row: w, seq: 0 },
-            })
+                iters: 0,
+                row_writes: 0,
+            }),
+            counted: false,
         };
         let mut t = GradTable::default();
         for id in [3, 7, 5, 1] {
-            t.insert(GradId(id), read(id as usize));
+            t.insert(id, read(id as usize));
         }
-        let worker = |t: &GradTable, id| t.get(GradId(id)).map(|r| r.as_slice()[0].worker);
+        let worker = |t: &GradTable, id| t.get(id).map(|e| e.reads.as_slice()[0].worker);
         assert_eq!(worker(&t, 5), Some(5));
-        assert!(t.remove(GradId(1)).is_some());
-        assert!(t.remove(GradId(7)).is_some());
-        assert_eq!(t.slots.len(), 2);
+        assert!(t.remove(1).is_some());
+        assert!(t.remove(7).is_some());
+        assert_eq!(t.keys.len(), 2);
         assert_eq!(worker(&t, 7), None);
         assert_eq!(worker(&t, 3), Some(3));
         assert_eq!(t.values().count(), 2);
+    }
+
+    #[test]
+    fn a_table_of_mostly_holes_keeps_its_live_handles_only() {
+        let mut t: Table<u64> = Table::default();
+        for id in 0..1000 {
+            t.insert(id, id * 10);
+        }
+        // Keep handle 1 and every hundredth; the window between them is dropped.
+        for id in 2..1000 {
+            if id % 100 != 0 {
+                assert_eq!(t.remove(id), Some(id * 10));
+            }
+        }
+        assert!(t.keys.len() <= 64 || t.keys.len() <= 4 * t.live);
+        assert_eq!(t.live, 11);
+        assert_eq!(t.keys.len(), t.vals.len());
+        for id in 0..1000 {
+            let live = id < 2 || id % 100 == 0;
+            assert_eq!(t.get(id).copied(), live.then_some(id * 10), "{id}");
+        }
+        t.insert(50, 7);
+        assert_eq!(t.get(50), Some(&7));
+        assert_eq!(t.values().count(), 12);
     }
 
     #[test]
@@ -998,18 +1151,20 @@ mod tests {
         ];
         for ids in windows {
             let t = GradTable {
-                slots: ids.iter().map(|&i| (GradId(i), None)).collect(),
+                keys: ids.iter().copied().collect(),
+                vals: ids.iter().map(|_| None).collect(),
+                live: 0,
+                hint: Cell::new(0),
             };
             for probe in 0..ids.last().unwrap() + 3 {
-                let id = GradId(probe);
                 assert_eq!(
-                    t.find(id),
-                    t.slots.binary_search_by_key(&id, |(g, _)| *g),
+                    t.find(probe),
+                    t.keys.binary_search(&probe),
                     "{probe} in {ids:?}"
                 );
             }
         }
-        assert_eq!(GradTable::default().find(GradId(4)), Err(0));
+        assert_eq!(GradTable::default().find(4), Err(0));
     }
 
     #[test]
@@ -1046,7 +1201,7 @@ mod tests {
         }
         assert!(t.logged_writes < FIRST_PRUNE);
         assert!(t.iterations.len() < FIRST_PRUNE);
-        assert_eq!(only(&t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
-        assert_eq!(global(&t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
+        assert_eq!(only(&mut t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
+        assert_eq!(global(&mut t, 0), vec![(0, 3 * FIRST_PRUNE as u64)]);
     }
 }
