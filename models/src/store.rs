@@ -566,28 +566,45 @@ impl BurnStore {
     /// read back in one transfer.
     fn group_gradients(&self, group: &[Pending], out: Vec<Vec<f32>>) -> (Vec<Vec<f32>>, Vec<f32>) {
         let r = group.len();
-        let p = self.model.num_params();
         let mut indices = Vec::with_capacity(r * self.batch);
-        let mut stacked = Vec::with_capacity(r * p);
         let mut features = group[0]
             .features
             .is_some()
             .then(|| Vec::with_capacity(r * self.batch * self.dim));
         for q in group {
             indices.extend_from_slice(&q.batch);
-            if q.scale == 1.0 {
-                stacked.extend_from_slice(&q.snapshot);
-            } else {
-                let s = q.scale as f32;
-                stacked.extend(q.snapshot.iter().map(|&x| x * s));
-            }
             if let (Some(all), Some(f)) = (features.as_mut(), q.features.as_ref()) {
                 all.extend_from_slice(f);
             }
         }
-        let params = Tensor::from_data(TensorData::new(stacked, [r, p]), &self.device);
-        let (parts, losses) = self.batched_gradient(params, &indices, features);
+        let rows: Vec<(&[f32], f64)> = group.iter().map(|q| (&q.snapshot[..], q.scale)).collect();
+        let blocks = self.block_tensors(&rows);
+        let (parts, losses) = self.batched_gradient(blocks, &indices, features);
         Self::read_gradients(parts, losses, out)
+    }
+
+    /// Rows, each read at its scale, as one tensor `[R, len]` per block of the model's
+    /// [`Model::blocks`], each gathered contiguous on the host and uploaded once. (Uploading
+    /// `[R, P]` and slicing it on the device cost two more passes over the rows: the stacking,
+    /// and the copy that makes each strided slice contiguous for its matrix product.)
+    fn block_tensors(&self, rows: &[(&[f32], f64)]) -> Vec<Tensor<2>> {
+        let r = rows.len();
+        self.model
+            .blocks()
+            .into_iter()
+            .map(|b| {
+                let mut block = Vec::with_capacity(r * b.len());
+                for &(row, scale) in rows {
+                    if scale == 1.0 {
+                        block.extend_from_slice(&row[b.clone()]);
+                    } else {
+                        let s = scale as f32;
+                        block.extend(row[b.clone()].iter().map(|&x| x * s));
+                    }
+                }
+                Tensor::from_data(TensorData::new(block, [r, b.len()]), &self.device)
+            })
+            .collect()
     }
 
     /// Minibatch inputs `[R, B, dim]` and targets for `R·B` training indices: gathered on the
@@ -662,25 +679,20 @@ impl BurnStore {
     /// Both results are plain (non-autodiff) tensors.
     fn batched_gradient(
         &self,
-        params: Tensor<2>,
+        blocks: Vec<Tensor<2>>,
         indices: &[usize],
         features: Option<Vec<f32>>,
     ) -> (Vec<(Range<usize>, Tensor<2>)>, Tensor<1>) {
-        let r = params.dims()[0];
+        let r = blocks[0].dims()[0];
         let (x, y) = self.minibatches(r, indices, features);
         // One autodiff leaf per parameter block rather than slices of one `[R, P]` leaf: the
         // backward pass of every slice would write and sum a zero-filled `[R, P]` buffer. The
         // gradient is the same, block for block.
         let ranges = self.model.blocks();
-        let leaves: Vec<Tensor<2>> = ranges
+        debug_assert_eq!(ranges.len(), blocks.len(), "one tensor per parameter block");
+        let leaves: Vec<Tensor<2>> = blocks
             .iter()
-            .map(|b| {
-                params
-                    .clone()
-                    .slice_dim(1, b.clone())
-                    .autodiff()
-                    .require_grad()
-            })
+            .map(|b| b.clone().autodiff().require_grad())
             .collect();
         let (out, state) = self
             .model
@@ -710,14 +722,21 @@ impl BurnStore {
                     .unwrap_or_else(|| Tensor::zeros([r, b.len()], &self.device))
             })
             .collect();
-        let mut parts: Vec<(Range<usize>, Tensor<2>)> = ranges.into_iter().zip(parts).collect();
+        let mut parts: Vec<(Range<usize>, Tensor<2>)> = ranges.iter().cloned().zip(parts).collect();
         if let Some(state) = state {
             // The running statistics' part is the change of the state, not a gradient.
             let p = self.model.num_params();
             let s = self.model.state_len();
             parts.retain(|(b, _)| b.end <= p - s);
             debug_assert_eq!(parts.last().map_or(0, |(b, _)| b.end), p - s);
-            let old = params.slice_dim(1, p - s..p);
+            // The state's blocks tile `P − S..P`, in order.
+            let state_blocks: Vec<Tensor<2>> = ranges
+                .iter()
+                .zip(blocks)
+                .filter(|(b, _)| b.start >= p - s)
+                .map(|(_, t)| t)
+                .collect();
+            let old = Tensor::cat(state_blocks, 1);
             parts.push((p - s..p, state.without_autodiff() - old));
         }
         (parts, losses.without_autodiff())
@@ -738,26 +757,20 @@ impl BurnStore {
             read = read.register(t);
         }
         let mut data = read.register(losses).execute().into_iter();
-        let blocks: Vec<Vec<f32>> = ranges
-            .iter()
-            .map(|_| {
-                data.next()
-                    .expect("one result per block")
-                    .try_into_vec()
-                    .expect("f32 gradients")
-            })
-            .collect();
+        // Each block is copied once, from the read-back data straight into the gradients.
+        for range in &ranges {
+            let block = data.next().expect("one result per block");
+            let block = block.as_slice::<f32>().expect("f32 gradients");
+            let len = range.len();
+            for (g, b) in out.iter_mut().zip(block.chunks_exact(len)) {
+                g[range.clone()].copy_from_slice(b);
+            }
+        }
         let losses: Vec<f32> = data
             .next()
             .expect("losses")
             .try_into_vec()
             .expect("f32 losses");
-        for (i, g) in out.iter_mut().enumerate() {
-            for (range, block) in ranges.iter().zip(&blocks) {
-                let len = range.len();
-                g[range.clone()].copy_from_slice(&block[i * len..(i + 1) * len]);
-            }
-        }
         (out, losses)
     }
 
@@ -770,8 +783,9 @@ impl BurnStore {
         batches: &[Vec<usize>],
     ) -> (Vec<Vec<f32>>, Vec<f32>) {
         let p = self.model.num_params();
-        let params = self.host_rows(rows);
-        let (parts, losses) = self.batched_gradient(params, &batches.concat(), None);
+        let scaled: Vec<(&[f32], f64)> = rows.iter().map(|r| (&r[..], 1.0)).collect();
+        let blocks = self.block_tensors(&scaled);
+        let (parts, losses) = self.batched_gradient(blocks, &batches.concat(), None);
         Self::read_gradients(parts, losses, vec![vec![0.0; p]; rows.len()])
     }
 
