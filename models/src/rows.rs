@@ -447,11 +447,11 @@ impl Rows {
 /// # Panics
 /// If `terms` is empty.
 pub fn combine(terms: &[(&[f32], f64)]) -> Vec<f32> {
-    let (&(first, _), _) = terms
+    let (&(first, w), rest) = terms
         .split_first()
         .expect("a combination has at least one term");
-    let mut out = vec![0.0; first.len()];
-    combine_into(&mut out, terms);
+    let mut out = first.to_vec();
+    combine_in_place(&mut out, w, rest);
     out
 }
 
@@ -463,19 +463,12 @@ pub fn combine_into(out: &mut [f32], terms: &[(&[f32], f64)]) {
     let (&(first, w), rest) = terms
         .split_first()
         .expect("a combination has at least one term");
-    if w == 1.0 {
-        out.copy_from_slice(first);
-    } else {
-        let w = w as f32;
-        for (o, &x) in out.iter_mut().zip(first) {
-            *o = x * w;
-        }
-    }
-    accumulate(out, rest);
+    out.copy_from_slice(first);
+    combine_in_place(out, w, rest);
 }
 
-/// `out = w₀·out + Σ wₖ·termₖ`, in place, with the arithmetic of [`combine`] when `out` is the
-/// first term: the same values, bit for bit.
+/// `out = w₀·out + Σ wₖ·termₖ`, in place: the arithmetic of [`combine`] with `out` as its first
+/// term, which both of the others call.
 pub fn combine_in_place(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)]) {
     if w0 != 1.0 {
         let w = w0 as f32;
@@ -483,11 +476,7 @@ pub fn combine_in_place(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)]) {
             *o *= w;
         }
     }
-    accumulate(out, rest);
-}
-
-fn accumulate(out: &mut [f32], terms: &[(&[f32], f64)]) {
-    for &(t, w) in terms {
+    for &(t, w) in rest {
         if w == 1.0 {
             for (o, &x) in out.iter_mut().zip(t) {
                 *o += x;
