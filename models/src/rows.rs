@@ -23,6 +23,15 @@
 //! for fresh memory, which at a thousand workers it had returned to the kernel and got back as
 //! freshly zeroed pages (a quarter of SGP's wall time). The pool never holds more buffers than
 //! were alive at once before, so the peak memory is what it would be without it.
+//!
+//! SGD steps given a shared gradient buffer ([`Rows::step_shared`]) are queued on their row and
+//! applied when the row is next read or written, all of them in one pass ([`Rows::settle`]):
+//! each coordinate is updated by every queued gradient in order, with the arithmetic of
+//! [`Rows::step`], so the values are the same bits as applying them one by one. A worker of
+//! DASGD applies about a thousand gradients between two of its own reads at a thousand workers;
+//! one by one, each was a pass over its parameters and momentum, cold in the cache by the next.
+//! Every method that reads or writes a row settles it first; [`Rows::get`] takes `&self`, so it
+//! asks for a settled row ([`Rows::settle`] or [`Rows::settle_all`]) and panics otherwise.
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -53,6 +62,73 @@ pub struct Rows {
     /// Buffers [`Rows::buffer`] had to allocate (the spares were empty), for checks.
     #[serde(skip)]
     allocated: u64,
+    /// SGD steps queued on each row, oldest first (missing rows have none). Not part of a
+    /// checkpoint: a store settles every row before it saves.
+    #[serde(skip)]
+    queued: Vec<Vec<Queued>>,
+}
+
+/// Floats of gradients one row's queue may keep alive (4 MiB): a row of 2,410 parameters queues
+/// [`MAX_QUEUE`] steps, one of 101,770 ten, one of a ResNet's millions one (applied at once).
+pub const QUEUE_FLOATS: usize = 1 << 20;
+
+/// Steps a row's queue holds at most: one pass over the row per this many gradients.
+pub const MAX_QUEUE: usize = 64;
+
+/// An SGD step waiting on its row.
+struct Queued {
+    /// The whole gradient; the step uses the coordinates `block`.
+    g: Row,
+    block: Range<usize>,
+    lr: f32,
+    rule: Sgd,
+}
+
+/// SGD's settings as [`Rows::step`] uses them, in `f32`.
+#[derive(Clone, Copy)]
+struct Sgd {
+    mu: f32,
+    wd: f32,
+    decay: bool,
+    nesterov: bool,
+}
+
+impl Sgd {
+    fn of(opt: &OptimizerConfig) -> Self {
+        Sgd {
+            mu: opt.momentum as f32,
+            wd: opt.weight_decay as f32,
+            decay: opt.weight_decay > 0.0,
+            nesterov: opt.nesterov,
+        }
+    }
+
+    /// `d = g + λx; v = μv + d; x -= lr·(nesterov ? d + μv : v)` over `x`, `v` and `g` (of one
+    /// length), or without `v`: `x -= lr·d`. The one copy of SGD's arithmetic.
+    fn apply(self, x: &mut [f32], v: Option<&mut [f32]>, g: &[f32], lr: f32) {
+        let Sgd {
+            mu,
+            wd,
+            decay,
+            nesterov,
+        } = self;
+        match v {
+            Some(v) => {
+                for ((x, v), &g) in x.iter_mut().zip(v.iter_mut()).zip(g) {
+                    let d = if decay { g + *x * wd } else { g };
+                    *v = *v * mu + d;
+                    let step = if nesterov { d + *v * mu } else { *v };
+                    *x -= step * lr;
+                }
+            }
+            None => {
+                for (x, &g) in x.iter_mut().zip(g) {
+                    let d = if decay { g + *x * wd } else { g };
+                    *x -= d * lr;
+                }
+            }
+        }
+    }
 }
 
 impl Rows {
@@ -76,6 +152,7 @@ impl Rows {
             copied: 0,
             spare: Vec::new(),
             allocated: 0,
+            queued: Vec::new(),
         }
     }
 
@@ -95,13 +172,72 @@ impl Rows {
     }
 
     /// Row `r` as it is now.
+    ///
+    /// # Panics
+    /// If steps are queued on the row: settle it first ([`Rows::settle`]).
     pub fn get(&self, r: usize) -> &[f32] {
+        assert!(
+            self.is_settled(r),
+            "row {r} was read with SGD steps queued: settle it first"
+        );
         &self.params[r]
     }
 
     /// A reference to row `r` as it is now, in `O(1)`: later writes to the row do not change it.
-    pub fn share(&self, r: usize) -> Row {
+    pub fn share(&mut self, r: usize) -> Row {
+        self.settle(r);
         Arc::clone(&self.params[r])
+    }
+
+    /// Whether row `r` has no step queued.
+    pub fn is_settled(&self, r: usize) -> bool {
+        self.queued.get(r).is_none_or(Vec::is_empty)
+    }
+
+    /// Applies the steps queued on row `r`, in order, in one pass over the row: tiles of the
+    /// coordinates small enough for the row's and its momentum's tile to stay in the first-level
+    /// cache, each updated by every queued gradient in turn. Per coordinate these are the
+    /// operations of applying the steps one by one, so the values are the same bits. A row
+    /// shared with a snapshot or a message is copied first, once.
+    pub fn settle(&mut self, r: usize) {
+        let Some(queue) = self.queued.get_mut(r) else {
+            return;
+        };
+        if queue.is_empty() {
+            return;
+        }
+        let mut queue = std::mem::take(queue);
+        let mut velocity = self.velocity.take();
+        let v = velocity.as_mut().map(|v| v[r].as_mut_slice());
+        apply_queue(self.get_mut(r), v, &queue);
+        self.velocity = velocity;
+        for q in queue.drain(..) {
+            self.recycle(q.g);
+        }
+        // The emptied queue keeps its capacity for the next steps.
+        self.queued[r] = queue;
+    }
+
+    /// Row `r` as it will be once settled, without settling it (a copy, for inspection).
+    pub fn value(&self, r: usize) -> Vec<f32> {
+        let mut x = self.params[r].as_ref().clone();
+        if let Some(queue) = self.queued.get(r).filter(|q| !q.is_empty()) {
+            let mut v = self.velocity.as_ref().map(|v| v[r].clone());
+            apply_queue(&mut x, v.as_deref_mut(), queue);
+        }
+        x
+    }
+
+    /// [`Rows::settle`] on every row.
+    pub fn settle_all(&mut self) {
+        for r in 0..self.queued.len() {
+            self.settle(r);
+        }
+    }
+
+    /// Steps queued on all rows together, for checks.
+    pub fn queued_steps(&self) -> usize {
+        self.queued.iter().map(Vec::len).sum()
     }
 
     /// Floats copied because a row was written while someone else held it.
@@ -148,7 +284,7 @@ impl Rows {
     }
 
     /// Row `r` for writing: copied first (into a spare buffer) if a snapshot or a message still
-    /// holds it.
+    /// holds it. Its queued steps are the caller's to settle first.
     fn get_mut(&mut self, r: usize) -> &mut [f32] {
         if Arc::strong_count(&self.params[r]) > 1 {
             self.copied += self.p as u64;
@@ -165,6 +301,8 @@ impl Rows {
     /// the old buffer becomes a spare).
     pub fn set(&mut self, r: usize, value: Vec<f32>) {
         debug_assert_eq!(value.len(), self.p);
+        // The queued steps move the momentum even though the value is replaced.
+        self.settle(r);
         let old = std::mem::replace(&mut self.params[r], Arc::new(value));
         self.recycle(old);
     }
@@ -173,6 +311,7 @@ impl Rows {
     /// left empty until [`Rows::set`] puts a value back); `None`, and the row untouched, when a
     /// snapshot or a message shares it.
     pub fn take_unique(&mut self, r: usize) -> Option<Vec<f32>> {
+        self.settle(r);
         if Arc::strong_count(&self.params[r]) > 1 || Arc::weak_count(&self.params[r]) > 0 {
             return None;
         }
@@ -182,6 +321,9 @@ impl Rows {
 
     /// Exchanges the optimizer states of rows `a` and `b`; their parameters stay.
     pub fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        // Each queued step belongs with the state it was queued beside.
+        self.settle(a);
+        self.settle(b);
         if let Some(v) = self.velocity.as_mut() {
             v.swap(a, b);
         }
@@ -197,6 +339,7 @@ impl Rows {
     /// first.
     pub fn push_copies_of_first(&mut self, count: usize) -> usize {
         let first = self.len();
+        self.settle(0);
         for _ in 0..count {
             let copy = Arc::new(self.params[0].as_ref().clone());
             self.params.push(copy);
@@ -218,6 +361,8 @@ impl Rows {
         if dst == src || block.is_empty() {
             return;
         }
+        self.settle(src);
+        self.settle(dst);
         let from = Arc::clone(&self.params[src]);
         self.get_mut(dst)[block.clone()].copy_from_slice(&from[block]);
     }
@@ -225,6 +370,7 @@ impl Rows {
     /// Adds `delta` (the batch-norm state change a gradient carries) to the coordinates `block`
     /// of row `r`, as it is: no rate, momentum or decay.
     pub fn add_block(&mut self, r: usize, delta: &[f32], block: Range<usize>) {
+        self.settle(r);
         let x = &mut self.get_mut(r)[block];
         for (x, d) in x.iter_mut().zip(delta) {
             *x += d;
@@ -245,10 +391,43 @@ impl Rows {
         layers: &[Range<usize>],
     ) {
         debug_assert_eq!(g.len(), block.len());
+        self.settle(r);
         match opt.kind {
             OptimizerKind::Sgd => self.sgd_step(r, g, lr, block, opt),
             OptimizerKind::Adam => self.adam_step(r, g, lr, block, opt),
             OptimizerKind::Lars => self.lars_step(r, g, lr, block, opt, layers),
+        }
+    }
+
+    /// [`Rows::step`] with the whole gradient `g` (its coordinates `block` are used), held by
+    /// reference: an SGD step is queued on the row and applied at its next read or write
+    /// ([`Rows::settle`]), the other optimizers step at once (Adam's bias correction and LARS's
+    /// trust ratio read the row as it is).
+    pub fn step_shared(
+        &mut self,
+        r: usize,
+        g: &Row,
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+        layers: &[Range<usize>],
+    ) {
+        debug_assert_eq!(g.len(), self.p);
+        if opt.kind != OptimizerKind::Sgd || block.is_empty() {
+            self.step(r, &g[block.clone()], lr, block, opt, layers);
+            return;
+        }
+        if self.queued.len() <= r {
+            self.queued.resize_with(self.params.len(), Vec::new);
+        }
+        self.queued[r].push(Queued {
+            g: Arc::clone(g),
+            block,
+            lr: lr as f32,
+            rule: Sgd::of(opt),
+        });
+        if self.queued[r].len() >= queue_cap(self.p) {
+            self.settle(r);
         }
     }
 
@@ -373,31 +552,11 @@ impl Rows {
         block: Range<usize>,
         opt: &OptimizerConfig,
     ) {
-        let lr = lr as f32;
-        let wd = opt.weight_decay as f32;
-        let mu = opt.momentum as f32;
-        let decay = opt.weight_decay > 0.0;
-        let nesterov = opt.nesterov;
         // The momentum buffer is taken out so that the row can be borrowed mutably beside it.
         let mut velocity = self.velocity.take();
         let x = &mut self.get_mut(r)[block.clone()];
-        match velocity.as_mut() {
-            Some(v) => {
-                let v = &mut v[r][block];
-                for ((x, v), &g) in x.iter_mut().zip(v.iter_mut()).zip(g) {
-                    let d = if decay { g + *x * wd } else { g };
-                    *v = *v * mu + d;
-                    let step = if nesterov { d + *v * mu } else { *v };
-                    *x -= step * lr;
-                }
-            }
-            None => {
-                for (x, &g) in x.iter_mut().zip(g) {
-                    let d = if decay { g + *x * wd } else { g };
-                    *x -= d * lr;
-                }
-            }
-        }
+        let v = velocity.as_mut().map(|v| &mut v[r][block]);
+        Sgd::of(opt).apply(x, v, g, lr as f32);
         self.velocity = velocity;
     }
 
@@ -406,6 +565,9 @@ impl Rows {
         let Some((&first, rest)) = rows.split_first() else {
             return;
         };
+        for &r in rows {
+            self.settle(r);
+        }
         let mut mean = self.buffer();
         mean.copy_from_slice(&self.params[first]);
         for &r in rest {
@@ -426,7 +588,10 @@ impl Rows {
     }
 
     /// The mean of the rows `range`, summed in order.
-    pub fn mean_of(&self, range: Range<usize>) -> Vec<f32> {
+    pub fn mean_of(&mut self, range: Range<usize>) -> Vec<f32> {
+        for r in range.clone() {
+            self.settle(r);
+        }
         let k = range.len() as f32;
         let mut mean = vec![0.0; self.p];
         for r in range {
@@ -439,6 +604,30 @@ impl Rows {
         }
         mean
     }
+}
+
+/// Applies `queue` to the row `x` and its momentum `v`, in tiles of the coordinates small enough
+/// for both tiles to stay in the first-level cache, each tile updated by every queued step in
+/// turn: per coordinate, the operations of applying the steps one by one.
+fn apply_queue(x: &mut [f32], mut v: Option<&mut [f32]>, queue: &[Queued]) {
+    const TILE: usize = 2048;
+    let lo = queue.iter().map(|q| q.block.start).min().unwrap_or(0);
+    let hi = queue.iter().map(|q| q.block.end).max().unwrap_or(0);
+    for start in (lo..hi).step_by(TILE) {
+        let end = (start + TILE).min(hi);
+        for q in queue {
+            let (a, b) = (q.block.start.max(start), q.block.end.min(end));
+            if a < b {
+                let v = v.as_deref_mut().map(|v| &mut v[a..b]);
+                q.rule.apply(&mut x[a..b], v, &q.g[a..b], q.lr);
+            }
+        }
+    }
+}
+
+/// Steps a row's queue holds for rows of `p` parameters: [`MAX_QUEUE`], fewer for large rows.
+fn queue_cap(p: usize) -> usize {
+    (QUEUE_FLOATS / p.max(1)).clamp(1, MAX_QUEUE)
 }
 
 /// `Σ weight · term` over `terms`, in order, in `f32`: the first term (times its weight unless
@@ -656,6 +845,159 @@ mod tests {
         rows.step(0, &[0.0], 1.0, 1..2, &opt, &[]);
         // d = 0.11; v = 0.6 + 0.11 = 0.71; step = 0.11 + 0.355 = 0.465.
         assert!((rows.get(0)[1] - (1.1 - 0.465)).abs() < 1e-6);
+    }
+
+    /// A gradient of `p` floats from a seed, with values of mixed signs and magnitudes.
+    fn gradient(seed: usize, p: usize) -> Row {
+        Arc::new(
+            (0..p)
+                .map(|k| (((k + 31 * seed) * 7919) % 211) as f32 / 37.0 - 2.9)
+                .collect(),
+        )
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn queued_steps_are_bit_identical_to_steps_one_by_one() {
+        // Rows wider than a tile, blocks that cross tiles and overlap, momentum, Nesterov and
+        // decay, rates that change from step to step, and more steps than a queue holds.
+        let p = 5000;
+        for opt in [
+            OptimizerConfig::default(),
+            OptimizerConfig {
+                momentum: 0.9,
+                ..Default::default()
+            },
+            OptimizerConfig {
+                momentum: 0.7,
+                nesterov: true,
+                weight_decay: 1e-3,
+                ..Default::default()
+            },
+        ] {
+            let init: Vec<f32> = (0..p).map(|k| (k as f32 * 0.37).sin()).collect();
+            let mut eager = Rows::new(init.clone(), 2, &opt);
+            let mut lazy = Rows::new(init, 2, &opt);
+            let blocks = [0..p, 1000..4500, 2047..2049, 0..1, 3000..p];
+            for step in 0..3 * MAX_QUEUE + 5 {
+                let g = gradient(step, p);
+                let block = blocks[step % blocks.len()].clone();
+                let lr = 0.01 + 0.001 * (step % 7) as f64;
+                let r = step % 2;
+                eager.step(r, &g[block.clone()], lr, block.clone(), &opt, &[]);
+                lazy.step_shared(r, &g, lr, block, &opt, &[]);
+            }
+            assert!(lazy.queued_steps() > 0, "some steps are still queued");
+            for r in 0..2 {
+                assert_eq!(bits(&lazy.value(r)), bits(eager.get(r)), "{opt:?} row {r}");
+            }
+            lazy.settle_all();
+            assert_eq!(lazy.queued_steps(), 0);
+            for r in 0..2 {
+                assert_eq!(bits(lazy.get(r)), bits(eager.get(r)), "{opt:?} row {r}");
+            }
+            // The momentum moved the same way: one more step agrees too.
+            let g = gradient(999, p);
+            eager.step(0, &g, 0.05, 0..p, &opt, &[]);
+            lazy.step(0, &g, 0.05, 0..p, &opt, &[]);
+            assert_eq!(bits(lazy.get(0)), bits(eager.get(0)), "{opt:?} after");
+        }
+    }
+
+    #[test]
+    fn every_access_to_a_row_applies_its_queue_first() {
+        let p = 8;
+        let opt = OptimizerConfig {
+            momentum: 0.5,
+            ..Default::default()
+        };
+        let fresh = || {
+            let mut rows = Rows::new(vec![1.0; p], 3, &opt);
+            rows.step_shared(0, &gradient(1, p), 0.1, 0..p, &opt, &[]);
+            rows.step_shared(1, &gradient(2, p), 0.1, 0..p, &opt, &[]);
+            rows
+        };
+        let mut want = {
+            let mut rows = Rows::new(vec![1.0; p], 3, &opt);
+            rows.step(0, &gradient(1, p), 0.1, 0..p, &opt, &[]);
+            rows.step(1, &gradient(2, p), 0.1, 0..p, &opt, &[]);
+            rows
+        };
+        // A snapshot sees the queued steps.
+        let mut rows = fresh();
+        assert_eq!(bits(&rows.share(0)), bits(want.get(0)));
+        // An average, a block copy, an in-place take and a mean read them.
+        let mut rows = fresh();
+        rows.average(&[0, 1]);
+        let mut expect = want.get(0).to_vec();
+        for (e, x) in expect.iter_mut().zip(want.get(1)) {
+            *e = (*e + x) / 2.0;
+        }
+        assert_eq!(bits(rows.get(0)), bits(&expect));
+        let mut rows = fresh();
+        rows.copy_block(2, 1, 0..p);
+        assert_eq!(bits(rows.get(2)), bits(want.get(1)));
+        let mut rows = fresh();
+        let row = rows.take_unique(0).expect("nobody else holds it");
+        assert_eq!(bits(&row), bits(want.get(0)));
+        let mut rows = fresh();
+        assert_eq!(bits(&rows.mean_of(0..3)), bits(&want.mean_of(0..3)));
+        // Replacing a row still moves its momentum by the queued step.
+        let mut rows = fresh();
+        rows.set(0, vec![0.0; p]);
+        rows.step(0, &gradient(3, p), 0.1, 0..p, &opt, &[]);
+        let mut reference = Rows::new(vec![1.0; p], 1, &opt);
+        reference.step(0, &gradient(1, p), 0.1, 0..p, &opt, &[]);
+        reference.set(0, vec![0.0; p]);
+        reference.step(0, &gradient(3, p), 0.1, 0..p, &opt, &[]);
+        assert_eq!(bits(rows.get(0)), bits(reference.get(0)));
+        // Swapping optimizer states applies each row's steps with its own state first.
+        let mut rows = fresh();
+        rows.swap_optimizer_state(0, 1);
+        assert_eq!(rows.queued_steps(), 0);
+        assert_eq!(bits(rows.get(1)), bits(want.get(1)));
+    }
+
+    #[test]
+    #[should_panic(expected = "settle it first")]
+    fn reading_a_row_with_queued_steps_is_refused() {
+        let opt = OptimizerConfig::default();
+        let mut rows = Rows::new(vec![0.0; 4], 1, &opt);
+        rows.step_shared(0, &gradient(0, 4), 0.1, 0..4, &opt, &[]);
+        let _ = rows.get(0);
+    }
+
+    #[test]
+    fn a_queue_is_bounded_and_gives_its_gradients_back_to_the_spares() {
+        let opt = OptimizerConfig::default();
+        let p = 100;
+        let mut rows = Rows::new(vec![0.0; p], 1, &opt);
+        for k in 0..MAX_QUEUE - 1 {
+            rows.step_shared(0, &gradient(k, p), 0.1, 0..p, &opt, &[]);
+        }
+        assert_eq!(rows.queued_steps(), MAX_QUEUE - 1);
+        // The gradients were handed over (their other holders dropped them): the queue holds the
+        // last references, and settling recycles them.
+        assert_eq!(rows.spares(), 0);
+        rows.step_shared(0, &gradient(0, p), 0.1, 0..p, &opt, &[]);
+        assert_eq!(rows.queued_steps(), 0, "a full queue is settled");
+        // The last gradient's caller still held it while the queue was settled.
+        assert_eq!(rows.spares(), MAX_QUEUE - 1);
+        // Large rows queue fewer steps: a row of 2^20 floats or more, none.
+        assert_eq!(queue_cap(2410), MAX_QUEUE);
+        assert_eq!(queue_cap(101_770), 10);
+        assert_eq!(queue_cap(25_000_000), 1);
+        // Adam and LARS step at once.
+        let adam = OptimizerConfig {
+            kind: OptimizerKind::Adam,
+            ..Default::default()
+        };
+        let mut rows = Rows::new(vec![0.0; p], 1, &adam);
+        rows.step_shared(0, &gradient(0, p), 0.1, 0..p, &adam, &[]);
+        assert_eq!(rows.queued_steps(), 0);
     }
 
     #[test]

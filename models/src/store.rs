@@ -413,7 +413,8 @@ impl BurnStore {
     /// Parameter buffers alive (rows, snapshots of pending requests, messages, gradients), in
     /// floats: what the store holds on the host now. Rows shared between a snapshot and its row
     /// count once.
-    pub fn floats_held(&self) -> usize {
+    pub fn floats_held(&mut self) -> usize {
+        self.rows.settle_all();
         let mut seen = std::collections::BTreeSet::new();
         let mut floats = 0;
         let mut count = |ptr: *const f32, len: usize| {
@@ -450,7 +451,7 @@ impl BurnStore {
         Some(self.objective.as_ref()?.value(&theta))
     }
 
-    fn model_host(&self, terms: Option<&[(usize, f64)]>, wanted: bool) -> Option<Vec<f64>> {
+    fn model_host(&mut self, terms: Option<&[(usize, f64)]>, wanted: bool) -> Option<Vec<f64>> {
         if !wanted {
             return None;
         }
@@ -458,6 +459,7 @@ impl BurnStore {
             Some(terms) => {
                 let terms: Vec<(Slot, f64)> =
                     terms.iter().map(|&(r, w)| (Slot::Row(r), w)).collect();
+                self.settle(&terms);
                 self.combine(&terms)
             }
             None => self.mean_of_workers(),
@@ -468,7 +470,7 @@ impl BurnStore {
     /// All replicas, read back to the host (row-major `[workers, params]`).
     pub fn params_host(&self) -> Vec<f32> {
         (0..self.rows.len())
-            .flat_map(|r| self.rows.get(r).iter().copied())
+            .flat_map(|r| self.rows.value(r))
             .collect()
     }
 
@@ -810,7 +812,7 @@ impl BurnStore {
         )
     }
 
-    fn mean_of_workers(&self) -> Vec<f32> {
+    fn mean_of_workers(&mut self) -> Vec<f32> {
         self.rows.mean_of(0..self.workers())
     }
 
@@ -824,7 +826,17 @@ impl BurnStore {
         }
     }
 
-    /// `Σ weight · slot`.
+    /// Settles the rows among `terms` ([`Rows::settle`]), so that [`BurnStore::slot`] can read
+    /// them.
+    fn settle(&mut self, terms: &[(Slot, f64)]) {
+        for &(slot, _) in terms {
+            if let Slot::Row(r) = slot {
+                self.rows.settle(r);
+            }
+        }
+    }
+
+    /// `Σ weight · slot`, of settled rows.
     fn combine(&self, terms: &[(Slot, f64)]) -> Vec<f32> {
         let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
         combine(&terms)
@@ -832,6 +844,7 @@ impl BurnStore {
 
     /// `Σ weight · slot` in a spare buffer of the rows (the hot path: no allocation).
     fn combine_spare(&mut self, terms: &[(Slot, f64)]) -> Vec<f32> {
+        self.settle(terms);
         let mut out = self.rows.buffer();
         let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
         combine_into(&mut out, &terms);
@@ -997,14 +1010,9 @@ impl ReplicaStore for BurnStore {
         // The trainable part: the optimizer step.
         let block = block.start..block.end.min(split);
         if !block.is_empty() {
-            self.rows.step(
-                row,
-                &g[block.clone()],
-                lr,
-                block,
-                &self.optimizer,
-                &self.layers,
-            );
+            // An SGD step is queued on the row, and applied with the others at its next read.
+            self.rows
+                .step_shared(row, &g, lr, block, &self.optimizer, &self.layers);
         }
     }
 
@@ -1025,6 +1033,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
+        self.settle(terms);
         // A mix led by the row itself (`x_i ← w·x_i + …`, push-sum's shares and receipts) is
         // done in the row's own buffer when nobody else holds it, with the same arithmetic.
         if let Some((&(Slot::Row(r), w0), rest)) = terms.split_first()
@@ -1077,6 +1086,7 @@ impl ReplicaStore for BurnStore {
 
     fn evaluate_mix(&mut self, terms: &[(usize, f64)]) -> Evaluation {
         let terms: Vec<(Slot, f64)> = terms.iter().map(|&(r, w)| (Slot::Row(r), w)).collect();
+        self.settle(&terms);
         let model = self.combine(&terms);
         self.evaluate_model(model)
     }
@@ -1097,6 +1107,7 @@ impl ReplicaStore for BurnStore {
         let n = self.workers();
         let p = self.model.num_params();
         let scale = |i: usize| scales.map_or(1.0, |s| s[i]);
+        self.rows.settle_all();
         let first = self.rows.get(0);
         let s0 = scale(0);
         let d = |i: usize, k: usize| {
@@ -1123,6 +1134,8 @@ impl ReplicaStore for BurnStore {
     }
 
     fn save_state(&mut self) -> Result<Vec<u8>, String> {
+        // Queued steps are not part of a checkpoint: apply them first.
+        self.rows.settle_all();
         let state = BurnStateRef {
             rows: &self.rows,
             samplers: &self.samplers,
