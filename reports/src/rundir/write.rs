@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{BufWriter, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
@@ -30,8 +30,19 @@ use crate::{Error, Result};
 /// sees either the previous file or the complete new one, and after a crash the rename is
 /// either lost or complete. On failure the temporary file is removed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |w| {
+        w.write_all(bytes).map_err(|e| Error::io("write", path, e))
+    })
+}
+
+/// [`write_atomic`] of what `write` writes, streamed to the temporary file through a buffer: a
+/// table of millions of rows never has to be held in memory as bytes.
+pub fn write_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<()>,
+) -> Result<()> {
     let tmp = tmp_path(path);
-    let written = write_synced(&tmp, bytes)
+    let written = write_synced(&tmp, write)
         .and_then(|()| fs::rename(&tmp, path).map_err(|e| Error::io("rename", path, e)));
     if written.is_err() {
         // Best effort: do not leave a stale temporary behind.
@@ -48,11 +59,14 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut file = File::create(path).map_err(|e| Error::io("create", path, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io("write", path, e))
+fn write_synced(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> Result<()>) -> Result<()> {
+    let file = File::create(path).map_err(|e| Error::io("create", path, e))?;
+    let mut w = BufWriter::new(file);
+    write(&mut w)?;
+    let file = w
+        .into_inner()
+        .map_err(|e| Error::io("write", path, e.into_error()))?;
+    file.sync_all().map_err(|e| Error::io("write", path, e))
 }
 
 /// Syncs the directory holding `path`, so that a rename into it is durable.
@@ -96,34 +110,44 @@ fn csv_writer<W: Write>(w: W) -> csv::Writer<W> {
         .from_writer(w)
 }
 
-/// The bytes of a CSV file: the stamp line, the header, the rows.
-fn csv_bytes(
+/// Writes a CSV file's contents to `out`: the stamp line, the header, the rows.
+fn write_csv_rows(
+    out: &mut impl Write,
     path: &Path,
     stamp: &Stamp,
     header: &[&str],
     rows: impl IntoIterator<Item = Vec<String>>,
-) -> Result<Vec<u8>> {
-    let mut w = csv_writer(format!("{stamp}\n").into_bytes());
+) -> Result<()> {
+    writeln!(out, "{stamp}").map_err(|e| Error::io("write", path, e))?;
+    let mut w = csv_writer(out);
     w.write_record(header)
         .map_err(|e| Error::csv("write", path, e))?;
     for r in rows {
         w.write_record(&r)
             .map_err(|e| Error::csv("write", path, e))?;
     }
-    w.into_inner()
-        .map_err(|e| Error::io("write", path, e.into_error()))
+    w.flush().map_err(|e| Error::io("write", path, e))
 }
 
 /// Writes `rows` under the stamp and the header to `dir/R::FILE`, atomically.
 /// A column of [`CsvRow::OMITTED_WHEN_EMPTY`] whose cells are all empty is left out.
+///
+/// The rows are formatted one at a time and streamed to the file, so the memory is that of one
+/// row (a 1,024-worker run's `staleness.csv` has millions).
 pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()> {
     let path = dir.join(R::FILE);
-    let cells: Vec<Vec<String>> = rows.iter().map(R::cells).collect();
-    let keep: Vec<bool> = R::COLUMNS
+    // Which columns to keep: a first pass over the rows, only for a table that can omit some.
+    let mut keep: Vec<bool> = R::COLUMNS
         .iter()
-        .enumerate()
-        .map(|(i, c)| !R::OMITTED_WHEN_EMPTY.contains(c) || cells.iter().any(|r| !r[i].is_empty()))
+        .map(|c| !R::OMITTED_WHEN_EMPTY.contains(c))
         .collect();
+    if keep.contains(&false) {
+        for row in rows {
+            for (k, cell) in keep.iter_mut().zip(row.cells()) {
+                *k |= !cell.is_empty();
+            }
+        }
+    }
     let pick = |v: Vec<String>| -> Vec<String> {
         v.into_iter()
             .zip(&keep)
@@ -135,8 +159,15 @@ pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()>
         .zip(&keep)
         .filter_map(|(c, &k)| k.then_some(*c))
         .collect();
-    let bytes = csv_bytes(&path, stamp, &header, cells.into_iter().map(pick))?;
-    write_atomic(&path, &bytes)
+    write_atomic_with(&path, |file| {
+        write_csv_rows(
+            file,
+            &path,
+            stamp,
+            &header,
+            rows.iter().map(|r| pick(r.cells())),
+        )
+    })
 }
 
 /// Writes `partition.csv` to `dir`, atomically.
@@ -144,13 +175,15 @@ pub fn write_partition(dir: &Path, stamp: &Stamp, partition: &Partition) -> Resu
     let path = dir.join(files::PARTITION);
     let header = partition.columns();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    let bytes = csv_bytes(
-        &path,
-        stamp,
-        &header,
-        partition.workers.iter().map(Partition::cells),
-    )?;
-    write_atomic(&path, &bytes)
+    write_atomic_with(&path, |file| {
+        write_csv_rows(
+            file,
+            &path,
+            stamp,
+            &header,
+            partition.workers.iter().map(Partition::cells),
+        )
+    })
 }
 
 /// Writes the resolved scenario, `scenario.toml`, to `dir`, atomically.
