@@ -29,11 +29,21 @@ pub struct CsvFile<T> {
 
 /// Reads `dir/R::FILE`; `None` when there is no such file.
 pub fn read_csv<R: CsvRow>(dir: &Path) -> Result<Option<CsvFile<Vec<R>>>> {
-    let Some(table) = Table::read(&dir.join(R::FILE), R::REQUIRED)? else {
+    // Each record is converted as it is read: a table of millions of rows is never held twice.
+    let mut rows = Vec::new();
+    let Some(table) = Table::read_each(&dir.join(R::FILE), R::REQUIRED, |table, line, record| {
+        rows.push(R::read(&Cells {
+            table,
+            line,
+            record,
+        })?);
+        Ok(())
+    })?
+    else {
         return Ok(None);
     };
     Ok(Some(CsvFile {
-        rows: table.rows(R::read)?,
+        rows,
         stamp: table.stamp,
     }))
 }
@@ -349,6 +359,21 @@ impl Table {
     /// Reads `path`; `None` if there is no such file. The header must name every `required`
     /// column, and every row must have as many fields as the header.
     fn read(path: &Path, required: &[&str]) -> Result<Option<Table>> {
+        let mut records = Vec::new();
+        let table = Self::read_each(path, required, |_, line, record| {
+            records.push((line, record.clone()));
+            Ok(())
+        })?;
+        Ok(table.map(|t| Table { records, ..t }))
+    }
+
+    /// [`Table::read`], handing each record to `each` with its line instead of keeping it (the
+    /// table returned has no records).
+    fn read_each(
+        path: &Path,
+        required: &[&str],
+        mut each: impl FnMut(&Table, u64, &csv::StringRecord) -> Result<()>,
+    ) -> Result<Option<Table>> {
         let text = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -367,8 +392,7 @@ impl Table {
             .flexible(true)
             .comment(Some(b'#'))
             .from_reader(text.as_bytes());
-        let mut columns: Option<Vec<String>> = None;
-        let mut records = Vec::new();
+        let mut table: Option<Table> = None;
         let mut lines = LineCounter::default();
         for record in reader.records() {
             let record = record.map_err(|e| Error::csv("read", path, e))?;
@@ -380,7 +404,7 @@ impl Table {
                 line,
                 message,
             };
-            match &columns {
+            match &table {
                 None => {
                     let header: Vec<String> = record.iter().map(str::to_owned).collect();
                     if let Some(missing) = required.iter().find(|c| !header.iter().any(|h| h == *c))
@@ -391,33 +415,33 @@ impl Table {
                             required.join(",")
                         )));
                     }
-                    columns = Some(header);
+                    table = Some(Table {
+                        path: path.to_path_buf(),
+                        stamp: stamp.clone(),
+                        columns: header,
+                        records: Vec::new(),
+                    });
                 }
-                Some(header) => {
-                    if record.len() != header.len() {
+                Some(t) => {
+                    if record.len() != t.columns.len() {
                         return Err(format_error(format!(
                             "expected {} fields (as in the header), found {}",
-                            header.len(),
+                            t.columns.len(),
                             record.len()
                         )));
                     }
-                    records.push((line, record));
+                    each(t, line, &record)?;
                 }
             }
         }
-        let Some(columns) = columns else {
+        let Some(table) = table else {
             return Err(Error::Format {
                 path: path.to_path_buf(),
                 line: 1,
                 message: format!("no header row, expected at least `{}`", required.join(",")),
             });
         };
-        Ok(Some(Table {
-            path: path.to_path_buf(),
-            stamp,
-            columns,
-            records,
-        }))
+        Ok(Some(table))
     }
 
     /// Converts every row with `f`.
