@@ -50,7 +50,11 @@
 //! out the origins whose gradients it has were already applied by every model (`r[o] ≤ done[o]`,
 //! `done[o]` counting each origin's gradients completed everywhere, which complete in index
 //! order): they can never count. With `broadcast = "all"` at 1,024 workers that drops the
-//! majority of the origins from each read, and so from each of its `n − 1` applications.
+//! majority of the origins from each read, and so from each of its `n − 1` applications. Each
+//! measurement of a gradient in flight drops them again, by `done` as it is then: the first
+//! arrives about a step after the read, when nearly every gradient the read had is applied
+//! everywhere, so the later ones walk a handful of origins, and a message costs the same at any
+//! `n`.
 //! Counters are a flat `n × n` table of `u32`
 //! whose zeroed pages are only touched where a model has heard of an origin; forwarding trees
 //! are a table of parents, children being found among a node's neighbours.
@@ -165,8 +169,8 @@ struct Read {
     /// `|R|`: the gradients applied to the origin's model by then.
     total: u64,
     /// `(o, r[o])` for every origin `o` with `r[o] > 0` (in the order the model first heard of
-    /// them).
-    counts: Box<[(u32, u32)]>,
+    /// them), less those that can no longer count ([`Dasgd::measure_in_flight`]).
+    counts: Vec<(u32, u32)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -602,6 +606,29 @@ impl Dasgd {
         self.total[j] + 2 * missing - read.total
     }
 
+    /// [`Dasgd::measure`] for the gradient `grad` in flight, arriving at model `j`. While nothing
+    /// has been lost, the measurement also drops from the read the origins that can no longer
+    /// count, `r[o] ≤ done[o]` (the argument of [`Dasgd::begin`]'s filter, at a later time):
+    /// a read is measured at every one of the `n − 1` models, the first time about a step after
+    /// it was taken, by when nearly all the gradients it had were applied everywhere. So the
+    /// list is walked whole about once per read, and what the other measurements walk is the
+    /// few origins still in flight: a cost per message that does not grow with `n`.
+    fn measure_in_flight(&mut self, j: usize, origin: usize, grad: GradId) -> u64 {
+        if j == origin || self.applications_lost > 0 {
+            return self.measure(j, origin, &self.in_flight[&grad].read);
+        }
+        let row = &self.counts[j * self.n..(j + 1) * self.n];
+        let done = &self.done;
+        let read = &mut self.in_flight.get_mut(&grad).expect("in flight").read;
+        let mut missing = 0u64;
+        read.counts.retain(|&(o, r)| {
+            let o = o as usize;
+            missing += u64::from(r.saturating_sub(row[o]));
+            r > done[o]
+        });
+        self.total[j] + 2 * missing - read.total
+    }
+
     /// Applies gradient `grad` of `origin` to model `j` and records its staleness `s`.
     fn apply(
         &mut self,
@@ -712,7 +739,7 @@ impl Algorithm for Dasgd {
                     "per-origin FIFO order"
                 );
                 self.set_count(to, origin, seq);
-                let s = self.measure(to, origin, &self.in_flight[&grad].read);
+                let s = self.measure_in_flight(to, origin, grad);
                 self.apply(to, origin, grad, s, cx);
                 self.forward(to, origin, seq, grad, cx);
                 let f = self.in_flight.get_mut(&grad).expect("in flight");
