@@ -188,14 +188,18 @@ impl Figure for HistogramPanels {
             }
             mesh.draw()?;
             let color = palette(panel.color);
+            let (plot_px, _) = chart.plotting_area().dim_in_pixel();
+            let px_per_unit = f64::from(plot_px) / (x_range.end - x_range.start);
+            // A bar is 0.8 of a unit wide, and at least a pixel: with thousands of values (a
+            // thousand-worker run's staleness) a unit is a fraction of a pixel, and a bar
+            // narrower than one was not drawn at all, however tall.
+            let half = 0.4f64.max(0.6 / px_per_unit);
             chart.draw_series(panel.bins.iter().map(|&(v, c)| {
                 let v = v as f64;
-                Rectangle::new([(v - 0.4, 0.0), (v + 0.4, c as f64)], color.filled())
+                Rectangle::new([(v - half, 0.0), (v + half, c as f64)], color.filled())
             }))?;
             // Counts above the bars, where they do not overlap: small bars first, since tall
             // ones can be read off the axis.
-            let (plot_px, _) = chart.plotting_area().dim_in_pixel();
-            let px_per_unit = f64::from(plot_px) / (x_range.end - x_range.start);
             let labelled = count_labels(&panel.bins, px_per_unit);
             let style = (FONT_FAMILY, 13)
                 .into_font()
@@ -612,6 +616,41 @@ impl Figure for StackedPanels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tall_bar_among_thousands_of_values_is_drawn() {
+        // A thousand-worker run: thousands of distinct staleness values, a unit a fraction of a
+        // pixel wide, and most applications at one value. That bar must be visible.
+        let mut bins: Vec<(u64, u64)> = (0..5000).map(|v| (v, 1)).collect();
+        bins[1022].1 = 775_000;
+        let figure = HistogramPanels {
+            title: "t".into(),
+            note: String::new(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            panels: vec![HistogramPanel {
+                caption: "c".into(),
+                color: 0,
+                bins,
+            }],
+        };
+        assert!(crate::figure::font_registered());
+        let (w, h) = figure.size();
+        let mut pixels = vec![0u8; w as usize * h as usize * 3];
+        crate::figure::draw_on(BitMapBackend::with_buffer(&mut pixels, (w, h)), &figure)
+            .expect("draws");
+        // The longest vertical run of the bars' colour in any column of pixels.
+        let RGBColor(r, g, b) = crate::figure::palette(0);
+        let bar = |x: usize, y: usize| {
+            let i = (y * w as usize + x) * 3;
+            pixels[i..i + 3] == [r, g, b]
+        };
+        let tallest = (0..w as usize)
+            .map(|x| (0..h as usize).filter(|&y| bar(x, y)).count())
+            .max()
+            .unwrap_or(0);
+        assert!(tallest > 200, "the tallest bar drawn is {tallest} px high");
+    }
 
     #[test]
     fn integer_ticks_are_round() {

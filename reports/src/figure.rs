@@ -100,7 +100,7 @@ pub(crate) fn save(dir: &Path, stem: &str, figure: &impl Figure) -> Result<(Path
     Ok((png, svg))
 }
 
-fn draw_on<DB: DrawingBackend>(
+pub(crate) fn draw_on<DB: DrawingBackend>(
     backend: DB,
     figure: &impl Figure,
 ) -> std::result::Result<(), String> {
