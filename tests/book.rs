@@ -43,9 +43,7 @@ kind = "allreduce"
 "#;
 
 fn book_src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("book")
-        .join("src")
+    manifest_dir().join("book").join("src")
 }
 
 /// Every `.md` file under `book/src`, as paths relative to it, sorted.
@@ -394,7 +392,7 @@ fn toml_blocks_parse_and_validate() {
                 let mut merged = match b.base() {
                     None => base.clone(),
                     Some(rel) => {
-                        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+                        let path = manifest_dir().join(rel);
                         std::fs::read_to_string(&path)
                             .unwrap_or_else(|e| panic!("{at}: base={rel}: {e}"))
                             .parse()
@@ -463,7 +461,7 @@ fn the_tutorial_ends_at_the_shipped_scenario() {
         .rfind(|b| b.lang == "toml")
         .expect("the tutorial has a toml block");
     let shown: toml::Table = last.text.parse().expect("the tutorial's last block parses");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/papers/side-by-side.toml");
+    let path = manifest_dir().join("scenarios/papers/side-by-side.toml");
     let shipped: toml::Table = std::fs::read_to_string(&path)
         .unwrap()
         .parse()
@@ -475,4 +473,12 @@ fn the_tutorial_ends_at_the_shipped_scenario() {
         last.line,
         path.display()
     );
+}
+
+/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
+/// target directory shared between clones keeps test binaries that another clone built (cargo
+/// does not rebuild them for a new path), with that clone's path compiled in.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }
