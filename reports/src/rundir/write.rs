@@ -110,23 +110,25 @@ fn csv_writer<W: Write>(w: W) -> csv::Writer<W> {
         .from_writer(w)
 }
 
-/// Writes a CSV file's contents to `out`: the stamp line, the header, the rows.
-fn write_csv_rows(
-    out: &mut impl Write,
+/// Writes the CSV file `path` atomically ([`write_atomic_with`]): the stamp line, the header, the
+/// rows, streamed.
+fn write_csv_file(
     path: &Path,
     stamp: &Stamp,
     header: &[&str],
     rows: impl IntoIterator<Item = Vec<String>>,
 ) -> Result<()> {
-    writeln!(out, "{stamp}").map_err(|e| Error::io("write", path, e))?;
-    let mut w = csv_writer(out);
-    w.write_record(header)
-        .map_err(|e| Error::csv("write", path, e))?;
-    for r in rows {
-        w.write_record(&r)
+    write_atomic_with(path, |out| {
+        writeln!(out, "{stamp}").map_err(|e| Error::io("write", path, e))?;
+        let mut w = csv_writer(out);
+        w.write_record(header)
             .map_err(|e| Error::csv("write", path, e))?;
-    }
-    w.flush().map_err(|e| Error::io("write", path, e))
+        for r in rows {
+            w.write_record(&r)
+                .map_err(|e| Error::csv("write", path, e))?;
+        }
+        w.flush().map_err(|e| Error::io("write", path, e))
+    })
 }
 
 /// Writes `rows` under the stamp and the header to `dir/R::FILE`, atomically.
@@ -159,15 +161,7 @@ pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()>
         .zip(&keep)
         .filter_map(|(c, &k)| k.then_some(*c))
         .collect();
-    write_atomic_with(&path, |file| {
-        write_csv_rows(
-            file,
-            &path,
-            stamp,
-            &header,
-            rows.iter().map(|r| pick(r.cells())),
-        )
-    })
+    write_csv_file(&path, stamp, &header, rows.iter().map(|r| pick(r.cells())))
 }
 
 /// Writes `partition.csv` to `dir`, atomically.
@@ -175,15 +169,12 @@ pub fn write_partition(dir: &Path, stamp: &Stamp, partition: &Partition) -> Resu
     let path = dir.join(files::PARTITION);
     let header = partition.columns();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    write_atomic_with(&path, |file| {
-        write_csv_rows(
-            file,
-            &path,
-            stamp,
-            &header,
-            partition.workers.iter().map(Partition::cells),
-        )
-    })
+    write_csv_file(
+        &path,
+        stamp,
+        &header,
+        partition.workers.iter().map(Partition::cells),
+    )
 }
 
 /// Writes the resolved scenario, `scenario.toml`, to `dir`, atomically.
