@@ -23,6 +23,8 @@
 //!
 //! Failures name the chapter file and the line of the block's opening fence.
 
+mod common;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,7 +45,7 @@ kind = "allreduce"
 "#;
 
 fn book_src() -> PathBuf {
-    manifest_dir().join("book").join("src")
+    common::manifest_dir().join("book").join("src")
 }
 
 /// Every `.md` file under `book/src`, as paths relative to it, sorted.
@@ -392,7 +394,7 @@ fn toml_blocks_parse_and_validate() {
                 let mut merged = match b.base() {
                     None => base.clone(),
                     Some(rel) => {
-                        let path = manifest_dir().join(rel);
+                        let path = common::manifest_dir().join(rel);
                         std::fs::read_to_string(&path)
                             .unwrap_or_else(|e| panic!("{at}: base={rel}: {e}"))
                             .parse()
@@ -461,7 +463,7 @@ fn the_tutorial_ends_at_the_shipped_scenario() {
         .rfind(|b| b.lang == "toml")
         .expect("the tutorial has a toml block");
     let shown: toml::Table = last.text.parse().expect("the tutorial's last block parses");
-    let path = manifest_dir().join("scenarios/papers/side-by-side.toml");
+    let path = common::manifest_dir().join("scenarios/papers/side-by-side.toml");
     let shipped: toml::Table = std::fs::read_to_string(&path)
         .unwrap()
         .parse()
@@ -473,12 +475,4 @@ fn the_tutorial_ends_at_the_shipped_scenario() {
         last.line,
         path.display()
     );
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

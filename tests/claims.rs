@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use common::*;
 
 fn claim_scenarios() -> Vec<PathBuf> {
-    let dir = manifest_dir().join("scenarios/claims");
+    let dir = common::manifest_dir().join("scenarios/claims");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -80,12 +80,4 @@ fn every_claim_scenario_cites_its_paper() {
             f.display()
         );
     }
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -178,7 +178,7 @@ fn a_missing_file() {
 /// Every scenario under `scenarios/`, subdirectories (the benchmarks of `perf/`) included.
 #[test]
 fn every_shipped_scenario_validates() {
-    let mut dirs = vec![manifest_dir().join("scenarios")];
+    let mut dirs = vec![common::manifest_dir().join("scenarios")];
     let mut seen = 0;
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -299,12 +299,4 @@ fn a_bandwidth_below_one_byte_per_second_and_the_slowest_legal_one() {
     assert_eq!(allreduce["algorithm"], "allreduce");
     assert_eq!(allreduce["worker_steps"], 0);
     assert_eq!(allreduce["sim_time_s"], 0.5);
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

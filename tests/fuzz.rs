@@ -16,6 +16,8 @@
 //! aborts the process (a stack overflow cannot be caught) is left in the file named by
 //! `DASIM_FUZZ_TRACE`, when set.
 
+mod common;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -207,7 +209,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
 }
 
 fn corpus() -> Vec<(PathBuf, String)> {
-    let root = manifest_dir();
+    let root = common::manifest_dir();
     let mut dirs = vec![root.join("scenarios"), root.join("tests/fuzz/corpus")];
     let mut out = Vec::new();
     while let Some(dir) = dirs.pop() {
@@ -368,12 +370,4 @@ fn sizes_that_would_exhaust_memory_time_or_stack_are_refused_or_handled() {
     )
     .unwrap();
     check(path, &scenario("65536", "kind = \"star\"", run)).unwrap();
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -12,7 +12,7 @@ use common::*;
 use dasim_reports::rundir::{CheckResult, RunData};
 
 fn paper(name: &str) -> String {
-    let path = manifest_dir().join("scenarios/papers").join(name);
+    let path = common::manifest_dir().join("scenarios/papers").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -298,7 +298,7 @@ fn side_by_side_the_asynchronous_algorithms_escape_the_straggler() {
 #[test]
 fn every_paper_scenario_has_its_section_in_the_readme() {
     let readme = paper("README.md");
-    let dir = manifest_dir().join("scenarios/papers");
+    let dir = common::manifest_dir().join("scenarios/papers");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".toml") {
@@ -332,12 +332,4 @@ fn on_resnet50s_clock_overlap_sgp_reaches_the_target_before_allreduce() {
             .unwrap_or(f64::INFINITY)
     };
     assert!(reached("overlap-sgp") < reached("sgp") && reached("sgp") < reached("allreduce"));
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -23,6 +23,8 @@
 //! kind without keys). A sub-section's heading documents its key in the parent (`[data.csv]`
 //! documents `csv` in `[data]`).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -589,7 +591,7 @@ fn differences(accepted: &BTreeMap<String, Keys>, docs: &[Documented]) -> Vec<St
 }
 
 fn reference() -> String {
-    let path = manifest_dir().join("book/src/scenario-reference.md");
+    let path = common::manifest_dir().join("book/src/scenario-reference.md");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -766,12 +768,4 @@ fn the_reference_parser_reads_sections_kinds_and_keys() {
         ),
         Some(BTreeSet::new())
     );
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

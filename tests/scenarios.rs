@@ -9,6 +9,8 @@
 //! loss is its suboptimality, starting from about 196) is trained when its final loss is below
 //! [`TRAINED_LOSS`].
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -23,7 +25,7 @@ const TRAINED_LOSS: f64 = 1e-2;
 
 #[test]
 fn every_scenario_trains_every_algorithm() {
-    let dir = manifest_dir().join("scenarios");
+    let dir = common::manifest_dir().join("scenarios");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -146,7 +148,7 @@ struct Golden {
 
 impl Golden {
     fn load() -> Golden {
-        let path = manifest_dir().join("tests/golden/outputs.json");
+        let path = common::manifest_dir().join("tests/golden/outputs.json");
         let bless = std::env::var_os("DASIM_BLESS").is_some();
         let expected = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
@@ -250,12 +252,4 @@ fn subset(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
         _ if want == have => {}
         _ => out.push(format!("{at}: {want} became {have}")),
     }
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -2,6 +2,8 @@
 //! and evaluated against synthetic run results (a `Summary` and the rows of `metrics.csv`,
 //! `series.csv`, `staleness.csv` and `utilization.csv`).
 
+mod common;
+
 use dasim_reports::claims::expr::parse;
 use dasim_reports::claims::{
     Bound, Claim, ClaimError, Expect, Facts, Op, Over, Quantities, RunView, Seeds,
@@ -699,7 +701,7 @@ note = "Lian et al. 2018"
 /// the code renders them: one owner, the code.
 #[test]
 fn the_book_lists_the_metric_set_of_the_code() {
-    let path = manifest_dir().join("../book/src/testing-claims.md");
+    let path = common::manifest_dir().join("../book/src/testing-claims.md");
     let book = std::fs::read_to_string(&path).unwrap();
     for (what, table) in [
         ("metric", dasim_reports::claims::metrics::markdown_table()),
@@ -749,12 +751,4 @@ fn dasgd_staleness_is_read_from_the_summary() {
             .count(),
         3
     );
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

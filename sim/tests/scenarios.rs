@@ -30,7 +30,7 @@ struct Sections {
 }
 
 fn scenario_files() -> Vec<PathBuf> {
-    let dir = manifest_dir().join("../scenarios");
+    let dir = common::manifest_dir().join("../scenarios");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -89,7 +89,7 @@ fn run_scenario(path: &PathBuf) -> Vec<(String, Outcome)> {
 }
 
 fn check_scenario(file: &str) {
-    let path = manifest_dir().join("../scenarios").join(file);
+    let path = common::manifest_dir().join("../scenarios").join(file);
     let text = std::fs::read_to_string(&path).unwrap();
     let s: Sections = toml::from_str(&text).unwrap();
     for (label, outcome) in run_scenario(&path) {
@@ -432,12 +432,4 @@ fn the_slowest_link_leaves_messages_in_flight_and_every_run_ends_at_its_stop() {
             assert_eq!(points[0].eval.loss, outcome.final_eval.loss);
         }
     }
-}
-
-/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
-/// target directory shared between clones keeps test binaries that another clone built (cargo
-/// does not rebuild them for a new path), with that clone's path compiled in.
-fn manifest_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -129,3 +129,11 @@ algorithm = "allreduce"
 op = "=="
 value = 0
 "#;
+
+/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
+/// target directory shared between clones keeps test binaries that another clone built (cargo
+/// does not rebuild them for a new path), with that clone's path compiled in.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}

@@ -278,3 +278,11 @@ pub fn rel_diff(a: &[f64], b: &[f64]) -> f64 {
         .map(|(x, y)| (x - y).abs() / y.abs().max(1.0))
         .fold(0.0, f64::max)
 }
+
+/// The package's directory: the running `cargo test`'s, else the one this test was built in. A
+/// target directory shared between clones keeps test binaries that another clone built (cargo
+/// does not rebuild them for a new path), with that clone's path compiled in.
+pub fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
