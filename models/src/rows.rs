@@ -562,23 +562,15 @@ impl Rows {
 
     /// Sets every listed row to their mean, atomically: `(Σ rows) / k`, summed in list order.
     pub fn average(&mut self, rows: &[usize]) {
-        let Some((&first, rest)) = rows.split_first() else {
+        if rows.is_empty() {
             return;
-        };
+        }
         for &r in rows {
             self.settle(r);
         }
         let mut mean = self.buffer();
-        mean.copy_from_slice(&self.params[first]);
-        for &r in rest {
-            for (m, x) in mean.iter_mut().zip(self.params[r].iter()) {
-                *m += x;
-            }
-        }
-        let k = rows.len() as f32;
-        for m in &mut mean {
-            *m /= k;
-        }
+        let terms: Vec<&[f32]> = rows.iter().map(|&r| &self.params[r][..]).collect();
+        mean_into(&mut mean, &terms);
         let mean = Arc::new(mean);
         for &r in rows {
             // The rows share one buffer: a later write to one of them copies it.
@@ -592,16 +584,9 @@ impl Rows {
         for r in range.clone() {
             self.settle(r);
         }
-        let k = range.len() as f32;
         let mut mean = vec![0.0; self.p];
-        for r in range {
-            for (m, x) in mean.iter_mut().zip(self.params[r].iter()) {
-                *m += x;
-            }
-        }
-        for m in &mut mean {
-            *m /= k;
-        }
+        let terms: Vec<&[f32]> = self.params[range].iter().map(|r| &r[..]).collect();
+        mean_into(&mut mean, &terms);
         mean
     }
 }
@@ -630,17 +615,31 @@ fn queue_cap(p: usize) -> usize {
     (QUEUE_FLOATS / p.max(1)).clamp(1, MAX_QUEUE)
 }
 
+/// Coordinates per tile of the combinations below: the output's tile (4 KB) stays in the
+/// first-level cache while every term is added to it, so a combination of `k` terms is one pass
+/// over memory instead of `k` (or `k + 1` with a copy first). Per coordinate the operations are
+/// those of one pass per term, in the same order, so the values are the same bits.
+const COMBINE_TILE: usize = 1024;
+
+/// The tiles of `0..len`.
+fn tiles(len: usize) -> impl Iterator<Item = Range<usize>> {
+    (0..len)
+        .step_by(COMBINE_TILE)
+        .map(move |start| start..(start + COMBINE_TILE).min(len))
+}
+
 /// `Σ weight · term` over `terms`, in order, in `f32`: the first term (times its weight unless
 /// the weight is 1), then each further one added.
 ///
 /// # Panics
 /// If `terms` is empty.
 pub fn combine(terms: &[(&[f32], f64)]) -> Vec<f32> {
-    let (&(first, w), rest) = terms
-        .split_first()
-        .expect("a combination has at least one term");
-    let mut out = first.to_vec();
-    combine_in_place(&mut out, w, rest);
+    let first = terms
+        .first()
+        .expect("a combination has at least one term")
+        .0;
+    let mut out = vec![0.0; first.len()];
+    combine_into(&mut out, terms);
     out
 }
 
@@ -652,29 +651,77 @@ pub fn combine_into(out: &mut [f32], terms: &[(&[f32], f64)]) {
     let (&(first, w), rest) = terms
         .split_first()
         .expect("a combination has at least one term");
-    out.copy_from_slice(first);
-    combine_in_place(out, w, rest);
+    if let [(second, v)] = *rest {
+        // Two terms, the usual case (a pairwise average, a difference): one loop.
+        let f = |x: f32, w: f64| if w == 1.0 { x } else { x * w as f32 };
+        for ((o, &a), &b) in out.iter_mut().zip(first).zip(second) {
+            *o = f(a, w) + f(b, v);
+        }
+        return;
+    }
+    for t in tiles(out.len()) {
+        let o = &mut out[t.clone()];
+        o.copy_from_slice(&first[t.clone()]);
+        scale_add(o, w, rest, t);
+    }
 }
 
 /// `out = w₀·out + Σ wₖ·termₖ`, in place: the arithmetic of [`combine`] with `out` as its first
-/// term, which both of the others call.
+/// term.
 pub fn combine_in_place(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)]) {
+    if let [(second, v)] = *rest {
+        // Two terms, the usual case (a pairwise mix, a received message added): one loop.
+        let f = |x: f32, w: f64| if w == 1.0 { x } else { x * w as f32 };
+        for (o, &b) in out.iter_mut().zip(second) {
+            *o = f(*o, w0) + f(b, v);
+        }
+        return;
+    }
+    for t in tiles(out.len()) {
+        scale_add(&mut out[t.clone()], w0, rest, t);
+    }
+}
+
+/// One tile of a combination: `o = w₀·o + Σ wₖ·termₖ[tile]`, a weight of 1 multiplying nothing.
+fn scale_add(o: &mut [f32], w0: f64, rest: &[(&[f32], f64)], tile: Range<usize>) {
     if w0 != 1.0 {
         let w = w0 as f32;
-        for o in out.iter_mut() {
+        for o in o.iter_mut() {
             *o *= w;
         }
     }
     for &(t, w) in rest {
+        let t = &t[tile.clone()];
         if w == 1.0 {
-            for (o, &x) in out.iter_mut().zip(t) {
+            for (o, &x) in o.iter_mut().zip(t) {
                 *o += x;
             }
         } else {
             let w = w as f32;
-            for (o, &x) in out.iter_mut().zip(t) {
+            for (o, &x) in o.iter_mut().zip(t) {
                 *o += x * w;
             }
+        }
+    }
+}
+
+/// The mean of `terms` into `out`: summed in order, then divided by their number, in `f32`.
+///
+/// # Panics
+/// If `terms` is empty.
+pub fn mean_into(out: &mut [f32], terms: &[&[f32]]) {
+    let (first, rest) = terms.split_first().expect("a mean has at least one term");
+    let k = terms.len() as f32;
+    for t in tiles(out.len()) {
+        let o = &mut out[t.clone()];
+        o.copy_from_slice(&first[t.clone()]);
+        for x in rest {
+            for (o, &x) in o.iter_mut().zip(&x[t.clone()]) {
+                *o += x;
+            }
+        }
+        for o in o.iter_mut() {
+            *o /= k;
         }
     }
 }
@@ -1006,5 +1053,76 @@ mod tests {
         let b = [10.0f32, 20.0];
         assert_eq!(combine(&[(&a, 1.0), (&b, 0.5)]), vec![6.0, 12.0]);
         assert_eq!(combine(&[(&a, 2.0)]), vec![2.0, 4.0]);
+    }
+
+    /// The fused and tiled loops give the bits of the definition: one pass per term over the
+    /// whole row (scale the first unless its weight is 1, then add each term, times its weight
+    /// unless 1), and the mean summed in order then divided. Rows longer than a tile, with a
+    /// ragged last tile, two terms (the fused loop) and more (the tiled one), weights 1, −1 and
+    /// others.
+    #[test]
+    fn fused_combinations_match_one_pass_per_term_bit_for_bit() {
+        fn passes(terms: &[(&[f32], f64)]) -> Vec<f32> {
+            let mut out = terms[0].0.to_vec();
+            if terms[0].1 != 1.0 {
+                for o in &mut out {
+                    *o *= terms[0].1 as f32;
+                }
+            }
+            for &(t, w) in &terms[1..] {
+                for (o, &x) in out.iter_mut().zip(t) {
+                    *o += if w == 1.0 { x } else { x * w as f32 };
+                }
+            }
+            out
+        }
+        // The first coordinate whose bits differ, not two vectors of thousands.
+        fn same(got: &[f32], want: &[f32], what: &str) {
+            let diff = bits(got).iter().zip(bits(want)).position(|(a, b)| *a != b);
+            assert_eq!(
+                diff,
+                None,
+                "{what}: {got:?} and {want:?} at the first difference",
+                got = diff.map(|i| got[i]),
+                want = diff.map(|i| want[i])
+            );
+        }
+        let p = 2 * COMBINE_TILE + 77;
+        let data: Vec<Vec<f32>> = (0..5)
+            .map(|t| gradient(t, p).iter().map(|x| x * 3.7 + t as f32).collect())
+            .collect();
+        let weights = [
+            [1.0, 1.0, 1.0, 1.0, 1.0],
+            [0.5, 0.3, -1.0, 0.7, 1.0],
+            [0.1, 1.0, 0.7, 1.0, -1.0],
+            [1.0, 0.37, 1.0, 0.5, 0.2],
+        ];
+        for w in weights {
+            for k in 1..=5 {
+                let terms: Vec<(&[f32], f64)> = (0..k).map(|t| (&data[t][..], w[t])).collect();
+                let want = passes(&terms);
+                same(
+                    &combine(&terms),
+                    &want,
+                    &format!("combine, {k} terms, {w:?}"),
+                );
+                let mut out = vec![f32::NAN; p];
+                combine_into(&mut out, &terms);
+                same(&out, &want, &format!("combine_into, {k} terms, {w:?}"));
+                let mut out = data[0].clone();
+                combine_in_place(&mut out, w[0], &terms[1..]);
+                same(&out, &want, &format!("combine_in_place, {k} terms, {w:?}"));
+            }
+        }
+        for k in 1..=5 {
+            let terms: Vec<&[f32]> = data[..k].iter().map(|d| &d[..]).collect();
+            let mut want = passes(&terms.iter().map(|&t| (t, 1.0)).collect::<Vec<_>>());
+            for m in &mut want {
+                *m /= k as f32;
+            }
+            let mut out = vec![f32::NAN; p];
+            mean_into(&mut out, &terms);
+            same(&out, &want, &format!("mean of {k}"));
+        }
     }
 }

@@ -62,7 +62,7 @@ use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
-use crate::rows::{Row, Rows, combine, combine_in_place, combine_into};
+use crate::rows::{Row, Rows, combine, combine_in_place, combine_into, mean_into};
 
 /// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
 /// models' activations).
@@ -971,16 +971,8 @@ impl ReplicaStore for BurnStore {
         owners.sort_unstable();
         owners.dedup();
         let mut mean = self.rows.buffer();
-        mean.copy_from_slice(&parts[0]);
-        for part in &parts[1..] {
-            for (m, x) in mean.iter_mut().zip(part.iter()) {
-                *m += x;
-            }
-        }
-        let k = parts.len() as f32;
-        for m in &mut mean {
-            *m /= k;
-        }
+        let terms: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
+        mean_into(&mut mean, &terms);
         for part in parts {
             self.rows.recycle(part);
         }
