@@ -369,7 +369,10 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
             let l = loaded.with_seed(seed)?;
             let problem = load_problem(&l)?;
             preflight(&l, &problem)?;
-            runner::check_memory(&runner::memory_estimate(&l, &problem, opts.execution), None)?;
+            runner::check_memory(
+                &runner::memory_estimate(&l, &problem, opts.execution)?,
+                None,
+            )?;
             claims = runner::claims(&l, &problem)?;
             runs.push((seed, l));
         }

@@ -538,8 +538,13 @@ fn resolved(loaded: &Loaded) -> String {
     kept
 }
 
-/// The memory the scenario's largest run will need (the algorithm with the most rows).
-pub fn memory_estimate(loaded: &Loaded, problem: &Problem, execution: Execution) -> MemoryEstimate {
+/// The memory the scenario's largest run will need (the algorithm with the most rows, or with
+/// the most messages queued behind the uplinks).
+pub fn memory_estimate(
+    loaded: &Loaded,
+    problem: &Problem,
+    execution: Execution,
+) -> Result<MemoryEstimate> {
     let s = &loaded.scenario;
     let n = s.cluster.workers;
     let extra = s
@@ -548,7 +553,11 @@ pub fn memory_estimate(loaded: &Loaded, problem: &Problem, execution: Execution)
         .map(|a| a.extra_nodes())
         .max()
         .unwrap_or(0);
-    MemoryEstimate::new(RunShape {
+    let mut queued = (0, 0);
+    for i in 0..s.algorithms.len() {
+        queued = queued.max(queued_messages(loaded, problem, i)?);
+    }
+    Ok(MemoryEstimate::new(RunShape {
         model: &problem.model,
         workers: n,
         rows: n + extra,
@@ -559,7 +568,57 @@ pub fn memory_estimate(loaded: &Loaded, problem: &Problem, execution: Execution)
             .unwrap_or(0),
         data_floats: problem.data_floats(),
         max_batch: execution.max_batch,
-    })
+        queued_messages: queued.0,
+        queued_models: queued.1,
+    }))
+}
+
+/// The messages the `i`-th algorithm will have waiting behind the workers' uplinks when its run
+/// ends, and the model-sized buffers they hold: for a worker that posts `k` whole-model
+/// messages of `S` bytes per step of `t` seconds without waiting for anything
+/// ([`AlgorithmConfig::unthrottled_posts`]), on an uplink of `B` bytes/s, `(k/t − B/S) · T`
+/// over a run of `T` simulated seconds when positive (at most the `k·T/t` it posts), holding
+/// one buffer per `k` of them. `T` is `run.sim_time_s`, or the time the workers take for
+/// `run.worker_steps` (or `run.epochs`) at their base step times, whichever comes first.
+/// Stragglers, congestion and faults only slow the posting, so this errs on the high side.
+fn queued_messages(loaded: &Loaded, problem: &Problem, i: usize) -> Result<(u64, u64)> {
+    let s = &loaded.scenario;
+    let n = s.cluster.workers;
+    let (cluster, network, topology) = build_system(loaded, problem, i)?;
+    let alg = &s.algorithms[i];
+    let posts: Vec<usize> = (0..n)
+        .map(|w| alg.unthrottled_posts(w, &topology))
+        .collect();
+    if posts.iter().all(|&k| k == 0) {
+        return Ok((0, 0));
+    }
+    let step_s: Vec<f64> = (0..n)
+        .map(|w| cluster.base_step_time(w).as_secs_f64())
+        .collect();
+    // Worker steps per simulated second, all workers together.
+    let rate: f64 = step_s.iter().map(|t| 1.0 / t).sum();
+    let samples_per_epoch = problem.train_samples() as f64;
+    let lengths = [
+        s.run.sim_time_s,
+        s.run.worker_steps.map(|k| k as f64 / rate),
+        s.run
+            .epochs
+            .map(|e| e * samples_per_epoch / s.data.batch_size as f64 / rate),
+    ];
+    let run_s = lengths.into_iter().flatten().fold(f64::INFINITY, f64::min);
+    let bytes = network.payload_bytes(problem.model.num_params()) as f64;
+    let (mut messages, mut models) = (0.0, 0.0);
+    for w in 0..n {
+        let (k, t) = (posts[w] as f64, step_s[w]);
+        if k == 0.0 || t <= 0.0 {
+            continue;
+        }
+        let carried = network.uplink_bandwidth(w) as f64 / bytes.max(1.0);
+        let waiting = ((k / t - carried).max(0.0) * run_s).min(k * run_s / t);
+        messages += waiting;
+        models += waiting / k;
+    }
+    Ok((messages.round() as u64, models.round() as u64))
 }
 
 /// Refuses, before anything is written, a run whose memory estimate exceeds `limit` (or, when
@@ -575,10 +634,18 @@ pub fn check_memory(estimate: &MemoryEstimate, limit: Option<u64>) -> Result<()>
     if estimate.total() <= limit {
         return Ok(());
     }
+    let hint = if estimate.queued > estimate.total() / 2 {
+        // Messages posted faster than the uplinks carry them pile up for the whole run.
+        "most of it is messages waiting behind the workers' uplinks, which grow with the run's \
+         length: shorten the run (run.sim_time_s, run.worker_steps), give the network more \
+         bandwidth, use fewer workers, or let DASGD forward along the graph \
+         (broadcast = \"topology\")"
+    } else {
+        "use fewer workers, a smaller model or minibatch, `--max-batch` to evaluate fewer \
+         gradients per pass, or `--backend flex` to train in main memory"
+    };
     Err(Error::Memory(format!(
-        "this run needs an estimated {estimate}, more than {what} ({}); \
-         hint: use fewer workers, a smaller model or minibatch, `--max-batch` to evaluate fewer \
-         gradients per pass, or `--backend flex` to train in main memory",
+        "this run needs an estimated {estimate}, more than {what} ({}); hint: {hint}",
         Bytes(limit)
     )))
 }
@@ -628,7 +695,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     let claims = claims(loaded, &problem)?;
     let quantities = quantities(loaded, &problem, &claims)?;
     let backend = &opts.backend;
-    let estimate = memory_estimate(loaded, &problem, opts.execution);
+    let estimate = memory_estimate(loaded, &problem, opts.execution)?;
     check_memory(&estimate, opts.memory_limit)?;
     if opts.progress {
         eprintln!("memory: estimated {estimate}");

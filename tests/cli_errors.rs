@@ -219,6 +219,56 @@ fn memory_estimate_over_the_limit_is_refused_before_the_run() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// DASGD broadcasting ResNet-50-sized gradients (102 MB) over 10 GbE posts its messages far
+/// faster than the uplinks carry them, so they pile up for the whole run: the estimate counts
+/// them and the run is refused, with a hint about what grows. Forwarding along the ring posts
+/// two per step instead of 255, and goes ahead under the same limit.
+#[test]
+fn messages_piling_up_behind_the_uplinks_are_estimated_and_refused() {
+    let text = |broadcast: &str| {
+        format!(
+            r#"
+[cluster]
+workers = 256
+device_tflops = 15.7
+[network]
+preset = "10gbe"
+[topology]
+kind = "ring"
+[model]
+kind = "timing"
+preset = "resnet50"
+[data]
+batch_size = 32
+[run]
+sim_time_s = 20.0
+eval_every_s = 10.0
+[[algorithms]]
+kind = "dasgd"
+broadcast = "{broadcast}"
+"#
+        )
+    };
+    let (dir, path) = scenario(&text("all"), "all.toml");
+    let out = dir.path().join("out");
+    let o = dasim_run_flex(&path, &out, &["--memory-limit", "1GiB"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    for needle in [
+        "queued in the network",
+        "more than the limit set by --memory-limit (1.0 GiB)",
+        "messages waiting behind the workers' uplinks",
+        "broadcast = \"topology\"",
+    ] {
+        assert!(err.contains(needle), "`{needle}` not in:\n{err}");
+    }
+    assert!(!out.exists(), "a refused run writes nothing");
+    let (dir, path) = scenario(&text("topology"), "topology.toml");
+    let out = dir.path().join("out");
+    let o = dasim_run_flex(&path, &out, &["--memory-limit", "1GiB"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn zero_threads_and_batches_are_usage_errors() {
     let (dir, path) = scenario(SMALL, "s.toml");

@@ -318,6 +318,15 @@ impl Problem {
         }
     }
 
+    /// Samples in an epoch, as a run counts them: a timing model's `train_samples`, else the
+    /// training split's.
+    pub fn train_samples(&self) -> usize {
+        match &self.model {
+            Model::Timing(shape) => usize::try_from(shape.train_samples).unwrap_or(usize::MAX),
+            _ => self.split.train.len(),
+        }
+    }
+
     /// Features of the training and test splits together (numbers), for the memory estimate.
     pub fn data_floats(&self) -> usize {
         self.split.train.features.len() + self.split.test.features.len()

@@ -803,6 +803,17 @@ impl AlgorithmSpec for DasgdConfig {
         self.broadcast == Broadcast::Topology
     }
 
+    /// Each gradient goes at once to every other worker, or to the worker's neighbours (its
+    /// children in its own tree), whatever the uplink still has to send: with messages slower
+    /// to send than a step, they pile up behind it. (The relays of others' gradients are paced
+    /// by their arrivals, and are not counted.)
+    fn unthrottled_posts(&self, worker: usize, topology: &Topology) -> usize {
+        match self.broadcast {
+            Broadcast::All => topology.len().saturating_sub(1),
+            Broadcast::Topology => topology.neighbors(worker).len(),
+        }
+    }
+
     fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
         // Every kind: see the module's "Under faults".
         Ok(())

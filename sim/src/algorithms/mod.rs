@@ -106,6 +106,15 @@ pub trait AlgorithmSpec {
         0
     }
 
+    /// Whole-model messages worker `worker` posts on its own uplink per step without waiting
+    /// for anything (no reply, no barrier, no bound on what it has in flight), for the memory
+    /// estimate: where they come faster than the uplink carries them, they queue for the rest
+    /// of the run. 0 by default: every other algorithm waits for something before it posts
+    /// again, so what it has queued is bounded by the workers.
+    fn unthrottled_posts(&self, _worker: usize, _topology: &Topology) -> usize {
+        0
+    }
+
     /// Whether the algorithm reads the communication graph (`[topology]`, or the entry's own);
     /// `true` by default. All-reduce SGD, local SGD and LAP/LPP-SGD run their ring over worker
     /// ids, the parameter server talks to its shards, and DASGD broadcasting to all uses no
@@ -329,6 +338,12 @@ impl AlgorithmConfig {
     /// Whether the algorithm reads the communication graph ([`AlgorithmSpec::uses_topology`]).
     pub fn uses_topology(&self) -> bool {
         self.algorithm.spec().uses_topology()
+    }
+
+    /// Whole-model messages `worker` posts per step without waiting for anything, on
+    /// `topology` ([`AlgorithmSpec::unthrottled_posts`]).
+    pub fn unthrottled_posts(&self, worker: usize, topology: &Topology) -> usize {
+        self.algorithm.spec().unthrottled_posts(worker, topology)
     }
 
     /// Network nodes the algorithm needs besides the workers ([`AlgorithmSpec::extra_nodes`]).

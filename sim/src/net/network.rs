@@ -318,6 +318,11 @@ impl Network {
         }
     }
 
+    /// The rate at which `node`'s NIC sends, without congestion, bytes/s.
+    pub fn uplink_bandwidth(&self, node: usize) -> u64 {
+        self.up_bps[node]
+    }
+
     /// The rate of link `src -> dst` without congestion, bytes/s.
     pub fn link_bandwidth(&self, src: usize, dst: usize) -> u64 {
         let nic = self.up_bps[src].min(self.down_bps[dst]);
