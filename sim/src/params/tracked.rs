@@ -131,10 +131,13 @@ impl Resolved {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct RowVersions {
     lineage: Lineage,
-    /// `(write number, coordinates touched)`, in increasing order.
-    writes: Vec<(u64, Range<usize>)>,
-    /// How many of `writes` touched only part of the row (none: counting is a binary search).
-    partial: usize,
+    /// The write numbers of the row's writes, in increasing order: 8 bytes each, since a row
+    /// of DASGD at a thousand workers is written a thousand times per step, and they are
+    /// searched at every application.
+    writes: Vec<u64>,
+    /// `(write number, coordinates touched)` of the writes among `writes` that touched only part
+    /// of the row, in increasing order (none, nearly always: counting is then a search).
+    partial: Vec<(u64, Range<usize>)>,
     /// Writes of the row so far (forgotten ones included): the writes after a read of the row
     /// are this count now less the count at the read.
     total: u64,
@@ -543,8 +546,10 @@ impl<'s> Tracked<'s> {
                 v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
             }
         }
-        v.writes.push((seq, block));
-        v.partial += usize::from(!full);
+        v.writes.push(seq);
+        if !full {
+            v.partial.push((seq, block));
+        }
         v.total += 1;
         self.logged_writes += 1;
     }
@@ -573,12 +578,12 @@ impl<'s> Tracked<'s> {
                 }
             }
         }
-        let full = self.full();
         let mut left = 0;
         for v in &mut self.rows {
-            let cut = v.writes.partition_point(|(s, _)| *s <= keep_after);
-            v.partial -= v.writes[..cut].iter().filter(|(_, b)| *b != full).count();
+            let cut = v.writes.partition_point(|s| *s <= keep_after);
             v.writes.drain(..cut);
+            let cut = v.partial.partition_point(|(s, _)| *s <= keep_after);
+            v.partial.drain(..cut);
             left += v.writes.len();
         }
         let cut = self.iterations.partition_point(|s| *s <= keep_after);
@@ -633,7 +638,7 @@ impl<'s> Tracked<'s> {
         });
         let v = &self.rows[t];
         let writes = &v.writes;
-        if v.partial == 0 {
+        if v.partial.is_empty() {
             // Every write touched the whole row, so every part: count those after the oldest
             // threshold. When that is the read of this very row, they are the row's writes
             // since the read; otherwise they are searched.
@@ -641,17 +646,23 @@ impl<'s> Tracked<'s> {
             let stale = if read.worker == t && oldest == read.seq {
                 (v.total - read.row_writes) as usize
             } else {
-                writes.len() - rank(writes.len(), |k| writes[k].0, oldest)
+                writes.len() - rank(writes.len(), |k| writes[k], oldest)
             };
             return Some((read.worker, stale as u64, read.time));
         }
         let parts: Vec<(Range<usize>, u64)> = parts.collect();
         let oldest = parts.iter().map(|(_, s)| *s).min()?;
         let mut stale = 0;
-        for (seq, touched) in writes.iter().rev() {
+        // Newest first; a write is partial when it is the next of `partial` from the end.
+        let mut partial = v.partial.iter().rev().peekable();
+        for seq in writes.iter().rev() {
             if *seq <= oldest {
                 break;
             }
+            let touched = match partial.next_if(|(s, _)| s == seq) {
+                Some((_, b)) => b.clone(),
+                None => 0..self.params,
+            };
             if parts
                 .iter()
                 .any(|(b, s)| seq > s && touched.start < b.end && b.start < touched.end)
