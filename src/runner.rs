@@ -580,7 +580,9 @@ pub fn memory_estimate(
 /// over a run of `T` simulated seconds when positive (at most the `k·T/t` it posts), holding
 /// one buffer per `k` of them. `T` is `run.sim_time_s`, or the time the workers take for
 /// `run.worker_steps` (or `run.epochs`) at their base step times, whichever comes first.
-/// Stragglers, congestion and faults only slow the posting, so this errs on the high side.
+/// Stragglers and faults only slow the posting, which makes this err on the high side; the
+/// uplink is taken at its nominal rate, so congestion, a slower downlink at the receivers or
+/// background traffic, which slow the carrying, make it err on the low side.
 fn queued_messages(loaded: &Loaded, problem: &Problem, i: usize) -> Result<(u64, u64)> {
     let s = &loaded.scenario;
     let n = s.cluster.workers;
