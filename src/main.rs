@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 
 use dasim::checkpoint::RunCheckpoint;
 use dasim::outputs::{fixed, sci};
-use dasim::runner::{load_problem, preflight};
+use dasim::runner::{load_problem, memory_estimate, preflight};
 use dasim::{Error, Loaded, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
 use dasim_reports::rundir::{CheckResult, Stopped};
@@ -515,6 +515,10 @@ fn execute(command: Command) -> dasim::Result<()> {
                 s.algorithms.len(),
                 problem.model.num_params(),
             );
+            // What `dasim run` would check before it starts (without --max-batch), so that a
+            // large run can be sized before it is submitted.
+            let estimate = memory_estimate(&loaded, &problem, Execution::default())?;
+            println!("memory: estimated {estimate}");
             Ok(())
         }
         Command::Run {

@@ -250,6 +250,14 @@ broadcast = "{broadcast}"
         )
     };
     let (dir, path) = scenario(&text("all"), "all.toml");
+    // `validate` prints the estimate, so a run can be sized before it is submitted.
+    let o = dasim(&["validate", path.to_str().unwrap()]);
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        printed.contains("memory: estimated") && printed.contains("queued in the network"),
+        "{printed}"
+    );
     let out = dir.path().join("out");
     let o = dasim_run_flex(&path, &out, &["--memory-limit", "1GiB"]);
     let err = stderr(&o);
