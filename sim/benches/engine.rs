@@ -178,3 +178,38 @@ fn dasgd_topology(bencher: Bencher, workers: usize) {
         .counter(ItemsCount::new(events))
         .bench(|| simulate_steps(&alg, workers, steps));
 }
+
+/// The event queue alone, in the classic "hold" model: `pending` events wait; each operation
+/// takes the earliest and schedules one in its place a random delay later (up to 10 ms, in
+/// steps of 256 ns so that some tie), 200,000 times. The queue is filled outside the timing.
+/// Events per second here are what the queue costs; the benches above add the cluster, network,
+/// algorithm and staleness recorder around it.
+#[divan::bench(args = [1024, 100_000], sample_count = 10)]
+fn queue_hold(bencher: Bencher, pending: usize) {
+    use dasim_sim::engine::{EventQueue, SimTime};
+    use rand::{Rng, SeedableRng};
+    const HOLDS: u64 = 200_000;
+    bencher
+        .counter(ItemsCount::new(HOLDS))
+        .with_inputs(|| {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+            let mut q = EventQueue::new();
+            for i in 0..pending {
+                q.push(
+                    SimTime::from_nanos(rng.random_range(0..10_000_000)),
+                    i as u64,
+                );
+            }
+            (q, rng)
+        })
+        .bench_values(|(mut q, mut rng)| {
+            let mut sum = 0u64;
+            for _ in 0..HOLDS {
+                let (t, e) = q.pop().expect("pending events");
+                sum = sum.wrapping_add(e);
+                let delay = rng.random_range(0..10_000_000u64) & !0xff;
+                q.push(SimTime::from_nanos(t.as_nanos() + delay), e);
+            }
+            sum
+        });
+}
