@@ -13,7 +13,7 @@
 //! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
 //! | data | the training and test features, twice (host copy and device copy) |
 //! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients |
-//! | queued | `m · 96 + g · P · 4`: `m` messages still waiting behind their sender's uplink at the end of the run, [`QUEUED_MESSAGE_BYTES`] each, holding `g` model-sized buffers |
+//! | queued | `m · 72 + g · P · 4`: `m` messages still waiting behind their sender's uplink at the end of the run, [`QUEUED_MESSAGE_BYTES`] each, holding `g` model-sized buffers |
 //!
 //! The queued messages are those of an algorithm that posts without waiting for anything
 //! (DASGD: every gradient to every other worker, or to its neighbours) faster than the uplink
@@ -47,11 +47,12 @@ pub struct MemoryEstimate {
     pub queued: u64,
 }
 
-/// Memory of one message waiting in the network (its event, its record in the sender's
-/// queue and the algorithm's note of it), bytes. Measured: DASGD broadcasting ResNet-50-sized
-/// gradients on 10 GbE at 1,024 workers, whose messages nearly all queue, peaked at 1.10 GB
-/// with 9.4 million messages posted and 4.02 GB with 40.9 million, 95 bytes per message.
-pub const QUEUED_MESSAGE_BYTES: u64 = 96;
+/// Memory of one message waiting in the network (its key in the event queue and its event,
+/// 48 bytes, with the growth of their arrays), bytes. Measured: DASGD broadcasting
+/// ResNet-50-sized gradients on 10 GbE at 1,024 workers, whose messages nearly all queue,
+/// peaked at 0.86 GB with 9.4 million messages posted and 3.03 GB with 40.9 million, 69 bytes
+/// per message.
+pub const QUEUED_MESSAGE_BYTES: u64 = 72;
 
 /// What a run is made of, for [`MemoryEstimate::new`].
 #[derive(Clone, Copy, Debug)]

@@ -142,24 +142,28 @@ impl DasgdConfig {
     }
 }
 
-/// Events of DASGD.
+/// Events of DASGD. A broadcast is `n − 1` of them at once, every one waiting in the queue until
+/// its delivery (a hundred million where the uplinks cannot keep up), so they are kept small:
+/// 24 bytes.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
     /// `worker` finished computing its gradient (the second field: its crash count when the
     /// step started; a step abandoned by a crash is ignored).
-    ComputeDone(usize, u64),
+    ComputeDone(u32, u64),
     /// Gradient `grad`, the `seq`-th of `origin`, reached `to`.
     Gradient {
         /// Receiver.
-        to: usize,
+        to: u32,
         /// The worker that computed it.
-        origin: usize,
+        origin: u32,
         /// Its index among `origin`'s gradients.
-        seq: u64,
+        seq: u32,
         /// The gradient.
         grad: GradId,
     },
 }
+
+const _: () = assert!(std::mem::size_of::<Option<Event>>() <= 24);
 
 /// The gradient set `R` of the model a gradient was computed on: its origin's, when the step
 /// started. Stored as its size and the origins' counters that are not zero, so a snapshot costs
@@ -555,7 +559,7 @@ impl Dasgd {
     }
 
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let grad = cx.start_step(w, Event::ComputeDone(w, self.life[w]));
+        let grad = cx.start_step(w, Event::ComputeDone(w as u32, self.life[w]));
         let row = &self.counts[w * self.n..(w + 1) * self.n];
         // While nothing has been lost, an origin whose gradients in `R` every model has applied
         // cannot count in any later `|R \ G_j|` (`r[o] ≤ done[o] ≤ c_j[o]`, and the fate of
@@ -667,9 +671,9 @@ impl Dasgd {
                 c,
                 bytes,
                 Event::Gradient {
-                    to: c,
-                    origin,
-                    seq,
+                    to: c as u32,
+                    origin: origin as u32,
+                    seq: u32::try_from(seq).expect("fewer than 2^32 gradients per worker"),
                     grad,
                 },
             );
@@ -696,8 +700,9 @@ impl Algorithm for Dasgd {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
-            Event::ComputeDone(w, life) if life != self.life[w] => {}
+            Event::ComputeDone(w, life) if life != self.life[w as usize] => {}
             Event::ComputeDone(w, _) => {
+                let w = w as usize;
                 let (grad, read) = self.grads[w].take().expect("a gradient in flight");
                 let seq = self.count(w, w);
                 let s = self.measure(w, w, &read);
@@ -725,13 +730,16 @@ impl Algorithm for Dasgd {
                 origin,
                 seq,
                 grad,
-            } if !cx.deliverable(to) => self.lose(to, origin, seq, grad, cx),
+            } if !cx.deliverable(to as usize) => {
+                self.lose(to as usize, origin as usize, u64::from(seq), grad, cx)
+            }
             Event::Gradient {
                 to,
                 origin,
                 seq,
                 grad,
             } => {
+                let (to, origin, seq) = (to as usize, origin as usize, u64::from(seq));
                 // Per-origin FIFO: the gradients skipped were lost on the way.
                 debug_assert!(
                     (self.count(to, origin)..seq)
