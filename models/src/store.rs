@@ -504,9 +504,11 @@ impl BurnStore {
     }
 
     fn gradient(&mut self, id: GradId) -> Arc<Vec<f32>> {
-        if !self.ready.contains_key(&id) {
-            self.flush();
+        // One lookup when it is computed (nearly always: DASGD applies each gradient `n` times).
+        if let Some(g) = self.ready.get(&id) {
+            return Arc::clone(g);
         }
+        self.flush();
         self.ready
             .get(&id)
             .cloned()
@@ -992,11 +994,12 @@ impl ReplicaStore for BurnStore {
         // The state part of the block: the state delta, added only to a row that computed the
         // gradient (the state rule of `ReplicaStore::apply_gradient_block`).
         let state = block.start.max(split)..block.end;
-        let owner = self
-            .owners
-            .get(&grad)
-            .is_some_and(|o| o.binary_search(&row).is_ok());
-        if !state.is_empty() && owner {
+        if !state.is_empty()
+            && self
+                .owners
+                .get(&grad)
+                .is_some_and(|o| o.binary_search(&row).is_ok())
+        {
             self.rows.add_block(row, &g[state.clone()], state);
         }
         // The trainable part: the optimizer step.
