@@ -577,8 +577,8 @@ pub fn memory_estimate(
 /// ends, and the model-sized buffers they hold: for a worker that posts `k` whole-model
 /// messages of `S` bytes per step of `t` seconds without waiting for anything
 /// ([`AlgorithmConfig::unthrottled_posts`]), on an uplink of `B` bytes/s, `(k/t − B/S) · T`
-/// over a run of `T` simulated seconds when positive (at most the `k·T/t` it posts), holding
-/// one buffer per `k` of them. `T` is `run.sim_time_s`, or the time the workers take for
+/// over a run of `T` simulated seconds when positive, plus the `k` of the step being sent (at
+/// most the `k·T/t` it posts), holding one buffer per `k` of them. `T` is `run.sim_time_s`, or the time the workers take for
 /// `run.worker_steps` (or `run.epochs`) at their base step times, whichever comes first.
 /// Stragglers and faults only slow the posting, which makes this err on the high side; the
 /// uplink is taken at its nominal rate, so congestion, a slower downlink at the receivers or
@@ -616,7 +616,9 @@ fn queued_messages(loaded: &Loaded, problem: &Problem, i: usize) -> Result<(u64,
             continue;
         }
         let carried = network.uplink_bandwidth(w) as f64 / bytes.max(1.0);
-        let waiting = ((k / t - carried).max(0.0) * run_s).min(k * run_s / t);
+        // The backlog, plus the `k` of the step being sent (in flight even when the uplink keeps
+        // up), but never more than the run posts.
+        let waiting = ((k / t - carried).max(0.0) * run_s + k).min(k * run_s / t);
         messages += waiting;
         models += waiting / k;
     }

@@ -393,11 +393,12 @@ fn a_proxy_trains_a_small_model_on_a_big_ones_clock() {
 /// 10 ms steps broadcasting (DASGD, `broadcast = "all"`) a model of 12.5 M parameters (50 MB
 /// per message) on 1 Gbit/s (125 MB/s): each posts 3 messages per step, 300 per second, and its
 /// uplink carries 2.5 per second, so 297.5 per second pile up. Over 2 simulated seconds that is
-/// 595 per worker, 2,380 in all, holding 2,380 / 3 gradients (a timing model's buffers hold
-/// nothing). A worker-step or epoch budget stops it sooner: 400 steps at 400 per second is one
-/// second.
-/// Forwarding along the ring posts 2 per step (the worker's neighbours), and an algorithm that
-/// waits for its replies posts none unthrottled.
+/// 595 per worker, and the 3 of the step being sent: 598, 2,392 in all, holding 2,392 / 3
+/// gradients (a timing model's buffers hold nothing). A worker-step or epoch budget stops it
+/// sooner: 400 steps at 400 per second is one second, in which each worker posts only 300.
+/// Forwarding along the ring posts 2 per step (the worker's neighbours); with a fast network
+/// nothing piles up and only the step being sent is in flight; an algorithm that waits for its
+/// replies posts none unthrottled.
 #[test]
 fn messages_queued_behind_the_uplinks_have_a_closed_form() {
     use dasim::runner::{load_problem, memory_estimate};
@@ -405,14 +406,14 @@ fn messages_queued_behind_the_uplinks_have_a_closed_form() {
     use dasim_models::Execution;
     use dasim_models::memory::QUEUED_MESSAGE_BYTES;
 
-    let estimate = |run: &str, algorithm: &str| {
+    let estimate_on = |gbps: f64, run: &str, algorithm: &str| {
         let text = format!(
             r#"
 [cluster]
 workers = 4
 step_time_ms = 10.0
 [network]
-bandwidth_gbps = 1.0
+bandwidth_gbps = {gbps}
 [topology]
 kind = "ring"
 [model]
@@ -432,22 +433,27 @@ batch_size = 32
         let problem = load_problem(&loaded).unwrap();
         memory_estimate(&loaded, &problem, Execution::default()).unwrap()
     };
+    let estimate = |run: &str, algorithm: &str| estimate_on(1.0, run, algorithm);
     let all = "kind = \"dasgd\"\nbroadcast = \"all\"";
     let e = estimate("sim_time_s = 2.0", all);
-    assert_eq!(e.queued, 2_380 * QUEUED_MESSAGE_BYTES, "{e}");
+    assert_eq!(e.queued, 2_392 * QUEUED_MESSAGE_BYTES, "{e}");
     assert!(e.to_string().contains("queued in the network"), "{e}");
     assert_eq!(e.total(), e.queued, "a timing model holds no parameters");
+    // 297.5 waiting and 3 in flight, but the run posts only 300 per worker.
     let e = estimate("sim_time_s = 2.0\nworker_steps = 400", all);
-    assert_eq!(e.queued, 1_190 * QUEUED_MESSAGE_BYTES, "{e}");
+    assert_eq!(e.queued, 1_200 * QUEUED_MESSAGE_BYTES, "{e}");
     // So does an epoch budget: 0.4 epochs of 32,000 samples are 400 steps of 32.
     let e = estimate("sim_time_s = 2.0\nepochs = 0.4", all);
-    assert_eq!(e.queued, 1_190 * QUEUED_MESSAGE_BYTES, "{e}");
-    // Two neighbours on the ring: (200 − 2.5) per second and worker, for 2 s.
+    assert_eq!(e.queued, 1_200 * QUEUED_MESSAGE_BYTES, "{e}");
+    // Two neighbours on the ring: (200 − 2.5) per second and worker for 2 s, and 2 in flight.
     let e = estimate(
         "sim_time_s = 2.0",
         "kind = \"dasgd\"\nbroadcast = \"topology\"",
     );
-    assert_eq!(e.queued, 1_580 * QUEUED_MESSAGE_BYTES, "{e}");
+    assert_eq!(e.queued, 1_588 * QUEUED_MESSAGE_BYTES, "{e}");
+    // On 1 Tbit/s the uplinks carry 2,500 per second: only the 3 of each worker's step.
+    let e = estimate_on(1000.0, "sim_time_s = 2.0", all);
+    assert_eq!(e.queued, 12 * QUEUED_MESSAGE_BYTES, "{e}");
     for other in [
         "kind = \"adpsgd\"",
         "kind = \"allreduce\"",
