@@ -227,7 +227,8 @@ impl Golden {
         assert!(
             self.mismatches.is_empty(),
             "outputs differ from tests/golden/outputs.json (re-bless with DASIM_BLESS=1 only if \
-             the change is meant to move them):\n{}",
+             the change is meant to move them){}:\n{}",
+            host_hint(),
             self.mismatches.join("\n")
         );
     }
@@ -252,4 +253,17 @@ fn subset(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
         _ if want == have => {}
         _ => out.push(format!("{at}: {want} became {have}")),
     }
+}
+
+/// The golden file is blessed on an x86-64 CPU with AVX-512, where gemm (flex's matrix products)
+/// runs its AVX-512 kernels; elsewhere it picks other kernels at run time, whose sums round
+/// differently, so a model's numbers move in their last bits while the timeline stays (the book's
+/// architecture chapter, "Determinism rules"). Said in the failure, where it applies.
+fn host_hint() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return "";
+    }
+    "; this CPU has no AVX-512, and the file was blessed on one: matrix products round \
+     differently here, so compare the timeline columns, or bless a local copy"
 }
