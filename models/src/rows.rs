@@ -692,10 +692,7 @@ pub fn combine_into(out: &mut [f32], terms: &[(&[f32], f64)]) {
         .expect("a combination has at least one term");
     if let [(second, v)] = *rest {
         // Two terms, the usual case (a pairwise average, a difference): one loop.
-        let f = |x: f32, w: f64| if w == 1.0 { x } else { x * w as f32 };
-        for ((o, &a), &b) in out.iter_mut().zip(first).zip(second) {
-            *o = f(a, w) + f(b, v);
-        }
+        mix_two_into(out, first, w, second, v);
         return;
     }
     for t in tiles(out.len()) {
@@ -715,6 +712,16 @@ pub fn combine_in_place(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)]) {
     }
     for t in tiles(out.len()) {
         scale_add(&mut out[t.clone()], w0, rest, t);
+    }
+}
+
+wide! {
+    /// `o = w₀·a + w₁·b`, a weight of 1 multiplying nothing.
+    fn mix_two_into(out: &mut [f32], first: &[f32], w: f64, second: &[f32], v: f64) {
+        let f = |x: f32, w: f64| if w == 1.0 { x } else { x * w as f32 };
+        for ((o, &a), &b) in out.iter_mut().zip(first).zip(second) {
+            *o = f(a, w) + f(b, v);
+        }
     }
 }
 
