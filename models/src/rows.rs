@@ -342,8 +342,18 @@ impl Rows {
         debug_assert_eq!(value.len(), self.p);
         // The queued steps move the momentum even though the value is replaced.
         self.settle(r);
-        let old = std::mem::replace(&mut self.params[r], Arc::new(value));
-        self.recycle(old);
+        match Arc::get_mut(&mut self.params[r]) {
+            // Nobody else holds the row (or `take_unique` left it empty): the value goes into
+            // the row's own `Arc`, with no allocation, and the old buffer is a spare.
+            Some(slot) => {
+                let old = std::mem::replace(slot, value);
+                self.recycle_vec(old);
+            }
+            None => {
+                let old = std::mem::replace(&mut self.params[r], Arc::new(value));
+                self.recycle(old);
+            }
+        }
     }
 
     /// Row `r`'s buffer, taken out for writing in place when nobody else holds it (the row is
@@ -351,11 +361,8 @@ impl Rows {
     /// snapshot or a message shares it.
     pub fn take_unique(&mut self, r: usize) -> Option<Vec<f32>> {
         self.settle(r);
-        if Arc::strong_count(&self.params[r]) > 1 || Arc::weak_count(&self.params[r]) > 0 {
-            return None;
-        }
-        let row = std::mem::replace(&mut self.params[r], Arc::new(Vec::new()));
-        Some(Arc::try_unwrap(row).expect("a row no one else holds"))
+        // The buffer is taken out of the row's `Arc`, which stays (empty) for `set` to refill.
+        Arc::get_mut(&mut self.params[r]).map(std::mem::take)
     }
 
     /// Exchanges the optimizer states of rows `a` and `b`; their parameters stay.
