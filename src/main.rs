@@ -27,10 +27,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Tells mimalloc never to return freed memory to the kernel, unless the user set
-/// `MIMALLOC_PURGE_DELAY` themselves. By default it gives back memory unused for 10 ms, and a
-/// flush's next matrix products fault it in again as pages the kernel must zero: on the 16-worker
-/// MLP 784-128-10 benchmark that was a fifth of the wall time. The cost is a higher peak of
-/// resident memory (the book's performance chapter has both figures).
+/// `MIMALLOC_PURGE_DELAY` themselves. By default (mimalloc 3, `options.c`) it gives back memory
+/// unused for a second, and a later flush's matrix products fault it in again as pages the
+/// kernel must zero: on the 16-worker MLP 784-128-10 benchmark the page zeroing was a tenth to
+/// a fifth of the samples. The cost can be a higher peak of resident memory (the book's
+/// performance chapter has the figures).
 fn keep_freed_memory() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: `mi_option_set` is not thread-safe; this runs first in `main`, before any
