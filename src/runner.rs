@@ -754,7 +754,14 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     };
 
     let (mut summary, mut timings) = match resume {
-        Some(ckpt) => (ckpt.summary()?, ckpt.timings()?),
+        Some(ckpt) => {
+            let mut timings = ckpt.timings()?;
+            if timings.cpu_kernels.is_empty() {
+                // A checkpoint from before the field was recorded: the rest runs on this host.
+                timings.cpu_kernels = dasim_models::backend::cpu_kernels().into();
+            }
+            (ckpt.summary()?, timings)
+        }
         None => (
             Summary {
                 scenario: s.display_name(&loaded.path),
@@ -775,6 +782,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
                 threads: opts.execution.threads,
                 max_batch: opts.execution.max_batch,
                 memory_estimate_bytes: estimate.total(),
+                cpu_kernels: dasim_models::backend::cpu_kernels().into(),
                 runs: Vec::new(),
             },
         ),

@@ -259,11 +259,13 @@ fn subset(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
 /// runs its AVX-512 kernels; elsewhere it picks other kernels at run time, whose sums round
 /// differently, so a model's numbers move in their last bits while the timeline stays (the book's
 /// architecture chapter, "Determinism rules"). Said in the failure, where it applies.
-fn host_hint() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        return "";
+fn host_hint() -> String {
+    match dasim_models::backend::cpu_kernels() {
+        "avx512f" => String::new(),
+        other => format!(
+            "; this CPU's kernels are `{other}` and the file was blessed with `avx512f` ones: \
+             matrix products round differently here, so compare the timeline columns, or bless \
+             a local copy"
+        ),
     }
-    "; this CPU has no AVX-512, and the file was blessed on one: matrix products round \
-     differently here, so compare the timeline columns, or bless a local copy"
 }

@@ -57,6 +57,34 @@ impl fmt::Display for Backend {
     }
 }
 
+/// The widest vector instructions of this CPU that `flex`'s matrix products (gemm, built with
+/// its AVX-512 kernels) and the replica store's row loops use: `avx512f`, `avx2` (with FMA for
+/// gemm), `sse2` on other x86-64 CPUs, `neon` on 64-bit ARM, or the architecture's name. gemm
+/// chooses its kernels at run time, so two hosts with different values can differ in a model's
+/// last bits (the book's determinism rules); `timings.json` records it.
+pub fn cpu_kernels() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            "avx512f"
+        } else if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
+            "avx2"
+        } else {
+            "sse2"
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "neon"
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        std::env::consts::ARCH
+    }
+}
+
 /// A wgpu adapter found on this machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Adapter {

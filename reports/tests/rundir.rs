@@ -346,6 +346,7 @@ fn timings() -> Timings {
         threads: 2,
         max_batch: Some(64),
         memory_estimate_bytes: 123_456_789,
+        cpu_kernels: "avx512f".into(),
         runs: vec![HostTimings {
             algorithm: "overlap-sgp".into(),
             wall_time_s: 1.25,

@@ -1156,6 +1156,11 @@ pub struct Timings {
     pub max_batch: Option<usize>,
     /// The memory estimate made before the run, in bytes.
     pub memory_estimate_bytes: u64,
+    /// The vector instructions this host's CPU kernels chose (`avx512f`, `avx2`, `sse2`, `neon`,
+    /// or the architecture): runs on hosts with different values can differ in a model's last
+    /// bits on `flex`, never in the timeline. Empty in a file written before it was recorded.
+    #[serde(default)]
+    pub cpu_kernels: String,
     /// One entry per algorithm, in scenario order.
     pub runs: Vec<HostTimings>,
 }
