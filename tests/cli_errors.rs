@@ -197,23 +197,33 @@ fn every_shipped_scenario_validates() {
 
 /// A run whose memory estimate exceeds the limit is refused before anything is written, with
 /// the estimate and what would help.
+/// A run refused by the memory check: exit code 2, no panic, every `needle` in its message, and
+/// nothing written to `out`.
+fn assert_refused(o: &std::process::Output, out: &std::path::Path, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for needle in needles {
+        assert!(err.contains(needle), "`{needle}` not in:\n{err}");
+    }
+    assert!(!out.exists(), "a refused run writes nothing");
+}
+
 #[test]
 fn memory_estimate_over_the_limit_is_refused_before_the_run() {
     let (dir, path) = scenario(SMALL, "big.toml");
     let out = dir.path().join("out");
     let o = dasim_run_flex(&path, &out, &["--memory-limit", "1KiB"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    for needle in [
-        "estimated",
-        "parameters",
-        "more than the limit set by --memory-limit (1.0 KiB)",
-        "hint: use fewer workers",
-    ] {
-        assert!(err.contains(needle), "`{needle}` not in:\n{err}");
-    }
-    assert!(!out.exists(), "a refused run writes nothing");
+    assert_refused(
+        &o,
+        &out,
+        &[
+            "estimated",
+            "parameters",
+            "more than the limit set by --memory-limit (1.0 KiB)",
+            "hint: use fewer workers",
+        ],
+    );
     // The same run under a generous limit goes ahead.
     let o = dasim_run_flex(&path, &out, &["--memory-limit", "4GiB"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -260,17 +270,16 @@ broadcast = "{broadcast}"
     );
     let out = dir.path().join("out");
     let o = dasim_run_flex(&path, &out, &["--memory-limit", "1GiB"]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    for needle in [
-        "queued in the network",
-        "more than the limit set by --memory-limit (1.0 GiB)",
-        "messages waiting behind the workers' uplinks",
-        "broadcast = \"topology\"",
-    ] {
-        assert!(err.contains(needle), "`{needle}` not in:\n{err}");
-    }
-    assert!(!out.exists(), "a refused run writes nothing");
+    assert_refused(
+        &o,
+        &out,
+        &[
+            "queued in the network",
+            "more than the limit set by --memory-limit (1.0 GiB)",
+            "messages waiting behind the workers' uplinks",
+            "broadcast = \"topology\"",
+        ],
+    );
     let (dir, path) = scenario(&text("topology"), "topology.toml");
     let out = dir.path().join("out");
     let o = dasim_run_flex(&path, &out, &["--memory-limit", "1GiB"]);
