@@ -314,7 +314,7 @@ fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
                 threads,
                 max_batch: None,
             };
-            dasim::sweep::run_point(&scenario, &name, &out, backend, execution)
+            on_pool(|| dasim::sweep::run_point(&scenario, &name, &out, backend, execution))
         }
         None => {
             let (Some(scenario), Some(out)) = (cmd.scenario, cmd.out) else {
@@ -460,9 +460,20 @@ fn thread_pool(threads: Option<usize>) -> dasim::Result<usize> {
     };
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
+        // The simulation runs on one of these threads (`on_pool`): the main thread's stack.
+        .stack_size(8 << 20)
         .build_global()
         .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
     Ok(threads)
+}
+
+/// Runs `work` on a thread of the pool that [`thread_pool`] started, and waits for it. The
+/// simulation's own thread is then one of the pool's `--threads`: the splits it hands out
+/// (a flush's groups, a long optimizer step or mean) run on it and on the others, instead of on
+/// `--threads` other threads while it waits, so `--threads 2` is two busy threads, not three
+/// competing for two cores.
+fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| work())
 }
 
 fn execute(command: Command) -> dasim::Result<()> {
@@ -608,7 +619,7 @@ fn execute(command: Command) -> dasim::Result<()> {
                 memory_limit: memory_limit.map(|b| b.0),
                 force,
             };
-            let summary = run_scenario(&loaded, &opts)?;
+            let summary = on_pool(|| run_scenario(&loaded, &opts))?;
             if let Some(t) = &summary.timed_as {
                 println!(
                     "proxy: the model trains for real; its steps and messages are timed as {t}"
@@ -736,7 +747,7 @@ fn execute(command: Command) -> dasim::Result<()> {
                     max_batch: None,
                 },
             };
-            let report = dasim::check::check(&opts)?;
+            let report = on_pool(|| dasim::check::check(&opts))?;
             print!("{}", report.table());
             if let Some(path) = &junit {
                 dasim::check::write_junit(&report, path)?;

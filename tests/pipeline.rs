@@ -135,30 +135,37 @@ fn outputs(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 fn threads_and_batch_limits_give_byte_identical_outputs() {
     // Momentum, a straggler and both a synchronous flush of every worker (all-reduce) and
     // asynchronous single requests (AD-PSGD); 16 workers so that flushes split unevenly.
-    let text = SMALL.replace("workers = 8", "workers = 16");
-    let (dir, path) = scenario(&text, "s.toml");
-    let run = |name: &str, flags: &[&str]| {
-        let out = dir.path().join(name);
-        let o = dasim_run_flex(&path, &out, flags);
-        assert!(o.status.success(), "{flags:?}: {}", stderr(&o));
-        outputs(&out)
-    };
-    let reference = run("t1", &["--threads", "1"]);
-    assert!(
-        reference.len() >= 8,
-        "{:?}",
-        reference.iter().map(|f| &f.0).collect::<Vec<_>>()
-    );
-    for (name, flags) in [
-        ("t2", &["--threads", "2"][..]),
-        ("t3", &["--threads", "3"]),
-        ("b1", &["--threads", "1", "--max-batch", "1"]),
-        ("b5", &["--threads", "2", "--max-batch", "5"]),
-    ] {
-        let other = run(name, flags);
-        assert_eq!(other.len(), reference.len());
-        for ((f, a), (_, b)) in reference.iter().zip(&other) {
-            assert!(a == b, "{f} differs with {flags:?}");
+    let small = SMALL.replace("workers = 8", "workers = 16");
+    // A model of 82,910 parameters, wide enough for a row's optimizer step, AD-PSGD's average
+    // and all-reduce's mean to be split over the threads too (`dasim_models::rows`).
+    let wide = small
+        .replace("hidden = [16]", "hidden = [1100]")
+        .replace("sim_time_s = 0.5", "sim_time_s = 0.15");
+    for (label, text) in [("small", &small), ("wide", &wide)] {
+        let (dir, path) = scenario(text, "s.toml");
+        let run = |name: &str, flags: &[&str]| {
+            let out = dir.path().join(name);
+            let o = dasim_run_flex(&path, &out, flags);
+            assert!(o.status.success(), "{label} {flags:?}: {}", stderr(&o));
+            outputs(&out)
+        };
+        let reference = run("t1", &["--threads", "1"]);
+        assert!(
+            reference.len() >= 8,
+            "{:?}",
+            reference.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
+        for (name, flags) in [
+            ("t2", &["--threads", "2"][..]),
+            ("t3", &["--threads", "3"]),
+            ("b1", &["--threads", "1", "--max-batch", "1"]),
+            ("b5", &["--threads", "2", "--max-batch", "5"]),
+        ] {
+            let other = run(name, flags);
+            assert_eq!(other.len(), reference.len());
+            for ((f, a), (_, b)) in reference.iter().zip(&other) {
+                assert!(a == b, "{label}: {f} differs with {flags:?}");
+            }
         }
     }
 }

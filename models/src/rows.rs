@@ -19,6 +19,13 @@
 //! `wide!` macro): the same multiplications and additions per coordinate, never fused (no FMA
 //! is enabled), so the same bits on either.
 //!
+//! A long pass — settling a row's queued steps, a mean of rows or gradients, at least
+//! [`PARALLEL_FLOATS`] floats of work — is cut into contiguous parts of whole tiles that run on
+//! up to [`Rows::with_threads`] threads of the current rayon pool. Each coordinate still gets the
+//! same operations in the same order, so the bits do not depend on the number of threads. On a
+//! model of a hundred thousand parameters these passes were a quarter of the wall time on one
+//! thread while the other waited for the next gradient flush.
+//!
 //! Buffers of `P` floats that nobody holds any more (a row's old value once it is replaced, a
 //! released message, an evaluated snapshot, a released gradient) go to a pool of spares, and
 //! every new buffer comes from it ([`Rows::buffer`]). A run at steady state therefore allocates
@@ -98,6 +105,9 @@ pub struct Rows {
     /// checkpoint: a store settles every row before it saves.
     #[serde(skip)]
     queued: Vec<Vec<Queued>>,
+    /// Threads a large row operation is split over ([`Rows::with_threads`]); 0 or 1: none.
+    #[serde(skip)]
+    threads: usize,
 }
 
 /// Floats of gradients one row's queue may keep alive (4 MiB): a row of 2,410 parameters queues
@@ -192,7 +202,22 @@ impl Rows {
             spare: Vec::new(),
             allocated: 0,
             queued: Vec::new(),
+            threads: 1,
         }
+    }
+
+    /// These rows with the settling of a row's queued steps and the means split over up to
+    /// `threads` threads of the current rayon pool, where a pass is large enough to gain from
+    /// it ([`PARALLEL_FLOATS`]). Each coordinate is computed by the same operations in the same
+    /// order, so the values do not depend on it.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.set_threads(threads);
+        self
+    }
+
+    /// [`Rows::with_threads`] on rows already built (a store's, after a restore).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
     }
 
     /// Number of rows.
@@ -248,7 +273,8 @@ impl Rows {
         let mut queue = std::mem::take(queue);
         let mut velocity = self.velocity.take();
         let v = velocity.as_mut().map(|v| v[r].as_mut_slice());
-        apply_queue(self.get_mut(r), v, &queue);
+        let threads = self.threads;
+        apply_queue(self.get_mut(r), v, &queue, threads);
         self.velocity = velocity;
         for q in queue.drain(..) {
             self.recycle(q.g);
@@ -262,7 +288,7 @@ impl Rows {
         let mut x = self.params[r].as_ref().clone();
         if let Some(queue) = self.queued.get(r).filter(|q| !q.is_empty()) {
             let mut v = self.velocity.as_ref().map(|v| v[r].clone());
-            apply_queue(&mut x, v.as_deref_mut(), queue);
+            apply_queue(&mut x, v.as_deref_mut(), queue, 1);
         }
         x
     }
@@ -616,7 +642,7 @@ impl Rows {
         }
         let mut mean = self.buffer();
         let terms: Vec<&[f32]> = rows.iter().map(|&r| &self.params[r][..]).collect();
-        mean_into(&mut mean, &terms);
+        mean_into_split(&mut mean, &terms, self.threads);
         let mean = Arc::new(mean);
         for &r in rows {
             // The rows share one buffer: a later write to one of them copies it.
@@ -632,25 +658,78 @@ impl Rows {
         }
         let mut mean = vec![0.0; self.p];
         let terms: Vec<&[f32]> = self.params[range].iter().map(|r| &r[..]).collect();
-        mean_into(&mut mean, &terms);
+        mean_into_split(&mut mean, &terms, self.threads);
         mean
+    }
+}
+
+/// Floats of work (coordinates times terms or queued steps) from which a row operation is
+/// split over the rows' threads: a pass this long takes tens of microseconds, several times
+/// what handing half of it to another thread and waiting for it costs. Smaller ones (every row
+/// of the quickstart's model) stay on the calling thread.
+pub const PARALLEL_FLOATS: usize = 1 << 16;
+
+/// How many parts of whole `tile`s to cut `len` coordinates into, `work` floats in all, for
+/// `threads` threads: one below [`PARALLEL_FLOATS`].
+fn parts(len: usize, work: usize, threads: usize, tile: usize) -> usize {
+    if threads <= 1 || work < PARALLEL_FLOATS {
+        1
+    } else {
+        threads.min(len.div_ceil(tile))
     }
 }
 
 /// Applies `queue` to the row `x` and its momentum `v`, in tiles of the coordinates small enough
 /// for both tiles to stay in the first-level cache, each tile updated by every queued step in
-/// turn: per coordinate, the operations of applying the steps one by one.
-fn apply_queue(x: &mut [f32], mut v: Option<&mut [f32]>, queue: &[Queued]) {
+/// turn: per coordinate, the operations of applying the steps one by one. A long pass is cut
+/// into parts of whole tiles run on up to `threads` threads ([`parts`]); per coordinate the
+/// operations are the same.
+fn apply_queue(x: &mut [f32], v: Option<&mut [f32]>, queue: &[Queued], threads: usize) {
+    use rayon::prelude::*;
     const TILE: usize = 2048;
     let lo = queue.iter().map(|q| q.block.start).min().unwrap_or(0);
     let hi = queue.iter().map(|q| q.block.end).max().unwrap_or(0);
-    for start in (lo..hi).step_by(TILE) {
-        let end = (start + TILE).min(hi);
+    if lo >= hi {
+        return;
+    }
+    let x = &mut x[lo..hi];
+    let v = v.map(|v| &mut v[lo..hi]);
+    let parts = parts(hi - lo, (hi - lo) * queue.len(), threads, TILE);
+    if parts <= 1 {
+        return apply_tiles(x, v, queue, lo, TILE);
+    }
+    let chunk = (hi - lo).div_ceil(parts).next_multiple_of(TILE);
+    match v {
+        Some(v) => x
+            .par_chunks_mut(chunk)
+            .zip(v.par_chunks_mut(chunk))
+            .enumerate()
+            .for_each(|(i, (x, v))| apply_tiles(x, Some(v), queue, lo + i * chunk, TILE)),
+        None => x
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, x)| apply_tiles(x, None, queue, lo + i * chunk, TILE)),
+    }
+}
+
+/// [`apply_queue`] on the coordinates `offset..offset + x.len()` of a row (`x` and `v` are
+/// those coordinates), tile by tile.
+fn apply_tiles(
+    x: &mut [f32],
+    mut v: Option<&mut [f32]>,
+    queue: &[Queued],
+    offset: usize,
+    tile: usize,
+) {
+    for start in (0..x.len()).step_by(tile) {
+        let end = (start + tile).min(x.len());
         for q in queue {
-            let (a, b) = (q.block.start.max(start), q.block.end.min(end));
+            let a = q.block.start.max(offset + start);
+            let b = q.block.end.min(offset + end);
             if a < b {
-                let v = v.as_deref_mut().map(|v| &mut v[a..b]);
-                q.rule.apply(&mut x[a..b], v, &q.g[a..b], q.lr);
+                let local = a - offset..b - offset;
+                let v = v.as_deref_mut().map(|v| &mut v[local.clone()]);
+                q.rule.apply(&mut x[local], v, &q.g[a..b], q.lr);
             }
         }
     }
@@ -789,6 +868,26 @@ wide! {
             }
         }
     }
+}
+
+/// [`mean_into`], cut into parts of whole tiles run on up to `threads` threads of the current
+/// rayon pool when the mean is long enough ([`PARALLEL_FLOATS`]); per coordinate the same
+/// operations, so the same bits.
+///
+/// # Panics
+/// If `terms` is empty.
+pub fn mean_into_split(out: &mut [f32], terms: &[&[f32]], threads: usize) {
+    use rayon::prelude::*;
+    let parts = parts(out.len(), out.len() * terms.len(), threads, COMBINE_TILE);
+    if parts <= 1 {
+        return mean_into(out, terms);
+    }
+    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
+    out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| {
+        let at = i * chunk..i * chunk + o.len();
+        let terms: Vec<&[f32]> = terms.iter().map(|t| &t[at.clone()]).collect();
+        mean_into(o, &terms);
+    });
 }
 
 #[cfg(test)]
@@ -1030,6 +1129,52 @@ mod tests {
             lazy.step(0, &g, 0.05, 0..p, &opt, &[]);
             assert_eq!(bits(lazy.get(0)), bits(eager.get(0)), "{opt:?} after");
         }
+    }
+
+    #[test]
+    fn passes_split_over_threads_are_bit_identical_to_one_thread() {
+        // Rows long enough to be split (not a whole number of tiles, so the parts differ in
+        // length), blocks that end inside a part, momentum with decay, and three threads.
+        let p = 3 * PARALLEL_FLOATS / 2 + 77;
+        assert!(parts(p, p, 3, 2048) == 3 && parts(p, 2 * p, 3, COMBINE_TILE) == 3);
+        let opt = OptimizerConfig {
+            momentum: 0.9,
+            weight_decay: 1e-3,
+            ..Default::default()
+        };
+        let init: Vec<f32> = (0..p).map(|k| (k as f32 * 0.37).sin()).collect();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut rows = Rows::new(init.clone(), 3, &opt).with_threads(threads);
+                let blocks = [0..p, 1000..p - 5000, 70_000..70_001, 0..p];
+                for step in 0..8 {
+                    let g = gradient(step, p);
+                    let r = step % 3;
+                    rows.step_shared(r, &g, 0.01, blocks[step % 4].clone(), &opt, &[]);
+                    if step % 3 == 2 {
+                        rows.average(&[0, 2]);
+                    }
+                }
+                let mean = rows.mean_of(0..3);
+                let mut split = vec![0.0; p];
+                let terms: Vec<&[f32]> = (0..3).map(|r| rows.get(r)).collect();
+                mean_into_split(&mut split, &terms, threads);
+                let out: Vec<Vec<f32>> = (0..3).map(|r| rows.get(r).to_vec()).collect();
+                (out, mean, split)
+            })
+        };
+        let (one, mean_one, split_one) = run(1);
+        let (three, mean_three, split_three) = run(3);
+        for r in 0..3 {
+            same(&three[r], &one[r], &format!("row {r}"));
+        }
+        same(&mean_three, &mean_one, "mean_of");
+        same(&split_three, &split_one, "mean_into_split");
+        same(&split_one, &mean_one, "mean_into_split and mean_of");
     }
 
     #[test]

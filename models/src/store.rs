@@ -62,7 +62,7 @@ use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
-use crate::rows::{Row, Rows, combine, combine_in_place, combine_into, mean_into};
+use crate::rows::{Row, Rows, combine, combine_in_place, combine_into, mean_into_split};
 
 /// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
 /// models' activations).
@@ -360,6 +360,7 @@ impl BurnStore {
     /// equal size. The results do not depend on it.
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
+        self.rows.set_threads(self.threads);
         self
     }
 
@@ -974,7 +975,7 @@ impl ReplicaStore for BurnStore {
         owners.dedup();
         let mut mean = self.rows.buffer();
         let terms: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
-        mean_into(&mut mean, &terms);
+        mean_into_split(&mut mean, &terms, self.threads);
         for part in parts {
             self.rows.recycle(part);
         }
@@ -1157,6 +1158,7 @@ impl ReplicaStore for BurnStore {
             ));
         }
         self.rows = state.rows;
+        self.rows.set_threads(self.threads);
         self.samplers = state.samplers;
         self.pending = state.pending;
         self.ready = state.ready;
