@@ -274,7 +274,16 @@ impl Rows {
         let mut velocity = self.velocity.take();
         let v = velocity.as_mut().map(|v| v[r].as_mut_slice());
         let threads = self.threads;
-        apply_queue(self.get_mut(r), v, &queue, threads);
+        if Arc::strong_count(&self.params[r]) > 1 {
+            // A snapshot or a message holds the row: the steps read it and write a spare
+            // buffer, so the copy a write needs is part of the same pass.
+            self.copied += self.p as u64;
+            let mut fresh = self.buffer();
+            apply_queue(&mut fresh, v, &queue, threads, Some(&self.params[r]));
+            self.params[r] = Arc::new(fresh);
+        } else {
+            apply_queue(self.get_mut(r), v, &queue, threads, None);
+        }
         self.velocity = velocity;
         for q in queue.drain(..) {
             self.recycle(q.g);
@@ -288,7 +297,7 @@ impl Rows {
         let mut x = self.params[r].as_ref().clone();
         if let Some(queue) = self.queued.get(r).filter(|q| !q.is_empty()) {
             let mut v = self.velocity.as_ref().map(|v| v[r].clone());
-            apply_queue(&mut x, v.as_deref_mut(), queue, 1);
+            apply_queue(&mut x, v.as_deref_mut(), queue, 1, None);
         }
         x
     }
@@ -681,48 +690,68 @@ fn parts(len: usize, work: usize, threads: usize, tile: usize) -> usize {
 
 /// Applies `queue` to the row `x` and its momentum `v`, in tiles of the coordinates small enough
 /// for both tiles to stay in the first-level cache, each tile updated by every queued step in
-/// turn: per coordinate, the operations of applying the steps one by one. A long pass is cut
-/// into parts of whole tiles run on up to `threads` threads ([`parts`]); per coordinate the
-/// operations are the same.
-fn apply_queue(x: &mut [f32], v: Option<&mut [f32]>, queue: &[Queued], threads: usize) {
+/// turn: per coordinate, the operations of applying the steps one by one. With `src`, the row's
+/// values are read from `src` and `x` is overwritten: each tile is copied in just before its
+/// steps. A long pass is cut into parts of whole tiles run on up to `threads` threads
+/// ([`parts`]); per coordinate the operations are the same.
+fn apply_queue(
+    x: &mut [f32],
+    v: Option<&mut [f32]>,
+    queue: &[Queued],
+    threads: usize,
+    src: Option<&[f32]>,
+) {
     use rayon::prelude::*;
     const TILE: usize = 2048;
     let lo = queue.iter().map(|q| q.block.start).min().unwrap_or(0);
-    let hi = queue.iter().map(|q| q.block.end).max().unwrap_or(0);
-    if lo >= hi {
+    let hi = queue.iter().map(|q| q.block.end).max().unwrap_or(0).max(lo);
+    if let Some(src) = src {
+        x[..lo].copy_from_slice(&src[..lo]);
+        x[hi..].copy_from_slice(&src[hi..]);
+    }
+    if lo == hi {
         return;
     }
     let x = &mut x[lo..hi];
     let v = v.map(|v| &mut v[lo..hi]);
+    let src = src.map(|s| &s[lo..hi]);
     let parts = parts(hi - lo, (hi - lo) * queue.len(), threads, TILE);
     if parts <= 1 {
-        return apply_tiles(x, v, queue, lo, TILE);
+        return apply_tiles(x, v, src, queue, lo, TILE);
     }
     let chunk = (hi - lo).div_ceil(parts).next_multiple_of(TILE);
+    let src_of = |i: usize, len: usize| src.map(|s| &s[i * chunk..i * chunk + len]);
     match v {
         Some(v) => x
             .par_chunks_mut(chunk)
             .zip(v.par_chunks_mut(chunk))
             .enumerate()
-            .for_each(|(i, (x, v))| apply_tiles(x, Some(v), queue, lo + i * chunk, TILE)),
-        None => x
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(i, x)| apply_tiles(x, None, queue, lo + i * chunk, TILE)),
+            .for_each(|(i, (x, v))| {
+                let src = src_of(i, x.len());
+                apply_tiles(x, Some(v), src, queue, lo + i * chunk, TILE);
+            }),
+        None => x.par_chunks_mut(chunk).enumerate().for_each(|(i, x)| {
+            let src = src_of(i, x.len());
+            apply_tiles(x, None, src, queue, lo + i * chunk, TILE);
+        }),
     }
 }
 
-/// [`apply_queue`] on the coordinates `offset..offset + x.len()` of a row (`x` and `v` are
-/// those coordinates), tile by tile.
+/// [`apply_queue`] on the coordinates `offset..offset + x.len()` of a row (`x`, `v` and `src`
+/// are those coordinates), tile by tile.
 fn apply_tiles(
     x: &mut [f32],
     mut v: Option<&mut [f32]>,
+    src: Option<&[f32]>,
     queue: &[Queued],
     offset: usize,
     tile: usize,
 ) {
     for start in (0..x.len()).step_by(tile) {
         let end = (start + tile).min(x.len());
+        if let Some(src) = src {
+            x[start..end].copy_from_slice(&src[start..end]);
+        }
         for q in queue {
             let a = q.block.start.max(offset + start);
             let b = q.block.end.min(offset + end);
@@ -1175,6 +1204,42 @@ mod tests {
         same(&mean_three, &mean_one, "mean_of");
         same(&split_three, &split_one, "mean_into_split");
         same(&split_one, &mean_one, "mean_into_split and mean_of");
+    }
+
+    #[test]
+    fn settling_a_held_row_copies_it_in_the_same_pass_with_the_same_bits() {
+        // Queued steps on a row a snapshot holds: the settled row is a new buffer with the
+        // values of steps applied one by one (inside the blocks and outside them), the
+        // snapshot keeps what was read, and the copy is counted once. On one thread and split.
+        let p = 3 * PARALLEL_FLOATS / 2 + 77;
+        let opt = OptimizerConfig {
+            momentum: 0.9,
+            ..Default::default()
+        };
+        let init: Vec<f32> = (0..p).map(|k| (k as f32 * 0.11).cos()).collect();
+        let blocks = [1000..p - 5000, 3000..4000, 2..70_001];
+        let mut eager = Rows::new(init.clone(), 1, &opt);
+        for (step, block) in blocks.iter().enumerate() {
+            let g = gradient(step, p);
+            eager.step(0, &g[block.clone()], 0.02, block.clone(), &opt, &[]);
+        }
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut lazy = Rows::new(init.clone(), 1, &opt).with_threads(threads);
+                let snapshot = lazy.share(0);
+                for (step, block) in blocks.iter().enumerate() {
+                    lazy.step_shared(0, &gradient(step, p), 0.02, block.clone(), &opt, &[]);
+                }
+                lazy.settle(0);
+                same(lazy.get(0), eager.get(0), &format!("{threads} threads"));
+                same(&snapshot, &init, "the snapshot");
+                assert_eq!(lazy.floats_copied(), p as u64);
+            });
+        }
     }
 
     #[test]
