@@ -42,6 +42,14 @@
 //! one by one, each was a pass over its parameters and momentum, cold in the cache by the next.
 //! Every method that reads or writes a row settles it first; [`Rows::get`] takes `&self`, so it
 //! asks for a settled row ([`Rows::settle`] or [`Rows::settle_all`]) and panics otherwise.
+//!
+//! All-reduce applies one mean gradient to every row, and its rows hold the same bits from the
+//! first step to the last: sixteen identical passes per step, a tenth of an MLP's wall time. So
+//! a settle of steps of one gradient common to several rows ([`Rows::step_common`]) is
+//! remembered with its inputs, and a row whose parameters and momentum are the same bits (the
+//! same buffers, or compared) and whose queued steps are the same takes the remembered result,
+//! shared copy-on-write like a snapshot, instead of computing it again. The values are those of
+//! computing it: the same operations on the same bits.
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -87,8 +95,9 @@ pub type Row = Arc<Vec<f32>>;
 pub struct Rows {
     p: usize,
     params: Vec<Row>,
-    /// SGD's and LARS's momentum buffer, Adam's first moment.
-    velocity: Option<Vec<Vec<f32>>>,
+    /// SGD's and LARS's momentum buffer, Adam's first moment; shared copy-on-write like the
+    /// parameters (rows whose settled steps were the same share theirs, see [`Rows::settle`]).
+    velocity: Option<Vec<Row>>,
     /// Adam's second moment.
     second: Option<Vec<Vec<f32>>>,
     /// Adam's step count of each coordinate.
@@ -108,6 +117,45 @@ pub struct Rows {
     /// Threads a large row operation is split over ([`Rows::with_threads`]); 0 or 1: none.
     #[serde(skip)]
     threads: usize,
+    /// The last settle whose steps other rows had queued too, to give a row with the same
+    /// values and the same steps its result instead of computing it again.
+    #[serde(skip)]
+    settled: Option<Settled>,
+}
+
+/// A settle's inputs and outputs ([`Rows::settle`]). Holding every buffer it names keeps their
+/// addresses from being reused, so a pointer that matches is the same buffer.
+struct Settled {
+    params: Row,
+    velocity: Option<Row>,
+    steps: Vec<Queued>,
+    out_params: Row,
+    out_velocity: Option<Row>,
+}
+
+impl Settled {
+    /// Whether a row at `params` and `velocity` with `steps` queued settles to this one's
+    /// result: the same steps (the same gradient buffers, blocks, rates and rules) from the same
+    /// bits.
+    fn matches(&self, params: &Row, velocity: Option<&Row>, steps: &[Queued]) -> bool {
+        let same_row = |a: &Row, b: &Row| Arc::ptr_eq(a, b) || same_bits(a, b);
+        self.steps.len() == steps.len()
+            && self.steps.iter().zip(steps).all(|(a, b)| a.same_step(b))
+            && match (&self.velocity, velocity) {
+                (Some(a), Some(b)) => same_row(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+            && same_row(&self.params, params)
+    }
+}
+
+/// Bit-for-bit equality (`==` on floats would call `-0.0` and `0.0` equal, and `NaN` unequal).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len()
+        && a.chunks(1024)
+            .zip(b.chunks(1024))
+            .all(|(a, b)| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()))
 }
 
 /// Floats of gradients one row's queue may keep alive (4 MiB): a row of 2,410 parameters queues
@@ -118,12 +166,25 @@ pub const QUEUE_FLOATS: usize = 1 << 20;
 pub const MAX_QUEUE: usize = 64;
 
 /// An SGD step waiting on its row.
+#[derive(Clone)]
 struct Queued {
     /// The whole gradient; the step uses the coordinates `block`.
     g: Row,
     block: Range<usize>,
     lr: f32,
     rule: Sgd,
+    /// Queued by [`Rows::step_common`]: the gradient is applied to several rows.
+    common: bool,
+}
+
+impl Queued {
+    /// The same gradient buffer, block, rate and rule.
+    fn same_step(&self, other: &Queued) -> bool {
+        Arc::ptr_eq(&self.g, &other.g)
+            && self.block == other.block
+            && self.lr.to_bits() == other.lr.to_bits()
+            && self.rule.bits() == other.rule.bits()
+    }
 }
 
 /// SGD's settings as [`Rows::step`] uses them, in `f32`.
@@ -136,6 +197,16 @@ struct Sgd {
 }
 
 impl Sgd {
+    /// The settings as bits, for comparing two rules exactly.
+    fn bits(self) -> (u32, u32, bool, bool) {
+        (
+            self.mu.to_bits(),
+            self.wd.to_bits(),
+            self.decay,
+            self.nesterov,
+        )
+    }
+
     fn of(opt: &OptimizerConfig) -> Self {
         Sgd {
             mu: opt.momentum as f32,
@@ -193,9 +264,11 @@ impl Rows {
             params: (0..count)
                 .map(|_| Arc::new(first.as_ref().clone()))
                 .collect(),
-            velocity: optimizer
-                .has_momentum_buffer()
-                .then(|| vec![vec![0.0; p]; count]),
+            // One zero buffer, shared until each row's first step.
+            velocity: optimizer.has_momentum_buffer().then(|| {
+                let zeros = Arc::new(vec![0.0; p]);
+                (0..count).map(|_| Arc::clone(&zeros)).collect()
+            }),
             second: adam.then(|| vec![vec![0.0; p]; count]),
             steps: adam.then(|| vec![vec![0; p]; count]),
             copied: 0,
@@ -203,6 +276,7 @@ impl Rows {
             allocated: 0,
             queued: Vec::new(),
             threads: 1,
+            settled: None,
         }
     }
 
@@ -271,20 +345,49 @@ impl Rows {
             return;
         }
         let mut queue = std::mem::take(queue);
-        let mut velocity = self.velocity.take();
-        let v = velocity.as_mut().map(|v| v[r].as_mut_slice());
-        let threads = self.threads;
-        if Arc::strong_count(&self.params[r]) > 1 {
-            // A snapshot or a message holds the row: the steps read it and write a spare
-            // buffer, so the copy a write needs is part of the same pass.
-            self.copied += self.p as u64;
-            let mut fresh = self.buffer();
-            apply_queue(&mut fresh, v, &queue, threads, Some(&self.params[r]));
-            self.params[r] = Arc::new(fresh);
+        let hit = self
+            .settled
+            .as_ref()
+            .filter(|m| m.matches(&self.params[r], self.velocity_of(r), &queue))
+            .map(|m| (Arc::clone(&m.out_params), m.out_velocity.clone()));
+        if let Some((params, velocity)) = hit {
+            // The same steps from the same values: the same result, shared.
+            let old = std::mem::replace(&mut self.params[r], params);
+            self.recycle(old);
+            let old = match (self.velocity.as_mut(), velocity) {
+                (Some(vs), Some(v)) => Some(std::mem::replace(&mut vs[r], v)),
+                _ => None,
+            };
+            if let Some(old) = old {
+                self.recycle(old);
+            }
         } else {
-            apply_queue(self.get_mut(r), v, &queue, threads, None);
+            // Remembered where another row may settle the same: steps of one common gradient
+            // (all-reduce's mean, queued block by block on every row, so every row after the
+            // first takes the result).
+            let remember = queue
+                .iter()
+                .all(|q| q.common && Arc::ptr_eq(&q.g, &queue[0].g));
+            let inputs = remember.then(|| {
+                (
+                    Arc::clone(&self.params[r]),
+                    self.velocity_of(r).map(Arc::clone),
+                )
+            });
+            self.apply_queued(r, &queue);
+            if let Some((params, velocity)) = inputs {
+                let out = Settled {
+                    params,
+                    velocity,
+                    steps: queue.clone(),
+                    out_params: Arc::clone(&self.params[r]),
+                    out_velocity: self.velocity_of(r).map(Arc::clone),
+                };
+                if let Some(old) = self.settled.replace(out) {
+                    self.forget(old);
+                }
+            }
         }
-        self.velocity = velocity;
         for q in queue.drain(..) {
             self.recycle(q.g);
         }
@@ -292,12 +395,69 @@ impl Rows {
         self.queued[r] = queue;
     }
 
+    /// Row `r`'s momentum buffer, if the optimizer has one.
+    fn velocity_of(&self, r: usize) -> Option<&Row> {
+        self.velocity.as_ref().map(|v| &v[r])
+    }
+
+    /// Applies `queue` to row `r` and its momentum, in one pass ([`apply_queue`]). A buffer
+    /// someone else holds is read, and the result written to a spare buffer: the copy a write
+    /// needs is part of the same pass.
+    fn apply_queued(&mut self, r: usize, queue: &[Queued]) {
+        let threads = self.threads;
+        let mut velocity = self.velocity.take();
+        let mut v_src = None;
+        if let Some(vs) = velocity.as_mut()
+            && Arc::strong_count(&vs[r]) > 1
+        {
+            let fresh = Arc::new(self.buffer());
+            v_src = Some(std::mem::replace(&mut vs[r], fresh));
+        }
+        let v = velocity.as_mut().map(|vs| {
+            Arc::get_mut(&mut vs[r])
+                .expect("a buffer no one else holds")
+                .as_mut_slice()
+        });
+        let v_src_slice = v_src.as_ref().map(|s| s.as_slice());
+        if Arc::strong_count(&self.params[r]) > 1 {
+            self.copied += self.p as u64;
+            let mut fresh = self.buffer();
+            apply_queue(
+                &mut fresh,
+                v,
+                queue,
+                threads,
+                Some(&self.params[r]),
+                v_src_slice,
+            );
+            self.params[r] = Arc::new(fresh);
+        } else {
+            apply_queue(self.get_mut(r), v, queue, threads, None, v_src_slice);
+        }
+        self.velocity = velocity;
+        if let Some(old) = v_src {
+            self.recycle(old);
+        }
+    }
+
+    /// Drops a remembered settle, taking back the buffers only it held.
+    fn forget(&mut self, old: Settled) {
+        self.recycle(old.params);
+        self.recycle(old.out_params);
+        for v in [old.velocity, old.out_velocity].into_iter().flatten() {
+            self.recycle(v);
+        }
+        for q in old.steps {
+            self.recycle(q.g);
+        }
+    }
+
     /// Row `r` as it will be once settled, without settling it (a copy, for inspection).
     pub fn value(&self, r: usize) -> Vec<f32> {
         let mut x = self.params[r].as_ref().clone();
         if let Some(queue) = self.queued.get(r).filter(|q| !q.is_empty()) {
-            let mut v = self.velocity.as_ref().map(|v| v[r].clone());
-            apply_queue(&mut x, v.as_deref_mut(), queue, 1, None);
+            let mut v = self.velocity.as_ref().map(|v| v[r].as_ref().clone());
+            apply_queue(&mut x, v.as_deref_mut(), queue, 1, None, None);
         }
         x
     }
@@ -425,7 +585,7 @@ impl Rows {
             let copy = Arc::new(self.params[0].as_ref().clone());
             self.params.push(copy);
             if let Some(v) = self.velocity.as_mut() {
-                v.push(vec![0.0; self.p]);
+                v.push(Arc::new(vec![0.0; self.p]));
             }
             if let Some(v) = self.second.as_mut() {
                 v.push(vec![0.0; self.p]);
@@ -493,6 +653,36 @@ impl Rows {
         opt: &OptimizerConfig,
         layers: &[Range<usize>],
     ) {
+        self.queue_step(r, g, lr, block, opt, layers, false);
+    }
+
+    /// [`Rows::step_shared`] with a gradient common to several rows (a mean of several workers'
+    /// gradients, which all-reduce applies to every worker): a settle of this step alone is
+    /// remembered, and a row with the same values and the same step takes its result, shared,
+    /// instead of computing it again ([`Rows::settle`]).
+    pub fn step_common(
+        &mut self,
+        r: usize,
+        g: &Row,
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+        layers: &[Range<usize>],
+    ) {
+        self.queue_step(r, g, lr, block, opt, layers, true);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue_step(
+        &mut self,
+        r: usize,
+        g: &Row,
+        lr: f64,
+        block: Range<usize>,
+        opt: &OptimizerConfig,
+        layers: &[Range<usize>],
+        common: bool,
+    ) {
         debug_assert_eq!(g.len(), self.p);
         if opt.kind != OptimizerKind::Sgd || block.is_empty() {
             self.step(r, &g[block.clone()], lr, block, opt, layers);
@@ -506,6 +696,7 @@ impl Rows {
             block,
             lr: lr as f32,
             rule: Sgd::of(opt),
+            common,
         });
         if self.queued[r].len() >= queue_cap(self.p) {
             self.settle(r);
@@ -535,7 +726,7 @@ impl Rows {
         let mut t = self.steps.take().expect("Adam rows have step counts");
         let x = &mut self.get_mut(r)[block.clone()];
         let (m_r, v_r, t_r) = (
-            &mut m[r][block.clone()],
+            &mut Arc::make_mut(&mut m[r])[block.clone()],
             &mut v[r][block.clone()],
             &mut t[r][block],
         );
@@ -605,7 +796,7 @@ impl Rows {
             let rate = (lr * trust) as f32;
             match velocity.as_mut() {
                 Some(v) => {
-                    let v = &mut v[r][part];
+                    let v = &mut Arc::make_mut(&mut v[r])[part];
                     for ((x, v), &g) in x[local.clone()].iter_mut().zip(v.iter_mut()).zip(&g[local])
                     {
                         let d = g + *x * wdf;
@@ -636,7 +827,9 @@ impl Rows {
         // The momentum buffer is taken out so that the row can be borrowed mutably beside it.
         let mut velocity = self.velocity.take();
         let x = &mut self.get_mut(r)[block.clone()];
-        let v = velocity.as_mut().map(|v| &mut v[r][block]);
+        let v = velocity
+            .as_mut()
+            .map(|v| &mut Arc::make_mut(&mut v[r])[block]);
         Sgd::of(opt).apply(x, v, g, lr as f32);
         self.velocity = velocity;
     }
@@ -700,14 +893,20 @@ fn apply_queue(
     queue: &[Queued],
     threads: usize,
     src: Option<&[f32]>,
+    v_src: Option<&[f32]>,
 ) {
     use rayon::prelude::*;
     const TILE: usize = 2048;
     let lo = queue.iter().map(|q| q.block.start).min().unwrap_or(0);
     let hi = queue.iter().map(|q| q.block.end).max().unwrap_or(0).max(lo);
+    let mut v = v;
     if let Some(src) = src {
         x[..lo].copy_from_slice(&src[..lo]);
         x[hi..].copy_from_slice(&src[hi..]);
+    }
+    if let (Some(v), Some(src)) = (v.as_deref_mut(), v_src) {
+        v[..lo].copy_from_slice(&src[..lo]);
+        v[hi..].copy_from_slice(&src[hi..]);
     }
     if lo == hi {
         return;
@@ -715,42 +914,59 @@ fn apply_queue(
     let x = &mut x[lo..hi];
     let v = v.map(|v| &mut v[lo..hi]);
     let src = src.map(|s| &s[lo..hi]);
+    let v_src = v_src.map(|s| &s[lo..hi]);
     let parts = parts(hi - lo, (hi - lo) * queue.len(), threads, TILE);
     if parts <= 1 {
-        return apply_tiles(x, v, src, queue, lo, TILE);
+        return apply_tiles(x, v, Sources { x: src, v: v_src }, queue, lo, TILE);
     }
     let chunk = (hi - lo).div_ceil(parts).next_multiple_of(TILE);
-    let src_of = |i: usize, len: usize| src.map(|s| &s[i * chunk..i * chunk + len]);
+    let sources = |i: usize, len: usize| {
+        let at = i * chunk..i * chunk + len;
+        Sources {
+            x: src.map(|s| &s[at.clone()]),
+            v: v_src.map(|s| &s[at]),
+        }
+    };
     match v {
         Some(v) => x
             .par_chunks_mut(chunk)
             .zip(v.par_chunks_mut(chunk))
             .enumerate()
             .for_each(|(i, (x, v))| {
-                let src = src_of(i, x.len());
-                apply_tiles(x, Some(v), src, queue, lo + i * chunk, TILE);
+                let from = sources(i, x.len());
+                apply_tiles(x, Some(v), from, queue, lo + i * chunk, TILE);
             }),
         None => x.par_chunks_mut(chunk).enumerate().for_each(|(i, x)| {
-            let src = src_of(i, x.len());
-            apply_tiles(x, None, src, queue, lo + i * chunk, TILE);
+            let from = sources(i, x.len());
+            apply_tiles(x, None, from, queue, lo + i * chunk, TILE);
         }),
     }
 }
 
-/// [`apply_queue`] on the coordinates `offset..offset + x.len()` of a row (`x`, `v` and `src`
-/// are those coordinates), tile by tile.
+/// Where [`apply_tiles`] reads the row and its momentum from when not in place.
+#[derive(Clone, Copy)]
+struct Sources<'a> {
+    x: Option<&'a [f32]>,
+    v: Option<&'a [f32]>,
+}
+
+/// [`apply_queue`] on the coordinates `offset..offset + x.len()` of a row (`x`, `v` and
+/// `from` are those coordinates), tile by tile.
 fn apply_tiles(
     x: &mut [f32],
     mut v: Option<&mut [f32]>,
-    src: Option<&[f32]>,
+    from: Sources,
     queue: &[Queued],
     offset: usize,
     tile: usize,
 ) {
     for start in (0..x.len()).step_by(tile) {
         let end = (start + tile).min(x.len());
-        if let Some(src) = src {
+        if let Some(src) = from.x {
             x[start..end].copy_from_slice(&src[start..end]);
+        }
+        if let (Some(v), Some(src)) = (v.as_deref_mut(), from.v) {
+            v[start..end].copy_from_slice(&src[start..end]);
         }
         for q in queue {
             let a = q.block.start.max(offset + start);
@@ -1239,6 +1455,70 @@ mod tests {
                 same(&snapshot, &init, "the snapshot");
                 assert_eq!(lazy.floats_copied(), p as u64);
             });
+        }
+    }
+
+    #[test]
+    fn rows_with_the_same_values_and_a_common_step_share_its_result() {
+        // All-reduce's pattern: the same mean gradient queued block by block on every row, each
+        // row settled in turn (at its next request). Rows 0-2 hold the same bits in separate
+        // buffers; row 3 differs only in the sign of one zero; row 4 elsewhere.
+        let p = 3000;
+        let opt = OptimizerConfig {
+            momentum: 0.9,
+            ..Default::default()
+        };
+        let base: Vec<f32> = (0..p).map(|k| (k as f32 * 0.21).sin()).collect();
+        let mut signed = base.clone();
+        signed[0] = -0.0;
+        let mut unsigned = base.clone();
+        unsigned[0] = 0.0;
+        let mut other = unsigned.clone();
+        other[p - 1] += 1.0;
+        let starts = [&unsigned, &unsigned, &unsigned, &signed, &other];
+        let mut lazy = Rows::new(unsigned.clone(), 5, &opt);
+        let mut eager = Rows::new(unsigned.clone(), 5, &opt);
+        for (r, start) in starts.iter().enumerate() {
+            lazy.set(r, start.to_vec());
+            eager.set(r, start.to_vec());
+        }
+        for round in 0..3 {
+            let g = gradient(round, p);
+            for r in 0..5 {
+                for block in [0..1000, 1000..p] {
+                    lazy.step_common(r, &g, 0.05, block.clone(), &opt, &[]);
+                    eager.step(r, &g[block.clone()], 0.05, block, &opt, &[]);
+                }
+            }
+            for r in 0..5 {
+                lazy.settle(r);
+                same(
+                    lazy.get(r),
+                    eager.get(r),
+                    &format!("round {round}, row {r}"),
+                );
+            }
+            let ptr = |r: usize| lazy.get(r).as_ptr();
+            assert!(
+                ptr(1) == ptr(0) && ptr(2) == ptr(0),
+                "round {round}: rows 0-2 share"
+            );
+            assert!(ptr(4) != ptr(0), "round {round}: row 4 does not");
+            // Row 3's `-0.0` becomes the others' value at its first step (`-0.0 - d` and
+            // `0.0 - d` are the same bits), computed apart from theirs; from the next step on,
+            // its inputs are theirs and it shares their result.
+            assert_eq!(bits(lazy.get(3)), bits(lazy.get(0)));
+            assert_eq!(ptr(3) == ptr(0), round > 0, "round {round}: row 3");
+        }
+        // A write to one of the sharing rows leaves the others.
+        lazy.step(1, &gradient(7, p), 0.05, 0..p, &opt, &[]);
+        eager.step(1, &gradient(7, p), 0.05, 0..p, &opt, &[]);
+        for r in 0..5 {
+            same(
+                lazy.get(r),
+                eager.get(r),
+                &format!("after a write, row {r}"),
+            );
         }
     }
 

@@ -1006,9 +1006,17 @@ impl ReplicaStore for BurnStore {
         // The trainable part: the optimizer step.
         let block = block.start..block.end.min(split);
         if !block.is_empty() {
-            // An SGD step is queued on the row, and applied with the others at its next read.
-            self.rows
-                .step_shared(row, &g, lr, block, &self.optimizer, &self.layers);
+            // An SGD step is queued on the row, and applied with the others at its next read. A
+            // mean of several workers' gradients (all-reduce's) goes to several rows, which
+            // then share one settled result where their values were the same.
+            let common = self.owners.get(&grad).is_some_and(|o| o.len() > 1);
+            if common {
+                self.rows
+                    .step_common(row, &g, lr, block, &self.optimizer, &self.layers);
+            } else {
+                self.rows
+                    .step_shared(row, &g, lr, block, &self.optimizer, &self.layers);
+            }
         }
     }
 
