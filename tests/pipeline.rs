@@ -134,10 +134,12 @@ fn outputs(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn threads_and_batch_limits_give_byte_identical_outputs() {
     // Momentum, a straggler and both a synchronous flush of every worker (all-reduce) and
-    // asynchronous single requests (AD-PSGD); 16 workers so that flushes split unevenly.
+    // asynchronous single requests (AD-PSGD); 16 workers so that flushes split unevenly (by
+    // `--max-batch`: this model's flushes are too small to be spread over threads).
     let small = SMALL.replace("workers = 8", "workers = 16");
-    // A model of 82,910 parameters, wide enough for a row's optimizer step, AD-PSGD's average
-    // and all-reduce's mean to be split over the threads too (`dasim_models::rows`).
+    // A model of 82,910 parameters, whose flushes are spread over the threads, and wide enough
+    // for a row's optimizer step, AD-PSGD's average and all-reduce's mean to be split over them
+    // too (`dasim_models::rows`).
     let wide = small
         .replace("hidden = [16]", "hidden = [1100]")
         .replace("sim_time_s = 0.5", "sim_time_s = 0.15");

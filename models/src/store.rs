@@ -64,6 +64,14 @@ use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
 use crate::rows::{Row, Rows, combine, combine_in_place, combine_into, mean_into_split};
 
+/// Floating-point operations of a flush (its requests' forward and backward passes) from which
+/// its requests are spread over several threads. Waking a sleeping thread costs tens of
+/// microseconds, and each group of requests pays burn's fixed cost per operation again, so a
+/// flush of a few small-model requests (the quickstart's sixteen: 7 MFLOP, mostly that fixed
+/// cost) is faster on one thread; one request of MLP784 (20 MFLOP) is worth splitting. The
+/// results are the same for any grouping.
+pub const PARALLEL_FLUSH_FLOPS: f64 = 1e7;
+
 /// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
 /// models' activations).
 pub const EVAL_CHUNK: usize = 1000;
@@ -273,6 +281,8 @@ pub struct BurnStore {
     train_loss: f64,
     train_loss_count: usize,
     threads: usize,
+    /// [`PARALLEL_FLUSH_FLOPS`], or what [`BurnStore::with_parallel_flush_flops`] set.
+    parallel_flops: f64,
     max_batch: Option<usize>,
     stats: StoreStats,
 }
@@ -350,17 +360,27 @@ impl BurnStore {
             train_loss: 0.0,
             train_loss_count: 0,
             threads: 1,
+            parallel_flops: PARALLEL_FLUSH_FLOPS,
             max_batch: None,
             stats: StoreStats::default(),
         }
     }
 
     /// This store with a flush's requests evaluated on up to `threads` threads of the current
-    /// rayon pool (at least 1): the pending requests are cut into that many groups of nearly
-    /// equal size. The results do not depend on it.
+    /// rayon pool (at least 1): the pending requests of a flush of at least
+    /// [`PARALLEL_FLUSH_FLOPS`] are cut into that many groups of nearly equal size. The results
+    /// do not depend on it.
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
         self.rows.set_threads(self.threads);
+        self
+    }
+
+    /// This store spreading over its threads every flush of at least `flops` floating-point
+    /// operations instead of [`PARALLEL_FLUSH_FLOPS`] (0: every flush of several requests), for
+    /// checks that the results do not depend on it.
+    pub fn with_parallel_flush_flops(mut self, flops: f64) -> Self {
+        self.parallel_flops = flops;
         self
     }
 
@@ -525,9 +545,15 @@ impl BurnStore {
         let started = Instant::now();
         let pending = std::mem::take(&mut self.pending);
         let r = pending.len();
-        let groups = r
-            .div_ceil(self.max_batch.unwrap_or(r))
-            .max(self.threads.min(r));
+        // A flush too small to gain from a second thread stays on this one: waking a sleeping
+        // thread costs tens of microseconds here, more than a small model's whole flush.
+        let flops = r as f64 * self.batch as f64 * self.model.train_flops_per_sample();
+        let threads = if flops < self.parallel_flops {
+            1
+        } else {
+            self.threads
+        };
+        let groups = r.div_ceil(self.max_batch.unwrap_or(r)).max(threads.min(r));
         let bounds = dasim_sim::params::blocks(r, groups);
         // Each gradient is assembled in a spare buffer of the rows.
         let buffers: Vec<Vec<Vec<f32>>> = bounds
@@ -535,7 +561,7 @@ impl BurnStore {
             .map(|b| b.clone().map(|_| self.rows.buffer()).collect())
             .collect();
         let work: Vec<_> = bounds.iter().zip(buffers).collect();
-        let results: Vec<(Vec<Vec<f32>>, Vec<f32>)> = if groups > 1 && self.threads > 1 {
+        let results: Vec<(Vec<Vec<f32>>, Vec<f32>)> = if groups > 1 && threads > 1 {
             work.into_par_iter()
                 .map(|(b, out)| self.group_gradients(&pending[b.clone()], out))
                 .collect()

@@ -3,7 +3,7 @@
 //!
 //! - `flex`: the CPU backend, every flush in one pass;
 //! - `flex_grouped`: the same store cutting each flush into passes of at most 2 requests spread
-//!   over 2 threads (the results must not depend on it);
+//!   over 2 threads, however small the flush (the results must not depend on it);
 //! - `wgpu`: any wgpu adapter (lavapipe where there is no GPU), within a looser tolerance; skipped
 //!   when `DASIM_SKIP_WGPU` is set or no adapter is found;
 //! - `quadratic`: the store of `kind = "quadratic"` runs ([`QuadraticStore`], the exact reference
@@ -77,6 +77,7 @@ impl Fixture for Burn {
             .store(self.device.clone(), workers, 8, optimizer.clone(), SEED)
             .with_threads(self.threads)
             .with_max_batch(self.max_batch)
+            .with_parallel_flush_flops(0.0)
     }
 
     fn read_row(&self, store: &BurnStore, row: usize) -> Vec<f64> {
@@ -106,7 +107,8 @@ impl Fixture for Burn {
                     SEED,
                 )
                 .with_threads(self.threads)
-                .with_max_batch(self.max_batch),
+                .with_max_batch(self.max_batch)
+                .with_parallel_flush_flops(0.0),
         )
     }
 }
