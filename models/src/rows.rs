@@ -19,8 +19,8 @@
 //! `wide!` macro): the same multiplications and additions per coordinate, never fused (no FMA
 //! is enabled), so the same bits on either.
 //!
-//! A long pass — settling a row's queued steps, a mean of rows or gradients, at least
-//! [`PARALLEL_FLOATS`] floats of work — is cut into contiguous parts of whole tiles that run on
+//! A long pass — settling a row's queued steps, a mean of rows or gradients, a gossip mix, at
+//! least [`PARALLEL_FLOATS`] floats of work — is cut into contiguous parts of whole tiles that run on
 //! up to [`Rows::with_threads`] threads of the current rayon pool. Each coordinate still gets the
 //! same operations in the same order, so the bits do not depend on the number of threads. On a
 //! model of a hundred thousand parameters these passes were a quarter of the wall time on one
@@ -1046,6 +1046,46 @@ pub fn combine_in_place(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)]) {
     }
 }
 
+/// [`combine_into`], cut into parts of whole tiles run on up to `threads` threads of the current
+/// rayon pool when the combination is long enough ([`PARALLEL_FLOATS`]); per coordinate the same
+/// operations, so the same bits.
+///
+/// # Panics
+/// If `terms` is empty.
+pub fn combine_into_split(out: &mut [f32], terms: &[(&[f32], f64)], threads: usize) {
+    use rayon::prelude::*;
+    let parts = parts(out.len(), out.len() * terms.len(), threads, COMBINE_TILE);
+    if parts <= 1 {
+        return combine_into(out, terms);
+    }
+    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
+    out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| {
+        let at = i * chunk..i * chunk + o.len();
+        let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(t, w)| (&t[at.clone()], w)).collect();
+        combine_into(o, &terms);
+    });
+}
+
+/// [`combine_in_place`], split like [`combine_into_split`].
+pub fn combine_in_place_split(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)], threads: usize) {
+    use rayon::prelude::*;
+    let parts = parts(
+        out.len(),
+        out.len() * (rest.len() + 1),
+        threads,
+        COMBINE_TILE,
+    );
+    if parts <= 1 {
+        return combine_in_place(out, w0, rest);
+    }
+    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
+    out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| {
+        let at = i * chunk..i * chunk + o.len();
+        let rest: Vec<(&[f32], f64)> = rest.iter().map(|&(t, w)| (&t[at.clone()], w)).collect();
+        combine_in_place(o, w0, &rest);
+    });
+}
+
 wide! {
     /// `o = w₀·a + w₁·b`, a weight of 1 multiplying nothing.
     fn mix_two_into(out: &mut [f32], first: &[f32], w: f64, second: &[f32], v: f64) {
@@ -1420,6 +1460,31 @@ mod tests {
         same(&mean_three, &mean_one, "mean_of");
         same(&split_three, &split_one, "mean_into_split");
         same(&split_one, &mean_one, "mean_into_split and mean_of");
+        // The combinations: two terms and three, weights of one and not, out of place and in.
+        let a = gradient(1, p);
+        let b = gradient(2, p);
+        let c = gradient(3, p);
+        for terms in [
+            vec![(&a[..], 0.5), (&b[..], 0.5)],
+            vec![(&a[..], 1.0), (&b[..], 0.3), (&c[..], 1.0 / 3.0)],
+        ] {
+            let mut want = vec![0.0; p];
+            combine_into(&mut want, &terms);
+            let mut want_in = a.to_vec();
+            combine_in_place(&mut want_in, 0.7, &terms[1..]);
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(3)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut got = vec![0.0; p];
+                combine_into_split(&mut got, &terms, 3);
+                same(&got, &want, "combine_into_split");
+                let mut got_in = a.to_vec();
+                combine_in_place_split(&mut got_in, 0.7, &terms[1..], 3);
+                same(&got_in, &want_in, "combine_in_place_split");
+            });
+        }
     }
 
     #[test]

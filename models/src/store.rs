@@ -62,7 +62,9 @@ use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
-use crate::rows::{Row, Rows, combine, combine_in_place, combine_into, mean_into_split};
+use crate::rows::{
+    Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
+};
 
 /// Floating-point operations of a flush (its requests' forward and backward passes) from which
 /// its requests are spread over several threads. Waking a sleeping thread costs tens of
@@ -876,7 +878,7 @@ impl BurnStore {
         self.settle(terms);
         let mut out = self.rows.buffer();
         let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
-        combine_into(&mut out, &terms);
+        combine_into_split(&mut out, &terms, self.threads);
         out
     }
 
@@ -1072,7 +1074,7 @@ impl ReplicaStore for BurnStore {
             && let Some(mut row) = self.rows.take_unique(dst)
         {
             let rest: Vec<(&[f32], f64)> = rest.iter().map(|&(s, w)| (self.slot(s), w)).collect();
-            combine_in_place(&mut row, w0, &rest);
+            combine_in_place_split(&mut row, w0, &rest, self.threads);
             self.rows.set(dst, row);
             return;
         }
