@@ -336,7 +336,10 @@ impl Rows {
     /// coordinates small enough for the row's and its momentum's tile to stay in the first-level
     /// cache, each updated by every queued gradient in turn. Per coordinate these are the
     /// operations of applying the steps one by one, so the values are the same bits. A row
-    /// shared with a snapshot or a message is copied first, once.
+    /// shared with a snapshot or a message is read, and the result written to a spare buffer,
+    /// the copy inside the same pass. Steps of one gradient queued with [`Rows::step_common`]
+    /// are remembered with their inputs and result, and a row with the same bits and the same
+    /// steps takes that result, shared, without computing it (see the module's documentation).
     pub fn settle(&mut self, r: usize) {
         let Some(queue) = self.queued.get_mut(r) else {
             return;
