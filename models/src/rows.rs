@@ -1056,37 +1056,52 @@ pub fn combine_in_place(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)]) {
 /// # Panics
 /// If `terms` is empty.
 pub fn combine_into_split(out: &mut [f32], terms: &[(&[f32], f64)], threads: usize) {
-    use rayon::prelude::*;
-    let parts = parts(out.len(), out.len() * terms.len(), threads, COMBINE_TILE);
-    if parts <= 1 {
-        return combine_into(out, terms);
-    }
-    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
-    out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| {
-        let at = i * chunk..i * chunk + o.len();
-        let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(t, w)| (&t[at.clone()], w)).collect();
-        combine_into(o, &terms);
+    let work = out.len() * terms.len();
+    let split = in_parts(out, work, threads, |at, o| {
+        combine_into(
+            o,
+            &terms
+                .iter()
+                .map(|&(t, w)| (&t[at.clone()], w))
+                .collect::<Vec<_>>(),
+        );
     });
+    if !split {
+        combine_into(out, terms);
+    }
 }
 
 /// [`combine_in_place`], split like [`combine_into_split`].
 pub fn combine_in_place_split(out: &mut [f32], w0: f64, rest: &[(&[f32], f64)], threads: usize) {
-    use rayon::prelude::*;
-    let parts = parts(
-        out.len(),
-        out.len() * (rest.len() + 1),
-        threads,
-        COMBINE_TILE,
-    );
-    if parts <= 1 {
-        return combine_in_place(out, w0, rest);
-    }
-    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
-    out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| {
-        let at = i * chunk..i * chunk + o.len();
+    let work = out.len() * (rest.len() + 1);
+    let split = in_parts(out, work, threads, |at, o| {
         let rest: Vec<(&[f32], f64)> = rest.iter().map(|&(t, w)| (&t[at.clone()], w)).collect();
         combine_in_place(o, w0, &rest);
     });
+    if !split {
+        combine_in_place(out, w0, rest);
+    }
+}
+
+/// Runs `part` on contiguous parts of whole combination tiles of `out`, one per thread of up to
+/// `threads` of the current rayon pool, each given its coordinates in `out` and its slice; or,
+/// when `work` floats are too few to gain from it ([`parts`]), does nothing and says so.
+fn in_parts(
+    out: &mut [f32],
+    work: usize,
+    threads: usize,
+    part: impl Fn(Range<usize>, &mut [f32]) + Sync,
+) -> bool {
+    use rayon::prelude::*;
+    let parts = parts(out.len(), work, threads, COMBINE_TILE);
+    if parts <= 1 {
+        return false;
+    }
+    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(i, o)| part(i * chunk..i * chunk + o.len(), o));
+    true
 }
 
 wide! {
@@ -1165,17 +1180,12 @@ wide! {
 /// # Panics
 /// If `terms` is empty.
 pub fn mean_into_split(out: &mut [f32], terms: &[&[f32]], threads: usize) {
-    use rayon::prelude::*;
-    let parts = parts(out.len(), out.len() * terms.len(), threads, COMBINE_TILE);
-    if parts <= 1 {
-        return mean_into(out, terms);
-    }
-    let chunk = out.len().div_ceil(parts).next_multiple_of(COMBINE_TILE);
-    out.par_chunks_mut(chunk).enumerate().for_each(|(i, o)| {
-        let at = i * chunk..i * chunk + o.len();
-        let terms: Vec<&[f32]> = terms.iter().map(|t| &t[at.clone()]).collect();
-        mean_into(o, &terms);
+    let split = in_parts(out, out.len() * terms.len(), threads, |at, o| {
+        mean_into(o, &terms.iter().map(|t| &t[at.clone()]).collect::<Vec<_>>());
     });
+    if !split {
+        mean_into(out, terms);
+    }
 }
 
 #[cfg(test)]
