@@ -140,6 +140,51 @@ struct Pending {
     features: Option<Vec<f32>>,
 }
 
+/// A flush group's gradients as read back: per parameter block of the model, the `R`
+/// requests' gradients on it, `[R, len]`, in request order. The blocks tile `0..P` in order.
+struct ReadBack {
+    parts: Vec<(Range<usize>, TensorData)>,
+}
+
+impl ReadBack {
+    /// Request `i`'s gradient on part `k`.
+    fn part(&self, k: usize, i: usize) -> &[f32] {
+        let (range, data) = &self.parts[k];
+        let data = data.as_slice::<f32>().expect("f32 gradients");
+        &data[i * range.len()..(i + 1) * range.len()]
+    }
+
+    /// Request `i`'s whole gradient, copied into `out` (`P` long).
+    fn copy_into(&self, i: usize, out: &mut [f32]) {
+        for (k, (range, _)) in self.parts.iter().enumerate() {
+            out[range.clone()].copy_from_slice(self.part(k, i));
+        }
+    }
+
+    /// Request `i`'s gradient on `coords` (the state suffix) divided by `scale`, in `f64`.
+    fn unscale(&mut self, i: usize, coords: &Range<usize>, scale: f64) {
+        for (range, data) in &mut self.parts {
+            let (lo, hi) = (range.start.max(coords.start), range.end.min(coords.end));
+            if lo < hi {
+                let data = data.as_mut_slice::<f32>().expect("f32 gradients");
+                let row = i * range.len();
+                for d in &mut data[row + lo - range.start..row + hi - range.start] {
+                    *d = (f64::from(*d) / scale) as f32;
+                }
+            }
+        }
+    }
+}
+
+/// A computed gradient.
+enum Ready {
+    /// In its own buffer.
+    Host(Arc<Vec<f32>>),
+    /// Request `.1` of a flush group, still in the group's read-back blocks: a mean of such
+    /// gradients reads them there, without copying each into its own buffer first.
+    Read(Arc<ReadBack>, usize),
+}
+
 /// Targets on the device, one per sample.
 enum Targets {
     Classes(Tensor<1, Int>),
@@ -273,7 +318,9 @@ pub struct BurnStore {
     train_host: Option<Dataset>,
     objective: Option<Arc<Objective>>,
     pending: Vec<Pending>,
-    ready: BTreeMap<GradId, Arc<Vec<f32>>>,
+    ready: BTreeMap<GradId, Ready>,
+    /// Gradients of past flushes that may still be [`Ready::Read`], in flush order.
+    unread: Vec<GradId>,
     /// The rows that computed each live gradient (a mean's: its inputs' workers), sorted: the
     /// only rows its state part is added to.
     owners: BTreeMap<GradId, Vec<usize>>,
@@ -356,6 +403,7 @@ impl BurnStore {
             objective: None,
             pending: Vec::new(),
             ready: BTreeMap::new(),
+            unread: Vec::new(),
             owners: BTreeMap::new(),
             msgs: BTreeMap::new(),
             next_id: 0,
@@ -455,7 +503,15 @@ impl BurnStore {
             count(m.as_ptr(), m.len());
         }
         for g in self.ready.values() {
-            count(g.as_ptr(), g.len());
+            match g {
+                Ready::Host(g) => count(g.as_ptr(), g.len()),
+                Ready::Read(read, _) => {
+                    for (_, data) in &read.parts {
+                        let data = data.as_slice::<f32>().expect("f32 gradients");
+                        count(data.as_ptr(), data.len());
+                    }
+                }
+            }
         }
         floats
     }
@@ -527,15 +583,52 @@ impl BurnStore {
     }
 
     fn gradient(&mut self, id: GradId) -> Arc<Vec<f32>> {
-        // One lookup when it is computed (nearly always: DASGD applies each gradient `n` times).
-        if let Some(g) = self.ready.get(&id) {
+        // One lookup when it is in its buffer (nearly always: DASGD applies each gradient `n`
+        // times).
+        if let Some(Ready::Host(g)) = self.ready.get(&id) {
             return Arc::clone(g);
         }
-        self.flush();
-        self.ready
-            .get(&id)
-            .cloned()
-            .unwrap_or_else(|| panic!("gradient {id:?} was released or never requested"))
+        if !self.ready.contains_key(&id) {
+            self.flush();
+        }
+        self.copy_out();
+        match self.ready.get(&id) {
+            Some(Ready::Host(g)) => Arc::clone(g),
+            _ => panic!("gradient {id:?} was released or never requested"),
+        }
+    }
+
+    /// Copies every gradient still in its flush's read-back blocks into a buffer of its own
+    /// (spread over the threads when long), for a use other than a mean: the copy a flush would
+    /// otherwise make of each, made at the first such use instead.
+    fn copy_out(&mut self) {
+        if self.unread.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let mut work: Vec<(GradId, Arc<ReadBack>, usize, Vec<f32>)> = Vec::new();
+        for id in std::mem::take(&mut self.unread) {
+            if matches!(self.ready.get(&id), Some(Ready::Read(..)))
+                && let Some(Ready::Read(read, i)) = self.ready.remove(&id)
+            {
+                work.push((id, read, i, self.rows.buffer()));
+            }
+        }
+        let floats = work.len() * self.rows.width();
+        if self.threads > 1 && work.len() > 1 && floats >= crate::rows::PARALLEL_FLOATS {
+            let per_thread = work.len().div_ceil(self.threads);
+            work.par_iter_mut()
+                .with_min_len(per_thread)
+                .for_each(|(_, read, i, out)| read.copy_into(*i, out));
+        } else {
+            for (_, read, i, out) in &mut work {
+                read.copy_into(*i, out);
+            }
+        }
+        for (id, _, _, out) in work {
+            self.ready.insert(id, Ready::Host(Arc::new(out)));
+        }
+        self.stats.gradient_wall += started.elapsed();
     }
 
     /// Evaluates every pending request: in one batched forward/backward pass, or in groups of
@@ -545,6 +638,10 @@ impl BurnStore {
             return;
         }
         let started = Instant::now();
+        // Forget the gradients of past flushes already used up by a mean or released.
+        let ready = &self.ready;
+        self.unread
+            .retain(|id| matches!(ready.get(id), Some(Ready::Read(..))));
         let pending = std::mem::take(&mut self.pending);
         let r = pending.len();
         // A flush too small to gain from a second thread stays on this one: waking a sleeping
@@ -557,34 +654,34 @@ impl BurnStore {
         };
         let groups = r.div_ceil(self.max_batch.unwrap_or(r)).max(threads.min(r));
         let bounds = dasim_sim::params::blocks(r, groups);
-        // Each gradient is assembled in a spare buffer of the rows.
-        let buffers: Vec<Vec<Vec<f32>>> = bounds
-            .iter()
-            .map(|b| b.clone().map(|_| self.rows.buffer()).collect())
-            .collect();
-        let work: Vec<_> = bounds.iter().zip(buffers).collect();
-        let results: Vec<(Vec<Vec<f32>>, Vec<f32>)> = if groups > 1 && threads > 1 {
-            work.into_par_iter()
-                .map(|(b, out)| self.group_gradients(&pending[b.clone()], out))
+        let results: Vec<(ReadBack, Vec<f32>)> = if groups > 1 && threads > 1 {
+            bounds
+                .par_iter()
+                .map(|b| self.group_gradients(&pending[b.clone()]))
                 .collect()
         } else {
-            work.into_iter()
-                .map(|(b, out)| self.group_gradients(&pending[b.clone()], out))
+            bounds
+                .iter()
+                .map(|b| self.group_gradients(&pending[b.clone()]))
                 .collect()
         };
         let mut pending = pending.into_iter();
         let state = self.model.trainable().end..self.model.num_params();
-        for (grads, losses) in results {
-            for (mut g, loss) in grads.into_iter().zip(losses) {
-                let q = pending.next().expect("one result per request");
+        for (mut read, losses) in results {
+            let group: Vec<Pending> = pending.by_ref().take(losses.len()).collect();
+            for (i, q) in group.iter().enumerate() {
                 if q.scale != 1.0 {
                     // The state delta in the row's units: a row read at `scale` holds the
                     // statistics times `1/scale` (push-sum's numerator `w·z`).
-                    for d in &mut g[state.clone()] {
-                        *d = (f64::from(*d) / q.scale) as f32;
-                    }
+                    read.unscale(i, &state, q.scale);
                 }
-                self.ready.insert(q.id, Arc::new(g));
+            }
+            // The gradients stay in the read-back blocks until a use other than a mean
+            // ([`BurnStore::copy_out`]).
+            let read = Arc::new(read);
+            for (i, (q, loss)) in group.into_iter().zip(losses).enumerate() {
+                self.ready.insert(q.id, Ready::Read(Arc::clone(&read), i));
+                self.unread.push(q.id);
                 self.rows.recycle(q.snapshot);
                 self.train_loss += f64::from(loss);
             }
@@ -595,9 +692,8 @@ impl BurnStore {
         self.stats.gradient_wall += started.elapsed();
     }
 
-    /// Gradients (`R` of `P`, written into `out`) and losses `[R]` of a group of requests,
-    /// read back in one transfer.
-    fn group_gradients(&self, group: &[Pending], out: Vec<Vec<f32>>) -> (Vec<Vec<f32>>, Vec<f32>) {
+    /// Gradients and losses `[R]` of a group of requests, read back in one transfer.
+    fn group_gradients(&self, group: &[Pending]) -> (ReadBack, Vec<f32>) {
         let r = group.len();
         let mut indices = Vec::with_capacity(r * self.batch);
         let mut features = group[0]
@@ -613,7 +709,7 @@ impl BurnStore {
         let rows: Vec<(&[f32], f64)> = group.iter().map(|q| (&q.snapshot[..], q.scale)).collect();
         let blocks = self.block_tensors(&rows);
         let (parts, losses) = self.batched_gradient(blocks, &indices, features);
-        Self::read_gradients(parts, losses, out)
+        Self::read_gradients(parts, losses)
     }
 
     /// Rows, each read at its scale, as one tensor `[R, len]` per block of the model's
@@ -775,14 +871,12 @@ impl BurnStore {
         (parts, losses.without_autodiff())
     }
 
-    /// Reads a batch's gradient blocks and losses back in one transfer, and assembles each
-    /// request's gradient on the host into `out` (`R` buffers of `P`), with no concatenation on
-    /// the device.
+    /// Reads a batch's gradient blocks and losses back in one transfer, with no concatenation
+    /// on the device.
     fn read_gradients(
         parts: Vec<(Range<usize>, Tensor<2>)>,
         losses: Tensor<1>,
-        mut out: Vec<Vec<f32>>,
-    ) -> (Vec<Vec<f32>>, Vec<f32>) {
+    ) -> (ReadBack, Vec<f32>) {
         let mut read = Transaction::default();
         let mut ranges = Vec::with_capacity(parts.len());
         for (range, t) in parts {
@@ -790,21 +884,16 @@ impl BurnStore {
             read = read.register(t);
         }
         let mut data = read.register(losses).execute().into_iter();
-        // Each block is copied once, from the read-back data straight into the gradients.
-        for range in &ranges {
-            let block = data.next().expect("one result per block");
-            let block = block.as_slice::<f32>().expect("f32 gradients");
-            let len = range.len();
-            for (g, b) in out.iter_mut().zip(block.chunks_exact(len)) {
-                g[range.clone()].copy_from_slice(b);
-            }
-        }
+        let parts = ranges
+            .into_iter()
+            .map(|range| (range, data.next().expect("one result per block")))
+            .collect();
         let losses: Vec<f32> = data
             .next()
             .expect("losses")
             .try_into_vec()
             .expect("f32 losses");
-        (out, losses)
+        (ReadBack { parts }, losses)
     }
 
     /// Gradients and losses of the models `rows` (each `params` long) on the minibatches
@@ -819,7 +908,15 @@ impl BurnStore {
         let scaled: Vec<(&[f32], f64)> = rows.iter().map(|r| (&r[..], 1.0)).collect();
         let blocks = self.block_tensors(&scaled);
         let (parts, losses) = self.batched_gradient(blocks, &batches.concat(), None);
-        Self::read_gradients(parts, losses, vec![vec![0.0; p]; rows.len()])
+        let (read, losses) = Self::read_gradients(parts, losses);
+        let grads = (0..rows.len())
+            .map(|i| {
+                let mut g = vec![0.0; p];
+                read.copy_into(i, &mut g);
+                g
+            })
+            .collect();
+        (grads, losses)
     }
 
     /// The training objective of the models `rows` on the minibatches `batches` (the quantity
@@ -993,23 +1090,47 @@ impl ReplicaStore for BurnStore {
     }
 
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
-        let parts: Vec<Arc<Vec<f32>>> = grads.iter().map(|&g| self.gradient(g)).collect();
+        if grads.iter().any(|g| !self.ready.contains_key(g)) {
+            self.flush();
+        }
+        let mut mean = self.rows.buffer();
+        if grads
+            .iter()
+            .all(|g| matches!(self.ready.get(g), Some(Ready::Read(..))))
+        {
+            // Straight from the read-back blocks, block by block: per coordinate the same
+            // operations as on copies, so the same bits.
+            let terms: Vec<(Arc<ReadBack>, usize)> = grads
+                .iter()
+                .map(|g| match self.ready.remove(g) {
+                    Some(Ready::Read(read, i)) => (read, i),
+                    _ => unreachable!("checked above"),
+                })
+                .collect();
+            for (k, (range, _)) in terms[0].0.parts.iter().enumerate() {
+                let parts: Vec<&[f32]> = terms.iter().map(|(read, i)| read.part(k, *i)).collect();
+                mean_into_split(&mut mean[range.clone()], &parts, self.threads);
+            }
+        } else {
+            let parts: Vec<Arc<Vec<f32>>> = grads.iter().map(|&g| self.gradient(g)).collect();
+            for g in grads {
+                self.ready.remove(g);
+            }
+            let terms: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
+            mean_into_split(&mut mean, &terms, self.threads);
+            for part in parts {
+                self.rows.recycle(part);
+            }
+        }
         let mut owners = Vec::new();
         for g in grads {
-            self.ready.remove(g);
             owners.extend(self.owners.remove(g).unwrap_or_default());
         }
         owners.sort_unstable();
         owners.dedup();
-        let mut mean = self.rows.buffer();
-        let terms: Vec<&[f32]> = parts.iter().map(|p| &p[..]).collect();
-        mean_into_split(&mut mean, &terms, self.threads);
-        for part in parts {
-            self.rows.recycle(part);
-        }
         let id = GradId(self.next_id);
         self.next_id += 1;
-        self.ready.insert(id, Arc::new(mean));
+        self.ready.insert(id, Ready::Host(Arc::new(mean)));
         self.owners.insert(id, owners);
         id
     }
@@ -1051,7 +1172,8 @@ impl ReplicaStore for BurnStore {
     fn release_gradient(&mut self, grad: GradId) {
         self.owners.remove(&grad);
         match self.ready.remove(&grad) {
-            Some(g) => self.rows.recycle(g),
+            Some(Ready::Host(g)) => self.rows.recycle(g),
+            Some(Ready::Read(..)) => {}
             None => self.pending.retain(|p| p.id != grad),
         }
     }
@@ -1166,13 +1288,23 @@ impl ReplicaStore for BurnStore {
     }
 
     fn save_state(&mut self) -> Result<Vec<u8>, String> {
-        // Queued steps are not part of a checkpoint: apply them first.
+        // Queued steps are not part of a checkpoint: apply them first. Gradients are written
+        // each in its own buffer.
         self.rows.settle_all();
+        self.copy_out();
+        let ready: BTreeMap<GradId, Arc<Vec<f32>>> = self
+            .ready
+            .iter()
+            .map(|(&id, g)| match g {
+                Ready::Host(g) => (id, Arc::clone(g)),
+                Ready::Read(..) => unreachable!("copied out above"),
+            })
+            .collect();
         let state = BurnStateRef {
             rows: &self.rows,
             samplers: &self.samplers,
             pending: &self.pending,
-            ready: &self.ready,
+            ready: &ready,
             owners: &self.owners,
             msgs: &self.msgs,
             next_id: self.next_id,
@@ -1197,7 +1329,12 @@ impl ReplicaStore for BurnStore {
         self.rows.set_threads(self.threads);
         self.samplers = state.samplers;
         self.pending = state.pending;
-        self.ready = state.ready;
+        self.ready = state
+            .ready
+            .into_iter()
+            .map(|(id, g)| (id, Ready::Host(g)))
+            .collect();
+        self.unread.clear();
         self.owners = state.owners;
         self.msgs = state.msgs;
         self.next_id = state.next_id;

@@ -266,3 +266,48 @@ fn averaging_and_updates_are_row_operations() {
         assert!((sum_before - sum_after).abs() < 1e-6);
     }
 }
+
+/// A mean of gradients still in their flush's read-back blocks (all-reduce's case) is read from
+/// the blocks, without a copy of each; it has the same bits as the mean of the gradients' own
+/// copies, whether they came from one group, several groups of a flush, or several flushes.
+#[test]
+fn a_mean_read_from_the_blocks_has_the_bits_of_the_mean_of_copies() {
+    let workers = 4;
+    let mean_of = |max_batch: Option<usize>, copy_first: bool, two_flushes: bool| {
+        let mut store = problem_store(ModelConfig::default(), &DataConfig::default(), workers, 8)
+            .with_max_batch(max_batch);
+        let mut ids: Vec<_> = (0..workers / 2)
+            .map(|w| store.request_gradient(w))
+            .collect();
+        if two_flushes {
+            // The first two are evaluated and copied out before the others are requested.
+            store.gradient_host(ids[0]);
+        }
+        ids.extend((workers / 2..workers).map(|w| store.request_gradient(w)));
+        if copy_first {
+            store.gradient_host(ids[workers - 1]);
+        }
+        let mean = store.mean_gradient(&ids);
+        store.gradient_host(mean)
+    };
+    let from_blocks = mean_of(None, false, false);
+    let bits = |g: &[f32]| g.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(from_blocks.iter().any(|&x| x != 0.0));
+    for (max_batch, copy_first, two_flushes, what) in [
+        (Some(1), false, false, "one group per request"),
+        (None, true, false, "copied out first"),
+        (None, false, true, "two flushes"),
+        (
+            Some(3),
+            true,
+            true,
+            "uneven groups, two flushes, copied out",
+        ),
+    ] {
+        assert_eq!(
+            bits(&mean_of(max_batch, copy_first, two_flushes)),
+            bits(&from_blocks),
+            "{what}"
+        );
+    }
+}
