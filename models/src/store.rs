@@ -637,11 +637,10 @@ impl BurnStore {
         if self.pending.is_empty() {
             return;
         }
+        // A past flush's gradient still in its blocks (one no mean has used, as a crashed
+        // worker's) gets its own buffer now, so that it keeps no more than that alive.
+        self.copy_out();
         let started = Instant::now();
-        // Forget the gradients of past flushes already used up by a mean or released.
-        let ready = &self.ready;
-        self.unread
-            .retain(|id| matches!(ready.get(id), Some(Ready::Read(..))));
         let pending = std::mem::take(&mut self.pending);
         let r = pending.len();
         // A flush too small to gain from a second thread stays on this one: waking a sleeping

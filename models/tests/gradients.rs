@@ -311,3 +311,27 @@ fn a_mean_read_from_the_blocks_has_the_bits_of_the_mean_of_copies() {
         );
     }
 }
+
+/// A gradient left in its flush's read-back blocks by a mean of the others (a crashed worker's
+/// in all-reduce) keeps the whole group's blocks alive only until the next flush, which gives
+/// it a buffer of its own, even when that flush's gradients all go to a mean too.
+#[test]
+fn a_gradient_no_mean_used_is_copied_out_at_the_next_flush() {
+    let workers = 8;
+    let mut store = problem_store(ModelConfig::default(), &DataConfig::default(), workers, 8);
+    let p = store.num_params();
+    let rows = store.floats_held();
+    let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
+    let mean = store.mean_gradient(&ids[1..]);
+    // Rows, the mean, and the eight gradients' blocks, held by the one left.
+    assert_eq!(store.floats_held(), rows + p + workers * p);
+    store.release_gradient(mean);
+    // The next round, without worker 0.
+    let next: Vec<_> = (1..workers).map(|w| store.request_gradient(w)).collect();
+    let mean = store.mean_gradient(&next);
+    // Rows, the mean, and the gradient left, in a buffer of its own.
+    assert_eq!(store.floats_held(), rows + 2 * p);
+    store.release_gradient(mean);
+    store.release_gradient(ids[0]);
+    assert_eq!(store.floats_held(), rows);
+}
