@@ -165,11 +165,69 @@ pub const QUEUE_FLOATS: usize = 1 << 20;
 /// Steps a row's queue holds at most: one pass over the row per this many gradients.
 pub const MAX_QUEUE: usize = 64;
 
+/// Blocks of floats a gradient step can read in place: a gradient flush's read-back blocks,
+/// each holding several requests' gradients on one range of coordinates.
+pub trait Blocks: Send + Sync {
+    /// Block `k`, whole.
+    fn block(&self, k: usize) -> &[f32];
+}
+
+/// The gradient a queued step reads.
+#[derive(Clone)]
+enum Grad {
+    /// A whole gradient of its own, `P` long.
+    Row(Row),
+    /// The coordinates from `start` on of a gradient, at `at..` of `blocks`' block `k`.
+    Part {
+        blocks: Arc<dyn Blocks>,
+        k: usize,
+        at: usize,
+        start: usize,
+    },
+}
+
+impl Grad {
+    /// The gradient on the coordinates `a..b`.
+    fn slice(&self, a: usize, b: usize) -> &[f32] {
+        match self {
+            Grad::Row(g) => &g[a..b],
+            Grad::Part {
+                blocks,
+                k,
+                at,
+                start,
+            } => &blocks.block(*k)[at + a - start..at + b - start],
+        }
+    }
+
+    /// The same buffer, at the same place.
+    fn same(&self, other: &Grad) -> bool {
+        match (self, other) {
+            (Grad::Row(a), Grad::Row(b)) => Arc::ptr_eq(a, b),
+            (
+                Grad::Part {
+                    blocks: a,
+                    k,
+                    at,
+                    start,
+                },
+                Grad::Part {
+                    blocks: b,
+                    k: k2,
+                    at: at2,
+                    start: start2,
+                },
+            ) => Arc::ptr_eq(a, b) && (k, at, start) == (k2, at2, start2),
+            _ => false,
+        }
+    }
+}
+
 /// An SGD step waiting on its row.
 #[derive(Clone)]
 struct Queued {
-    /// The whole gradient; the step uses the coordinates `block`.
-    g: Row,
+    /// The gradient; the step uses the coordinates `block`.
+    g: Grad,
     block: Range<usize>,
     lr: f32,
     rule: Sgd,
@@ -180,7 +238,7 @@ struct Queued {
 impl Queued {
     /// The same gradient buffer, block, rate and rule.
     fn same_step(&self, other: &Queued) -> bool {
-        Arc::ptr_eq(&self.g, &other.g)
+        self.g.same(&other.g)
             && self.block == other.block
             && self.lr.to_bits() == other.lr.to_bits()
             && self.rule.bits() == other.rule.bits()
@@ -368,9 +426,7 @@ impl Rows {
             // Remembered where another row may settle the same: steps of one common gradient
             // (all-reduce's mean, queued block by block on every row, so every row after the
             // first takes the result).
-            let remember = queue
-                .iter()
-                .all(|q| q.common && Arc::ptr_eq(&q.g, &queue[0].g));
+            let remember = queue.iter().all(|q| q.common && q.g.same(&queue[0].g));
             let inputs = remember.then(|| {
                 (
                     Arc::clone(&self.params[r]),
@@ -392,7 +448,9 @@ impl Rows {
             }
         }
         for q in queue.drain(..) {
-            self.recycle(q.g);
+            if let Grad::Row(g) = q.g {
+                self.recycle(g);
+            }
         }
         // The emptied queue keeps its capacity for the next steps.
         self.queued[r] = queue;
@@ -451,7 +509,9 @@ impl Rows {
             self.recycle(v);
         }
         for q in old.steps {
-            self.recycle(q.g);
+            if let Grad::Row(g) = q.g {
+                self.recycle(g);
+            }
         }
     }
 
@@ -675,6 +735,45 @@ impl Rows {
         self.queue_step(r, g, lr, block, opt, layers, true);
     }
 
+    /// An SGD step of a gradient held in `blocks`, applied now, with the steps queued before it,
+    /// in one settle of the row: `parts` are `(k, at, coords)`, the gradient on `coords` being
+    /// at `at..` of block `k`. Nothing of `blocks` is kept. Per coordinate the operations of
+    /// [`Rows::step_shared`] with the gradient in a buffer of its own, so the same bits.
+    ///
+    /// # Panics
+    /// If the optimizer is not SGD (Adam and LARS read whole gradients).
+    pub fn step_from_blocks(
+        &mut self,
+        r: usize,
+        blocks: &Arc<dyn Blocks>,
+        parts: &[(usize, usize, Range<usize>)],
+        lr: f64,
+        opt: &OptimizerConfig,
+    ) {
+        assert_eq!(opt.kind, OptimizerKind::Sgd, "a step from blocks is SGD's");
+        if self.queued.len() <= r {
+            self.queued.resize_with(self.params.len(), Vec::new);
+        }
+        for (k, at, coords) in parts {
+            if coords.is_empty() {
+                continue;
+            }
+            self.queued[r].push(Queued {
+                g: Grad::Part {
+                    blocks: Arc::clone(blocks),
+                    k: *k,
+                    at: *at,
+                    start: coords.start,
+                },
+                block: coords.clone(),
+                lr: lr as f32,
+                rule: Sgd::of(opt),
+                common: false,
+            });
+        }
+        self.settle(r);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn queue_step(
         &mut self,
@@ -695,7 +794,7 @@ impl Rows {
             self.queued.resize_with(self.params.len(), Vec::new);
         }
         self.queued[r].push(Queued {
-            g: Arc::clone(g),
+            g: Grad::Row(Arc::clone(g)),
             block,
             lr: lr as f32,
             rule: Sgd::of(opt),
@@ -977,7 +1076,7 @@ fn apply_tiles(
             if a < b {
                 let local = a - offset..b - offset;
                 let v = v.as_deref_mut().map(|v| &mut v[local.clone()]);
-                q.rule.apply(&mut x[local], v, &q.g[a..b], q.lr);
+                q.rule.apply(&mut x[local], v, q.g.slice(a, b), q.lr);
             }
         }
     }

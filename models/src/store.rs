@@ -57,13 +57,15 @@ use burn::tensor::{Device, Int, Tensor, TensorData, Transaction, activation};
 use rayon::prelude::*;
 
 use dasim_sim::engine::rng::{StreamKind, stream};
-use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
+use dasim_sim::params::{
+    Evaluation, GradId, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
+};
 
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
 use crate::rows::{
-    Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
+    Blocks, Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
 };
 
 /// Floating-point operations of a flush (its requests' forward and backward passes) from which
@@ -173,6 +175,12 @@ impl ReadBack {
                 }
             }
         }
+    }
+}
+
+impl Blocks for ReadBack {
+    fn block(&self, k: usize) -> &[f32] {
+        self.parts[k].1.as_slice::<f32>().expect("f32 gradients")
     }
 }
 
@@ -1139,6 +1147,44 @@ impl ReplicaStore for BurnStore {
             return;
         }
         let split = self.model.trainable().end;
+        if !self.ready.contains_key(&grad) {
+            self.flush();
+        }
+        let owner = self
+            .owners
+            .get(&grad)
+            .is_some_and(|o| o.binary_search(&row).is_ok());
+        if owner
+            && self.optimizer.kind == OptimizerKind::Sgd
+            && let Some(Ready::Read(read, i)) = self.ready.get(&grad)
+        {
+            // A worker applying the gradient it computed, straight from the read-back blocks
+            // and at once (it reads its row right after: its next request), so that nothing
+            // keeps the blocks alive; any other use copies the flush's gradients out.
+            let (read, i) = (Arc::clone(read), *i);
+            let mut steps = Vec::new();
+            for (k, (range, _)) in read.parts.iter().enumerate() {
+                let at = i * range.len();
+                let (lo, hi) = (range.start.max(block.start), range.end.min(block.end));
+                if lo >= hi {
+                    continue;
+                }
+                // The state part: the state delta, added (the row computed it).
+                let state = lo.max(split)..hi;
+                if !state.is_empty() {
+                    let g = &read.block(k)[at + state.start - range.start..at + hi - range.start];
+                    self.rows.add_block(row, g, state);
+                }
+                if lo < hi.min(split) {
+                    // The gradient on `lo..` is at `at + lo − range.start..` of the block.
+                    steps.push((k, at + lo - range.start, lo..hi.min(split)));
+                }
+            }
+            let blocks: Arc<dyn Blocks> = read;
+            self.rows
+                .step_from_blocks(row, &blocks, &steps, lr, &self.optimizer);
+            return;
+        }
         let g = self.gradient(grad);
         // The state part of the block: the state delta, added only to a row that computed the
         // gradient (the state rule of `ReplicaStore::apply_gradient_block`).

@@ -335,3 +335,45 @@ fn a_gradient_no_mean_used_is_copied_out_at_the_next_flush() {
     store.release_gradient(ids[0]);
     assert_eq!(store.floats_held(), rows);
 }
+
+/// A worker applying its own gradient reads it in the flush's read-back blocks; its steps,
+/// whole or on blocks that cut across the model's parameter blocks (LPP-SGD's partial steps),
+/// with momentum and weight decay, have the bits of the same steps from a copy of the gradient.
+#[test]
+fn a_step_read_from_the_blocks_has_the_bits_of_a_step_from_a_copy() {
+    let workers = 3;
+    let optimizer: OptimizerConfig =
+        toml::from_str("lr = 0.1\nmomentum = 0.9\nweight_decay = 0.01").unwrap();
+    let rows_after = |copy_first: bool| {
+        let pb = Problem::load(
+            &ModelConfig::default(),
+            &DataConfig::default(),
+            Path::new("."),
+            11,
+        )
+        .unwrap();
+        let mut store = pb.store(Device::flex(), workers, 8, optimizer.clone(), 11);
+        let p = store.num_params();
+        // Whole, then in pieces that start and end inside the model's blocks.
+        let cuts: [&[(usize, usize)]; 3] = [
+            &[(0, p)],
+            &[(0, 1000), (1000, 2090), (2090, p)],
+            &[(2050, 2405), (0, 2050), (2405, p)],
+        ];
+        for cut in cuts {
+            let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
+            if copy_first {
+                store.gradient_host(ids[2]);
+            }
+            for (w, &id) in ids.iter().enumerate() {
+                for &(a, b) in cut {
+                    store.apply_gradient_block(w, id, 0.1, a..b);
+                }
+                store.release_gradient(id);
+            }
+        }
+        store.params_host()
+    };
+    let bits = |g: &[f32]| g.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&rows_after(false)), bits(&rows_after(true)));
+}
