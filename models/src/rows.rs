@@ -41,7 +41,10 @@
 //! DASGD applies about a thousand gradients between two of its own reads at a thousand workers;
 //! one by one, each was a pass over its parameters and momentum, cold in the cache by the next.
 //! Every method that reads or writes a row settles it first; [`Rows::get`] takes `&self`, so it
-//! asks for a settled row ([`Rows::settle`] or [`Rows::settle_all`]) and panics otherwise.
+//! asks for a settled row ([`Rows::settle`] or [`Rows::settle_all`]) and panics otherwise. A
+//! step can also read its gradient in place in blocks that hold several gradients (a flush's
+//! read-back blocks, [`Blocks`]): [`Rows::step_from_blocks`] queues it part by part and settles
+//! the row at once, so no queue keeps such a block alive.
 //!
 //! All-reduce applies one mean gradient to every row, and its rows hold the same bits from the
 //! first step to the last: sixteen identical passes per step, a tenth of an MLP's wall time. So
