@@ -754,27 +754,41 @@ impl Rows {
         opt: &OptimizerConfig,
     ) {
         assert_eq!(opt.kind, OptimizerKind::Sgd, "a step from blocks is SGD's");
-        if self.queued.len() <= r {
-            self.queued.resize_with(self.params.len(), Vec::new);
-        }
         for (k, at, coords) in parts {
             if coords.is_empty() {
                 continue;
             }
-            self.queued[r].push(Queued {
-                g: Grad::Part {
-                    blocks: Arc::clone(blocks),
-                    k: *k,
-                    at: *at,
-                    start: coords.start,
-                },
-                block: coords.clone(),
-                lr: lr as f32,
-                rule: Sgd::of(opt),
-                common: false,
-            });
+            let g = Grad::Part {
+                blocks: Arc::clone(blocks),
+                k: *k,
+                at: *at,
+                start: coords.start,
+            };
+            self.push_step(r, g, coords.clone(), lr, opt, false);
         }
         self.settle(r);
+    }
+
+    /// Queues an SGD step on row `r` (settled by the caller or at the row's next use).
+    fn push_step(
+        &mut self,
+        r: usize,
+        g: Grad,
+        block: Range<usize>,
+        lr: f64,
+        opt: &OptimizerConfig,
+        common: bool,
+    ) {
+        if self.queued.len() <= r {
+            self.queued.resize_with(self.params.len(), Vec::new);
+        }
+        self.queued[r].push(Queued {
+            g,
+            block,
+            lr: lr as f32,
+            rule: Sgd::of(opt),
+            common,
+        });
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -793,16 +807,7 @@ impl Rows {
             self.step(r, &g[block.clone()], lr, block, opt, layers);
             return;
         }
-        if self.queued.len() <= r {
-            self.queued.resize_with(self.params.len(), Vec::new);
-        }
-        self.queued[r].push(Queued {
-            g: Grad::Row(Arc::clone(g)),
-            block,
-            lr: lr as f32,
-            rule: Sgd::of(opt),
-            common,
-        });
+        self.push_step(r, Grad::Row(Arc::clone(g)), block, lr, opt, common);
         if self.queued[r].len() >= queue_cap(self.p) {
             self.settle(r);
         }
