@@ -1,18 +1,22 @@
 //! What batching replicas buys: the wall time of one batched gradient (forward and backward on
 //! the autodiff device, summed cross-entropy, batch 32 per replica, gradient read back) over `R`
-//! stacked replicas, for the MLP (digits-sized 64-32-10 and MNIST-sized 784-256-256-10),
+//! stacked replicas, for the MLP (digits-sized 64-32-10, the 784-128-10 of
+//! `scenarios/perf/mlp784.toml` and MNIST-sized 784-256-256-10),
 //! LeNet-5 (28×28×1) and ResNet-20 (32×32×3). LeNet and ResNet are timed twice: with the
 //! gradient of the stacked rows `[R, P]` (`forward`), and with one autodiff leaf per parameter
 //! block (`forward_blocks`, "(blocks)"), which avoids the `[R, P]` buffer that the backward pass
 //! of every slice of the rows writes. After divan's report, a table gives the median time per
 //! pass, the per-replica cost (time / R) and that cost relative to `R = 1`.
 //!
-//! Replica counts: 1, 16, 64, 256, except ResNet-20 on the CPU, which stops at 16 (1, 4, 16):
-//! at 256 replicas one pass would take minutes on two cores. Each case runs one untimed warm-up
+//! Replica counts: 1, 16, 64, 256 on the CPU, except ResNet-20, which stops at 16 (1, 4, 16): at
+//! 256 replicas one pass would take minutes on two cores. On a GPU the MLPs and LeNet run 1, 16,
+//! 64, 256 and 1,024 replicas, ResNet-20 up to 256 (at 1,024 its activations alone would take
+//! tens of GB). Each case runs one untimed warm-up
 //! pass (wgpu compiles its kernels there), then 3 timed passes.
 //!
 //! `cargo bench -p dasim-models --bench batching` runs on `flex` (CPU);
-//! `DASIM_BENCH_BACKEND=wgpu` runs on the first wgpu adapter (a GPU where there is one).
+//! `DASIM_BENCH_BACKEND=wgpu` runs on the first wgpu adapter (a GPU where there is one);
+//! `DASIM_BENCH_REPLICAS=1,16,64` sets the replica counts of every model.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -56,11 +60,34 @@ fn on_gpu() -> bool {
 }
 
 fn replicas() -> Vec<usize> {
-    vec![1, 16, 64, 256]
+    if let Some(list) = replica_list() {
+        list
+    } else if on_gpu() {
+        vec![1, 16, 64, 256, 1024]
+    } else {
+        vec![1, 16, 64, 256]
+    }
 }
 
 fn resnet_replicas() -> Vec<usize> {
-    if on_gpu() { replicas() } else { vec![1, 4, 16] }
+    if let Some(list) = replica_list() {
+        list
+    } else if on_gpu() {
+        vec![1, 16, 64, 256]
+    } else {
+        vec![1, 4, 16]
+    }
+}
+
+/// `DASIM_BENCH_REPLICAS=1,16,64`: the replica counts of every model, instead of the defaults.
+fn replica_list() -> Option<Vec<usize>> {
+    let list = std::env::var("DASIM_BENCH_REPLICAS").ok()?;
+    let parse = |v: &str| {
+        v.trim()
+            .parse()
+            .expect("DASIM_BENCH_REPLICAS: comma-separated counts")
+    };
+    Some(list.split(',').map(parse).collect())
 }
 
 /// Seconds per pass, by (model, R).
@@ -179,6 +206,15 @@ fn mlp_64_32_10(bencher: Bencher, r: usize) {
         10,
         Leaves::Rows(&forward),
     );
+}
+
+#[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
+fn mlp_784_128_10(bencher: Bencher, r: usize) {
+    let mlp = Mlp::new(&[784, 128, 10], Activation::Relu);
+    let row = init(|s| mlp.init(s));
+    let forward = |p, x| mlp.forward(p, x);
+    let name = "mlp 784-128-10";
+    bench_gradient(bencher, name, r, row, 784, 10, Leaves::Rows(&forward));
 }
 
 #[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
