@@ -6,6 +6,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
+use dasim_models::lenet::IM2COL_MIN_REPLICAS;
 use dasim_models::{Activation, ImageShape, LeNet, ResNet};
 use dasim_sim::engine::rng::{StreamKind, stream};
 use rand::Rng;
@@ -874,13 +875,16 @@ fn conv_models_agree_on_wgpu_and_flex() {
     let lenet = LeNet::new(shape(1, 12, 12), 4);
     let resnet = ResNet::new(shape(3, 8, 8), 4, 8, 4);
     let nets: [(&dyn Net, usize); 2] = [(&lenet, 144), (&resnet, 192)];
-    for (net, dim) in nets {
-        let case = Case::new(net, 3, 4, dim, 4, 71);
+    // 3 replicas take the grouped convolution on wgpu, 8 take im2col (the training path from
+    // `IM2COL_MIN_REPLICAS` replicas on); flex always takes the grouped convolution.
+    assert_eq!(IM2COL_MIN_REPLICAS, 8);
+    for ((net, dim), r) in nets.into_iter().flat_map(|n| [(n, 3), (n, 8)]) {
+        let case = Case::new(net, r, 4, dim, 4, 71);
         for train in [true, false] {
             let (g_flex, l_flex) = gradients(net, &case, train, &Device::flex());
             let (g_wgpu, l_wgpu) = gradients(net, &case, train, &wgpu.device);
             assert_close(&l_wgpu, &l_flex, 1e-4, "losses");
-            for k in 0..3 {
+            for k in 0..r {
                 assert_close(&g_wgpu[k], &g_flex[k], 1e-3, "gradients");
             }
         }
