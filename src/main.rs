@@ -73,7 +73,8 @@ enum Command {
         /// No progress bar.
         #[arg(long, short)]
         quiet: bool,
-        /// Threads for the gradient passes (default: every core). Results do not depend on it.
+        /// Threads for the gradient passes on flex and the row arithmetic (default: every core).
+        /// On a GPU a flush stays one pass. Results do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
         /// Gradient requests per forward/backward pass at most (default: every pending one).
@@ -120,7 +121,8 @@ enum Command {
         /// No progress lines or bars.
         #[arg(long, short)]
         quiet: bool,
-        /// Threads for the gradient passes (default: every core). Results do not depend on it.
+        /// Threads for the gradient passes on flex and the row arithmetic (default: every core).
+        /// On a GPU a flush stays one pass. Results do not depend on it.
         #[arg(long)]
         threads: Option<usize>,
     },

@@ -123,6 +123,13 @@ pub fn adapters() -> Vec<Adapter> {
         .collect()
 }
 
+/// Whether `device` is `flex`, the CPU backend (with or without autodiff). Where the work of a
+/// pass is placed differs between it and a GPU: threads split `flex`'s passes, and the
+/// convolutions take another form on a GPU.
+pub fn is_flex(device: &Device) -> bool {
+    device.clone().without_autodiff() == Device::flex()
+}
+
 fn flex() -> Backend {
     Backend {
         device: Device::flex(),

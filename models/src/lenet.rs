@@ -57,11 +57,12 @@ use std::ops::Range;
 
 use burn::tensor::module::{conv2d, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions, PadMode};
-use burn::tensor::{Device, Tensor, activation, s};
+use burn::tensor::{Tensor, activation, s};
 use rand::Rng;
 
 use dasim_sim::engine::rng::Stream;
 
+use crate::backend::is_flex;
 use crate::data::ImageShape;
 use crate::mlp::Activation;
 
@@ -136,7 +137,7 @@ impl Conv {
         let b = self
             .bias
             .map(|o| params.get(o, self.cout).reshape([r * self.cout]));
-        if self.cin > 1 && r >= IM2COL_MIN_REPLICAS && w.is_tracked() && !on_flex(&x.device()) {
+        if self.cin > 1 && r >= IM2COL_MIN_REPLICAS && w.is_tracked() && !is_flex(&x.device()) {
             return self.im2col(r, w, b, x, IM2COL_FLOATS);
         }
         let w = w.reshape([r * self.cout, self.cin, self.k, self.k]);
@@ -229,11 +230,6 @@ pub const IM2COL_MIN_REPLICAS: usize = 8;
 /// Values in one chunk's column matrix of `Conv::im2col` at most (1 GiB of `f32`): within
 /// wgpu's buffer limits, with room for the backward pass's copies.
 const IM2COL_FLOATS: usize = 1 << 28;
-
-/// Whether `device` is `flex` (with or without autodiff).
-fn on_flex(device: &Device) -> bool {
-    device.clone().without_autodiff() == Device::flex()
-}
 
 /// A linear layer in the flat layout: weight `[fan_in, fan_out]` (row-major) at `weight`, bias
 /// `[fan_out]` right after it.
@@ -612,7 +608,7 @@ mod tests {
     fn run(conv: Conv, r: usize, side: usize, max_floats: Option<usize>) -> [Vec<f32>; 4] {
         let device = Device::flex().autodiff();
         assert!(
-            on_flex(&device),
+            is_flex(&device),
             "forward takes the grouped convolution on flex"
         );
         let batch = 3;

@@ -338,6 +338,8 @@ pub struct BurnStore {
     train_loss: f64,
     train_loss_count: usize,
     threads: usize,
+    /// Whether the device is `flex`: only there are a flush's requests spread over the threads.
+    on_cpu: bool,
     /// [`PARALLEL_FLUSH_FLOPS`], or what [`BurnStore::with_parallel_flush_flops`] set.
     parallel_flops: f64,
     max_batch: Option<usize>,
@@ -382,6 +384,7 @@ impl BurnStore {
             model.name()
         );
         let device = device.without_autodiff();
+        let on_cpu = crate::backend::is_flex(&device);
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
         let rows = Rows::new(init, workers, &optimizer);
@@ -418,6 +421,7 @@ impl BurnStore {
             train_loss: 0.0,
             train_loss_count: 0,
             threads: 1,
+            on_cpu,
             parallel_flops: PARALLEL_FLUSH_FLOPS,
             max_batch: None,
             stats: StoreStats::default(),
@@ -426,7 +430,8 @@ impl BurnStore {
 
     /// This store with a flush's requests evaluated on up to `threads` threads of the current
     /// rayon pool (at least 1): the pending requests of a flush of at least
-    /// [`PARALLEL_FLUSH_FLOPS`] are cut into that many groups of nearly equal size. The results
+    /// [`PARALLEL_FLUSH_FLOPS`] are cut into that many groups of nearly equal size on `flex`; on
+    /// a GPU a flush stays one pass, and the threads share the rows' arithmetic only. The results
     /// do not depend on it.
     pub fn with_threads(mut self, threads: usize) -> Self {
         self.threads = threads.max(1);
@@ -652,9 +657,11 @@ impl BurnStore {
         let pending = std::mem::take(&mut self.pending);
         let r = pending.len();
         // A flush too small to gain from a second thread stays on this one: waking a sleeping
-        // thread costs tens of microseconds here, more than a small model's whole flush.
+        // thread costs tens of microseconds here, more than a small model's whole flush. On a
+        // GPU a flush is one pass whatever the threads: the device runs the replicas in
+        // parallel already, and each more pass pays the launches and the read-back again.
         let flops = r as f64 * self.batch as f64 * self.model.train_flops_per_sample();
-        let threads = if flops < self.parallel_flops {
+        let threads = if flops < self.parallel_flops || !self.on_cpu {
             1
         } else {
             self.threads

@@ -134,3 +134,37 @@ fn conv_models_on_wgpu_match_flex_with_augmentation() {
         8,
     );
 }
+
+/// Threads split a flush into passes on `flex` only: on a GPU every group would pay the kernel
+/// launches and the read-back again (an H200 with 16 host threads ran MLP784's all-reduce as 16
+/// passes of one replica each, 800 passes for 800 steps).
+#[test]
+fn threads_split_a_flush_on_flex_only() {
+    let Some(wgpu) = wgpu() else { return };
+    let pb = Problem::load(
+        &ModelConfig::default(),
+        &DataConfig::default(),
+        Path::new("."),
+        42,
+    )
+    .unwrap();
+    let passes = |device: Device| {
+        let mut store = pb
+            .store(device, 8, 4, OptimizerConfig::default(), 42)
+            .with_threads(4)
+            .with_parallel_flush_flops(0.0);
+        let ids: Vec<_> = (0..8).map(|w| store.request_gradient(w)).collect();
+        for (w, id) in ids.into_iter().enumerate() {
+            store.apply_gradient(w, id, 0.1);
+        }
+        let stats = store.stats();
+        assert_eq!(stats.flushes, 1);
+        stats.passes
+    };
+    assert_eq!(passes(Device::flex()), 4, "flex: one pass per thread");
+    assert_eq!(
+        passes(wgpu.device.clone()),
+        1,
+        "wgpu: one pass for the flush"
+    );
+}
