@@ -370,7 +370,12 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
             let problem = load_problem(&l)?;
             preflight(&l, &problem)?;
             runner::check_memory(
-                &runner::memory_estimate(&l, &problem, opts.execution)?,
+                &runner::memory_estimate(
+                    &l,
+                    &problem,
+                    opts.execution,
+                    !dasim_models::backend::is_flex(&opts.backend.device),
+                )?,
                 None,
             )?;
             claims = runner::claims(&l, &problem)?;

@@ -547,9 +547,9 @@ fn execute(command: Command) -> dasim::Result<()> {
                 s.algorithms.len(),
                 problem.model.num_params(),
             );
-            // What `dasim run` would check before it starts (without --max-batch), so that a
-            // large run can be sized before it is submitted.
-            let estimate = memory_estimate(&loaded, &problem, Execution::default())?;
+            // What `dasim run` would check before it starts (without --max-batch, on flex), so
+            // that a large run can be sized before it is submitted.
+            let estimate = memory_estimate(&loaded, &problem, Execution::default(), false)?;
             println!("memory: estimated {estimate}");
             Ok(())
         }

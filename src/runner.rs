@@ -539,11 +539,13 @@ fn resolved(loaded: &Loaded) -> String {
 }
 
 /// The memory the scenario's largest run will need (the algorithm with the most rows, or with
-/// the most messages queued behind the uplinks).
+/// the most messages queued behind the uplinks), with its gradients on a GPU (`gpu`) or on
+/// `flex`.
 pub fn memory_estimate(
     loaded: &Loaded,
     problem: &Problem,
     execution: Execution,
+    gpu: bool,
 ) -> Result<MemoryEstimate> {
     let s = &loaded.scenario;
     let n = s.cluster.workers;
@@ -570,6 +572,7 @@ pub fn memory_estimate(
         max_batch: execution.max_batch,
         queued_messages: queued.0,
         queued_models: queued.1,
+        gpu,
     }))
 }
 
@@ -699,7 +702,8 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
     let claims = claims(loaded, &problem)?;
     let quantities = quantities(loaded, &problem, &claims)?;
     let backend = &opts.backend;
-    let estimate = memory_estimate(loaded, &problem, opts.execution)?;
+    let gpu = !dasim_models::backend::is_flex(&backend.device);
+    let estimate = memory_estimate(loaded, &problem, opts.execution, gpu)?;
     check_memory(&estimate, opts.memory_limit)?;
     if opts.progress {
         eprintln!("memory: estimated {estimate}");

@@ -431,7 +431,7 @@ batch_size = 32
         let loaded = Loaded::from_str(std::path::Path::new("q.toml"), text)
             .unwrap_or_else(|e| panic!("{e}"));
         let problem = load_problem(&loaded).unwrap();
-        memory_estimate(&loaded, &problem, Execution::default()).unwrap()
+        memory_estimate(&loaded, &problem, Execution::default(), false).unwrap()
     };
     let estimate = |run: &str, algorithm: &str| estimate_on(1.0, run, algorithm);
     let all = "kind = \"dasgd\"\nbroadcast = \"all\"";

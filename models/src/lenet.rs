@@ -120,6 +120,16 @@ impl Conv {
         2 * (self.cin * self.cout * self.k * self.k * out[0] * out[1]) as u64
     }
 
+    /// Floats of the column matrix of one sample with output map `out` when the convolution
+    /// runs as im2col (several input channels per replica; see [`Conv::forward`]), else 0.
+    pub fn im2col_floats(&self, out: [usize; 2]) -> usize {
+        if self.cin > 1 {
+            self.cin * self.k * self.k * out[0] * out[1]
+        } else {
+            0
+        }
+    }
+
     /// The blocks the forward pass reads: the weight, then the bias if any.
     pub fn blocks(&self) -> impl Iterator<Item = Range<usize>> {
         let weight = self.weight..self.weight + self.weight_len();
@@ -150,9 +160,9 @@ impl Conv {
     }
 
     /// The convolution as im2col and a batched matrix product, in chunks of replicas whose
-    /// column matrices hold at most `max_floats` values (one replica at least): the `k²` shifted windows of
-    /// every input channel are stacked into `[R, cin·k², B·H'·W']` and multiplied by the
-    /// filters `[R, cout, cin·k²]`.
+    /// column matrices hold at most `max_floats` values (one replica at least): the `k²`
+    /// shifted windows of every input channel are stacked into `[R, cin·k², B·H'·W']` and
+    /// multiplied by the filters `[R, cout, cin·k²]`.
     ///
     /// burn-cubecl differentiates a grouped convolution with respect to its weight by one
     /// convolution per group (unless every group is one channel): a kernel launch per replica,
@@ -220,9 +230,9 @@ impl Conv {
     }
 }
 
-/// Replicas from which `Conv::forward` takes im2col when differentiating off `flex`. Measured on an H200
-/// (wgpu, batch 32, forward and backward): below 8 replicas the grouped convolution is as fast
-/// or faster (ResNet-20 at 2 replicas: 116 ms against 180 ms); from 16 on im2col wins (LeNet-5:
+/// Replicas from which `Conv::forward` takes im2col when differentiating off `flex`. Measured
+/// on an H200 (wgpu, batch 32, forward and backward): below 8 replicas the grouped convolution
+/// is as fast or faster (ResNet-20 at 2 replicas: 116 ms against 180 ms); from 16 on im2col wins (LeNet-5:
 /// 9 ms against 13 ms at 16, 117 ms against 540 ms at 1,024; ResNet-20: 30–39 against 42 ms per
 /// replica).
 pub const IM2COL_MIN_REPLICAS: usize = 8;
@@ -511,6 +521,12 @@ impl LeNet {
         let convs = map(&self.conv1, self.maps[0]) + map(&self.conv2, self.maps[1]);
         let dense: usize = self.fc.iter().map(|l| 2 * l.fan_out).sum();
         (image + 2 * convs + convs / 4 + dense) as u64
+    }
+
+    /// Floats per sample of the column matrices that im2col keeps for the backward pass, where
+    /// a gradient pass takes it ([`IM2COL_MIN_REPLICAS`]; off `flex`).
+    pub fn im2col_floats_per_sample(&self) -> u64 {
+        (self.conv1.im2col_floats(self.maps[0]) + self.conv2.im2col_floats(self.maps[1])) as u64
     }
 
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its

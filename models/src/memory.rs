@@ -12,7 +12,7 @@
 //! | optimizer state | `rows · P · 4 · s`: `s` = 1 with momentum (SGD, LARS), 3 for Adam (two moments and a step count), else 0 |
 //! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
 //! | data | the training and test features, twice (host copy and device copy) |
-//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients |
+//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]) |
 //! | queued | `m · 72 + g · P · 4`: `m` messages still waiting behind their sender's uplink at the end of the run, [`QUEUED_MESSAGE_BYTES`] each, holding `g` model-sized buffers |
 //!
 //! The queued messages are those of an algorithm that posts without waiting for anything
@@ -79,6 +79,9 @@ pub struct RunShape<'a> {
     /// Model-sized buffers those messages hold (one per gradient however many messages carry
     /// it).
     pub queued_models: u64,
+    /// Whether the gradients run on a GPU, where the convolutions of a large enough pass keep
+    /// im2col's column matrices for the backward pass.
+    pub gpu: bool,
 }
 
 impl MemoryEstimate {
@@ -96,13 +99,20 @@ impl MemoryEstimate {
         let flush = shape
             .max_batch
             .map_or(shape.workers, |m| m.min(shape.workers)) as u64;
+        // im2col's columns and, during the backward pass, their gradient.
+        let columns = if shape.gpu && flush >= crate::lenet::IM2COL_MIN_REPLICAS as u64 {
+            flush * shape.batch as u64 * shape.model.im2col_floats_per_sample() * 4 * 2
+        } else {
+            0
+        };
         MemoryEstimate {
             parameters,
             optimizer: shape.optimizer_state * parameters,
             in_flight: 3 * shape.workers as u64 * row,
             data: 2 * 4 * shape.data_floats as u64,
             activations: flush * shape.batch as u64 * shape.model.activations_per_sample() * 4 * 3
-                + 2 * flush * row,
+                + 2 * flush * row
+                + columns,
             queued: shape
                 .queued_messages
                 .saturating_mul(QUEUED_MESSAGE_BYTES)
@@ -207,6 +217,7 @@ pub fn available() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::ImageShape;
     use crate::mlp::{Activation, Mlp};
 
     #[test]
@@ -234,6 +245,7 @@ mod tests {
                 max_batch: None,
                 queued_messages: 0,
                 queued_models: 0,
+                gpu: false,
             })
             .total()
         };
@@ -244,5 +256,43 @@ mod tests {
         // stacked parameters and gradients.
         let total = at(1024);
         assert!((120 << 20..125 << 20).contains(&total), "{}", Bytes(total));
+    }
+
+    /// On a GPU a convolutional model's pass of 8 or more requests keeps im2col's columns (and
+    /// their gradients) besides the activations; an MLP's does not, and neither does a smaller
+    /// pass.
+    #[test]
+    fn a_gpu_pass_counts_the_convolutions_columns() {
+        let shape = ImageShape {
+            channels: 1,
+            height: 28,
+            width: 28,
+        };
+        let lenet = Model::LeNet(crate::LeNet::new(shape, 10));
+        let mlp = Model::Mlp(Mlp::new(&[784, 128, 10], Activation::Relu));
+        let activations = |model: &Model, workers, gpu| {
+            MemoryEstimate::new(RunShape {
+                model,
+                workers,
+                rows: workers,
+                batch: 32,
+                optimizer_state: 1,
+                data_floats: 0,
+                max_batch: None,
+                queued_messages: 0,
+                queued_models: 0,
+                gpu,
+            })
+            .activations
+        };
+        // LeNet's second convolution (the first has one input channel): 6 channels · 5 · 5 taps
+        // · 10 · 10 outputs per sample (28×28 images, padded by 2 on the first convolution).
+        assert_eq!(lenet.im2col_floats_per_sample(), 6 * 25 * 100);
+        assert_eq!(
+            activations(&lenet, 16, true) - activations(&lenet, 16, false),
+            16 * 32 * 15_000 * 4 * 2
+        );
+        assert_eq!(activations(&lenet, 4, true), activations(&lenet, 4, false));
+        assert_eq!(activations(&mlp, 16, true), activations(&mlp, 16, false));
     }
 }

@@ -417,6 +417,17 @@ impl Model {
         }
     }
 
+    /// Floats per sample of the column matrices a convolutional model keeps for the backward
+    /// pass where its convolutions run as im2col (a gradient pass of at least
+    /// [`crate::lenet::IM2COL_MIN_REPLICAS`] replicas off `flex`); 0 for the others.
+    pub fn im2col_floats_per_sample(&self) -> u64 {
+        match self {
+            Model::LeNet(m) => m.im2col_floats_per_sample(),
+            Model::ResNet(m) => m.im2col_floats_per_sample(),
+            _ => 0,
+        }
+    }
+
     /// FLOPs of one training sample: forward and backward, three times the forward pass (the
     /// usual rule), used to derive step times from a device speed.
     pub fn train_flops_per_sample(&self) -> f64 {

@@ -275,6 +275,18 @@ impl ResNet {
         (floats + self.classes) as u64
     }
 
+    /// Floats per sample of the column matrices that im2col keeps for the backward pass, where
+    /// a gradient pass takes it ([`crate::lenet::IM2COL_MIN_REPLICAS`]; off `flex`).
+    pub fn im2col_floats_per_sample(&self) -> u64 {
+        let mut floats = self
+            .stem
+            .im2col_floats([self.shape.height, self.shape.width]);
+        for b in &self.blocks {
+            floats += b.conv1.im2col_floats(b.map) + b.conv2.im2col_floats(b.map);
+        }
+        floats as u64
+    }
+
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule).
     pub fn train_flops_per_sample(&self) -> f64 {
