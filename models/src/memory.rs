@@ -231,24 +231,27 @@ mod tests {
         assert_eq!(Bytes(10).to_string(), "10 B");
     }
 
+    /// The estimate for `workers` workers training `model` with momentum, batch 32, no data and
+    /// nothing queued.
+    fn estimate(model: &Model, workers: usize, gpu: bool) -> MemoryEstimate {
+        MemoryEstimate::new(RunShape {
+            model,
+            workers,
+            rows: workers,
+            batch: 32,
+            optimizer_state: 1,
+            data_floats: 0,
+            max_batch: None,
+            queued_messages: 0,
+            queued_models: 0,
+            gpu,
+        })
+    }
+
     #[test]
     fn the_estimate_is_linear_in_the_workers() {
         let model = Model::Mlp(Mlp::new(&[64, 32, 10], Activation::Relu));
-        let at = |workers| {
-            MemoryEstimate::new(RunShape {
-                model: &model,
-                workers,
-                rows: workers,
-                batch: 32,
-                optimizer_state: 1,
-                data_floats: 0,
-                max_batch: None,
-                queued_messages: 0,
-                queued_models: 0,
-                gpu: false,
-            })
-            .total()
-        };
+        let at = |workers| estimate(&model, workers, false).total();
         assert_eq!(at(1024), 64 * at(16));
         // The 1,024-worker quickstart: 2,410 parameters, so rows, momentum and in-flight buffers
         // are 5 · 1024 · 2410 · 4 bytes ≈ 47 MiB; a flush of every worker holds 1024 · 32
@@ -270,21 +273,7 @@ mod tests {
         };
         let lenet = Model::LeNet(crate::LeNet::new(shape, 10));
         let mlp = Model::Mlp(Mlp::new(&[784, 128, 10], Activation::Relu));
-        let activations = |model: &Model, workers, gpu| {
-            MemoryEstimate::new(RunShape {
-                model,
-                workers,
-                rows: workers,
-                batch: 32,
-                optimizer_state: 1,
-                data_floats: 0,
-                max_batch: None,
-                queued_messages: 0,
-                queued_models: 0,
-                gpu,
-            })
-            .activations
-        };
+        let activations = |model: &Model, workers, gpu| estimate(model, workers, gpu).activations;
         // LeNet's second convolution (the first has one input channel): 6 channels · 5 · 5 taps
         // · 10 · 10 outputs per sample (28×28 images, padded by 2 on the first convolution).
         assert_eq!(lenet.im2col_floats_per_sample(), 6 * 25 * 100);
