@@ -74,8 +74,8 @@
 //! run loop hands it to the observer. Old writes are forgotten once no lineage, buffer or pending
 //! gradient can refer to them, so memory stays bounded.
 
-use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{VecDeque, hash_map};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -146,33 +146,92 @@ struct RowVersions {
     own: bool,
 }
 
-/// Values by handle: a window over increasing handles (stores hand them out in increasing
-/// order), so inserting is a push. Handles are nearly dense (a store numbers its gradients and
-/// messages from one counter), so finding one starts where a dense window would hold it and
-/// searches outwards: `O(1)` in practice, `O(log n)` at worst. The handles are kept apart from
-/// the values, so the search reads a few neighbouring keys of 8 bytes and then one value; and
-/// once most of the window is holes (a handle kept long while many after it come and go), the
-/// holes are dropped, so memory stays in proportion to the live handles.
+/// Values by handle: a hash index from handle to slot, and the values in a slab of slots.
+///
+/// Every lookup is a hash probe, `O(1)` however the live handles are spread (a straggler's
+/// gradient kept while thousands after it come and go costs nothing), and memory is in
+/// proportion to the most handles live at once. The stores number handles from one counter, so
+/// the hash is a multiplication ([`IdHasher`]), not SipHash. Nothing iterates over the index:
+/// what the run computes from the values ([`Table::values`]) is a minimum, whatever the slab's
+/// order, and a checkpoint keeps them by increasing handle, so it is the same whatever the
+/// history of the slab.
 #[derive(Clone, Serialize, Deserialize)]
+#[serde(
+    into = "Vec<(u64, V)>",
+    from = "Vec<(u64, V)>",
+    bound(
+        serialize = "V: Clone + Serialize",
+        deserialize = "V: Deserialize<'de>"
+    )
+)]
 struct Table<V> {
-    keys: VecDeque<u64>,
-    vals: VecDeque<Option<V>>,
-    /// Slots holding a value.
-    live: usize,
-    /// The slot last found: a handle is usually looked up again soon (a gradient is applied,
-    /// then released), and a stale hint only costs the comparison that rejects it.
-    #[serde(skip)]
-    hint: Cell<usize>,
+    /// The slot of every live handle.
+    index: Index,
+    /// Values by slot (`None`: free).
+    vals: Vec<Option<V>>,
+    /// Free slots, reused last freed first.
+    free: Vec<u32>,
+}
+
+/// The slot of each handle. The workspace forbids `HashMap` (`sim/clippy.toml`) because its
+/// iteration order is random; this one's is not (a fixed hash function, no random state), and
+/// nothing iterates over it where the order could matter: [`Table::values`] reads the slab, and
+/// a checkpoint sorts the entries.
+#[allow(clippy::disallowed_types)]
+type Index = std::collections::HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
+
+/// Hashes a handle by one multiplication by the golden ratio: handles are consecutive
+/// integers, whose products spread over the low bits (the bucket) and the high bits (the
+/// probe's tag) alike.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 impl<V> Default for Table<V> {
     fn default() -> Self {
         Table {
-            keys: VecDeque::new(),
-            vals: VecDeque::new(),
-            live: 0,
-            hint: Cell::new(0),
+            index: Index::default(),
+            vals: Vec::new(),
+            free: Vec::new(),
         }
+    }
+}
+
+impl<V> From<Vec<(u64, V)>> for Table<V> {
+    fn from(entries: Vec<(u64, V)>) -> Self {
+        let mut t = Table::default();
+        for (id, v) in entries {
+            t.insert(id, v);
+        }
+        t
+    }
+}
+
+impl<V: Clone> From<Table<V>> for Vec<(u64, V)> {
+    /// The live entries by increasing handle.
+    fn from(t: Table<V>) -> Self {
+        let mut entries: Vec<(u64, V)> = t
+            .index
+            .iter()
+            .filter_map(|(&id, &k)| Some((id, t.vals[k as usize].clone()?)))
+            .collect();
+        entries.sort_unstable_by_key(|(id, _)| *id);
+        entries
     }
 }
 
@@ -188,118 +247,45 @@ struct Entry {
 }
 
 impl<V> Table<V> {
-    fn find(&self, id: u64) -> Result<usize, usize> {
-        let hint = self.hint.get();
-        if self.keys.get(hint) == Some(&id) {
-            return Ok(hint);
-        }
-        let found = self.search(id);
-        if let Ok(k) = found {
-            self.hint.set(k);
-        }
-        found
-    }
-
-    fn search(&self, id: u64) -> Result<usize, usize> {
-        let keys = &self.keys;
-        let (Some(&first), Some(&last)) = (keys.front(), keys.back()) else {
-            return Err(0);
-        };
-        if id <= first || id > last {
-            return if id == first {
-                Ok(0)
-            } else if id < first {
-                Err(0)
-            } else {
-                Err(keys.len())
-            };
-        }
-        // first < id <= last: slot 0 lies below `id`, the last slot at or above it.
-        let guess = interpolate(id - first, keys.len() - 1, last - first);
-        let at = |k: usize| keys[k];
-        // Bracket `id` by galloping from the guess, then binary-search the bracket.
-        let (mut lo, mut hi) = if at(guess) < id {
-            let (mut lo, mut step) = (guess, 1);
-            while lo + step < keys.len() - 1 && at(lo + step) < id {
-                lo += step;
-                step *= 2;
-            }
-            (lo, (lo + step).min(keys.len() - 1))
-        } else {
-            let (mut hi, mut step) = (guess, 1);
-            while hi > step && at(hi - step) >= id {
-                hi -= step;
-                step *= 2;
-            }
-            (hi.saturating_sub(step), hi)
-        };
-        // Invariant: at(lo) < id <= at(hi).
-        while hi - lo > 1 {
-            let mid = lo + (hi - lo) / 2;
-            if at(mid) < id {
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
-        if at(hi) == id { Ok(hi) } else { Err(hi) }
-    }
-
     /// Sets the value of `id` (replacing any).
     fn insert(&mut self, id: u64, value: V) {
-        match self.keys.back() {
-            Some(&last) if last >= id => match self.find(id) {
-                Ok(k) => {
-                    let slot = &mut self.vals[k];
-                    self.live += usize::from(slot.is_none());
-                    *slot = Some(value);
-                }
-                Err(k) => {
-                    self.keys.insert(k, id);
-                    self.vals.insert(k, Some(value));
-                    self.live += 1;
-                }
-            },
-            _ => {
-                self.keys.push_back(id);
-                self.vals.push_back(Some(value));
-                self.live += 1;
+        match self.index.entry(id) {
+            hash_map::Entry::Occupied(e) => self.vals[*e.get() as usize] = Some(value),
+            hash_map::Entry::Vacant(e) => {
+                let k = match self.free.pop() {
+                    Some(k) => {
+                        self.vals[k as usize] = Some(value);
+                        k
+                    }
+                    None => {
+                        self.vals.push(Some(value));
+                        u32::try_from(self.vals.len() - 1).expect("fewer than 2^32 live handles")
+                    }
+                };
+                e.insert(k);
             }
         }
     }
 
     /// The slot of `id`, if it holds a value.
     fn slot(&self, id: u64) -> Option<usize> {
-        self.find(id).ok().filter(|&k| self.vals[k].is_some())
+        self.index.get(&id).map(|&k| k as usize)
     }
 
     fn get(&self, id: u64) -> Option<&V> {
-        self.find(id).ok().and_then(|k| self.vals[k].as_ref())
+        self.slot(id).and_then(|k| self.vals[k].as_ref())
     }
 
     fn remove(&mut self, id: u64) -> Option<V> {
-        let k = self.find(id).ok()?;
-        let value = self.vals[k].take();
-        self.live -= usize::from(value.is_some());
-        while matches!(self.vals.front(), Some(None)) {
-            self.vals.pop_front();
-            self.keys.pop_front();
-        }
-        while matches!(self.vals.back(), Some(None)) {
-            self.vals.pop_back();
-            self.keys.pop_back();
-        }
-        if self.keys.len() > 64 && self.keys.len() > 4 * self.live {
-            // Mostly holes: keep the live slots only (amortized: at least three quarters of
-            // the slots go).
-            let mut k = 0;
-            self.keys.retain(|_| {
-                k += 1;
-                self.vals[k - 1].is_some()
-            });
-            self.vals.retain(Option::is_some);
-        }
-        value
+        let k = self.index.remove(&id)?;
+        self.free.push(k);
+        self.vals[k as usize].take()
+    }
+
+    /// Live handles.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.index.len()
     }
 
     fn values(&self) -> impl Iterator<Item = &V> {
@@ -1120,62 +1106,79 @@ mod tests {
         assert_eq!(worker(&t, 5), Some(5));
         assert!(t.remove(1).is_some());
         assert!(t.remove(7).is_some());
-        assert_eq!(t.keys.len(), 2);
+        assert_eq!(t.len(), 2);
         assert_eq!(worker(&t, 7), None);
         assert_eq!(worker(&t, 3), Some(3));
         assert_eq!(t.values().count(), 2);
     }
 
+    /// A handle kept while thousands after it come and go: the table holds the live handles'
+    /// values only, reusing the slots of the released ones.
     #[test]
-    fn a_table_of_mostly_holes_keeps_its_live_handles_only() {
+    fn a_table_holds_its_live_handles_only() {
         let mut t: Table<u64> = Table::default();
         for id in 0..1000 {
             t.insert(id, id * 10);
         }
-        // Keep handle 1 and every hundredth; the window between them is dropped.
         for id in 2..1000 {
             if id % 100 != 0 {
                 assert_eq!(t.remove(id), Some(id * 10));
             }
         }
-        assert!(t.keys.len() <= 64 || t.keys.len() <= 4 * t.live);
-        assert_eq!(t.live, 11);
-        assert_eq!(t.keys.len(), t.vals.len());
-        for id in 0..1000 {
-            let live = id < 2 || id % 100 == 0;
+        assert_eq!(t.len(), 11);
+        for id in 1000..100_000 {
+            t.insert(id, id * 10);
+            assert_eq!(t.remove(id - 1).is_some(), id > 1000);
+        }
+        assert_eq!(t.len(), 12);
+        assert!(t.vals.len() <= 1000, "{} slots", t.vals.len());
+        for id in (0..1000).chain([99_999]) {
+            let live = id < 2 || id % 100 == 0 || id == 99_999;
             assert_eq!(t.get(id).copied(), live.then_some(id * 10), "{id}");
         }
         t.insert(50, 7);
-        assert_eq!(t.get(50), Some(&7));
-        assert_eq!(t.values().count(), 12);
+        t.insert(50, 8);
+        assert_eq!(t.get(50), Some(&8));
+        assert_eq!(t.values().count(), 13);
     }
 
+    /// Random inserts, replacements and removals agree with a map, and a checkpoint keeps the
+    /// live entries by increasing handle, the same however the slab was laid out.
     #[test]
-    fn finding_a_handle_agrees_with_a_binary_search() {
-        // Windows dense, sparse and lopsided (one old handle, then a dense run far above it).
-        let windows: Vec<Vec<u64>> = vec![
-            (0..50).collect(),
-            (0..50).map(|i| i * 7 + 3).collect(),
-            std::iter::once(2).chain(1000..1040).collect(),
-            (10..40).chain(500..503).chain(900..960).collect(),
-            vec![5],
-        ];
-        for ids in windows {
-            let t = GradTable {
-                keys: ids.iter().copied().collect(),
-                vals: ids.iter().map(|_| None).collect(),
-                live: 0,
-                hint: Cell::new(0),
-            };
-            for probe in 0..ids.last().unwrap() + 3 {
-                assert_eq!(
-                    t.find(probe),
-                    t.keys.binary_search(&probe),
-                    "{probe} in {ids:?}"
-                );
+    fn a_table_agrees_with_a_map_and_saves_in_handle_order() {
+        use rand::{Rng, SeedableRng};
+        use std::collections::BTreeMap;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut t: Table<u32> = Table::default();
+        let mut reference = BTreeMap::new();
+        let mut next = 0u64;
+        for step in 0..20_000u32 {
+            match rng.random_range(0..4) {
+                0 | 1 => {
+                    next += rng.random_range(1..4);
+                    t.insert(next, step);
+                    reference.insert(next, step);
+                }
+                2 => {
+                    let id = rng.random_range(0..next + 2);
+                    assert_eq!(t.remove(id), reference.remove(&id), "remove {id}");
+                }
+                _ => {
+                    let id = rng.random_range(0..next + 2);
+                    assert_eq!(t.get(id), reference.get(&id), "get {id}");
+                }
             }
+            assert_eq!(t.len(), reference.len());
         }
-        assert_eq!(GradTable::default().find(4), Err(0));
+        let saved: Vec<(u64, u32)> = t.clone().into();
+        assert_eq!(saved, reference.clone().into_iter().collect::<Vec<_>>());
+        // Restored, it finds the same values; built in another order, it saves the same.
+        let restored = Table::from(saved.clone());
+        for (&id, v) in &reference {
+            assert_eq!(restored.get(id), Some(v));
+        }
+        let reversed = Table::from(saved.iter().rev().copied().collect::<Vec<_>>());
+        assert_eq!(Vec::from(reversed), saved);
     }
 
     #[test]
