@@ -19,7 +19,6 @@
 //! ```
 
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
 
 use crate::engine::time::SimTime;
 
@@ -39,8 +38,11 @@ const BUCKETS: usize = 65;
 pub struct EventQueue<E> {
     /// The time of the events in `current` (and a lower bound of every other).
     last: u64,
-    /// Events due at `last`: `(sequence, slot)` in sequence order.
-    current: VecDeque<(u64, u32)>,
+    /// Events due at `last`: `(sequence, slot)` in sequence order, from `head` on (a vector
+    /// read from the front, emptied at the refill: cheaper than a ring buffer's wrapping).
+    current: Vec<(u64, u32)>,
+    /// The next event of `current` to take.
+    head: usize,
     /// `buckets[i]`, `i ≥ 1`: events whose time first differs from `last` in bit `i − 1`.
     buckets: Vec<Vec<(u64, u64, u32)>>,
     /// Bit `i` set when `buckets[i]` is not empty: the next bucket to empty is found in one
@@ -48,8 +50,6 @@ pub struct EventQueue<E> {
     filled: u64,
     slab: Vec<Option<E>>,
     free: Vec<u32>,
-    /// Scratch for the events that a refill finds due (kept to reuse its allocation).
-    due: Vec<(u64, u32)>,
     len: usize,
     next_seq: u64,
 }
@@ -65,12 +65,12 @@ impl<E> EventQueue<E> {
     pub fn new() -> Self {
         Self {
             last: 0,
-            current: VecDeque::new(),
+            current: Vec::new(),
+            head: 0,
             buckets: vec![Vec::new(); BUCKETS],
             filled: 0,
             slab: Vec::new(),
             free: Vec::new(),
-            due: Vec::new(),
             len: 0,
             next_seq: 0,
         }
@@ -105,7 +105,7 @@ impl<E> EventQueue<E> {
         };
         match self.bucket(t) {
             // The largest sequence number so far: the back keeps the order.
-            0 => self.current.push_back((seq, slot)),
+            0 => self.current.push((seq, slot)),
             b => {
                 self.buckets[b].push((t, seq, slot));
                 self.filled |= 1 << (b - 1);
@@ -117,27 +117,30 @@ impl<E> EventQueue<E> {
 
     /// Makes `current` hold the earliest events, if any are pending.
     fn refill(&mut self) {
-        if !self.current.is_empty() || self.len == 0 {
+        if self.head < self.current.len() || self.len == 0 {
             return;
         }
+        self.current.clear();
+        self.head = 0;
         debug_assert!(self.filled != 0, "a pending event is in some bucket");
         let b = self.filled.trailing_zeros() as usize + 1;
         self.filled &= !(1 << (b - 1));
         let items = std::mem::take(&mut self.buckets[b]);
         self.last = items.iter().map(|&(t, _, _)| t).min().expect("not empty");
-        let mut due = std::mem::take(&mut self.due);
         for &(t, seq, slot) in &items {
             match self.bucket(t) {
-                0 => due.push((seq, slot)),
+                0 => self.current.push((seq, slot)),
                 lower => {
                     self.buckets[lower].push((t, seq, slot));
                     self.filled |= 1 << (lower - 1);
                 }
             }
         }
-        due.sort_unstable();
-        self.current.extend(due.drain(..));
-        self.due = due;
+        // Due events of one bucket come in the order they were pushed there, which is not
+        // the sequence order when some came down from higher buckets.
+        if self.current.len() > 1 {
+            self.current.sort_unstable();
+        }
         // Keep the emptied bucket's allocation.
         let mut items = items;
         items.clear();
@@ -147,7 +150,8 @@ impl<E> EventQueue<E> {
     /// Removes and returns the earliest event.
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
         self.refill();
-        let (_, slot) = self.current.pop_front()?;
+        let &(_, slot) = self.current.get(self.head)?;
+        self.head += 1;
         self.len -= 1;
         self.free.push(slot);
         let event = self.slab[slot as usize]
@@ -159,7 +163,7 @@ impl<E> EventQueue<E> {
     /// The time of the earliest event, if any.
     pub fn peek_time(&mut self) -> Option<SimTime> {
         self.refill();
-        (!self.current.is_empty()).then_some(SimTime::from_nanos(self.last))
+        (self.head < self.current.len()).then_some(SimTime::from_nanos(self.last))
     }
 
     /// Number of pending events.
