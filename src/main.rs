@@ -547,10 +547,19 @@ fn execute(command: Command) -> dasim::Result<()> {
                 s.algorithms.len(),
                 problem.model.num_params(),
             );
-            // What `dasim run` would check before it starts (without --max-batch, on flex), so
-            // that a large run can be sized before it is submitted.
+            // What `dasim run` would check before it starts (without --max-batch), so that a
+            // large run can be sized before it is submitted: on flex, and on a GPU where that
+            // differs (a convolutional model's im2col columns), without looking for a GPU.
             let estimate = memory_estimate(&loaded, &problem, Execution::default(), false)?;
             println!("memory: estimated {estimate}");
+            let on_gpu = memory_estimate(&loaded, &problem, Execution::default(), true)?;
+            if on_gpu.total() != estimate.total() {
+                println!(
+                    "memory on a GPU (wgpu): estimated {on_gpu}, with the im2col columns of \
+                     passes of {} or more requests",
+                    dasim_models::lenet::IM2COL_MIN_REPLICAS
+                );
+            }
             Ok(())
         }
         Command::Run {

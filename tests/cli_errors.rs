@@ -195,6 +195,43 @@ fn every_shipped_scenario_validates() {
     assert!(seen >= 17, "{seen} scenarios");
 }
 
+/// `validate` sizes a run on flex, and adds the GPU's estimate where it differs: a
+/// convolutional model's passes there keep im2col's columns, an MLP's do not.
+#[test]
+fn validate_adds_the_gpu_estimate_where_it_differs() {
+    let scenarios = common::manifest_dir().join("scenarios");
+    let memory_lines = |file: &str| -> Vec<String> {
+        let o = dasim(&["validate", scenarios.join(file).to_str().unwrap()]);
+        assert!(o.status.success(), "{file}: {}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("memory"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let total = |line: &str| -> f64 {
+        let after = line.split("estimated ").nth(1).unwrap();
+        let (value, unit) = after.split_once(' ').unwrap();
+        let scale = match unit.split_whitespace().next().unwrap() {
+            "KiB" => 1.0,
+            "MiB" => 1024.0,
+            "GiB" => 1024.0 * 1024.0,
+            other => panic!("unit {other} in {line}"),
+        };
+        value.parse::<f64>().unwrap() * scale
+    };
+    let conv = memory_lines("lenet.toml");
+    assert_eq!(conv.len(), 2, "{conv:?}");
+    assert!(conv[0].starts_with("memory: estimated "), "{conv:?}");
+    assert!(
+        conv[1].starts_with("memory on a GPU (wgpu): estimated ") && conv[1].contains("im2col"),
+        "{conv:?}"
+    );
+    assert!(total(&conv[1]) > total(&conv[0]), "{conv:?}");
+    let mlp = memory_lines("quickstart.toml");
+    assert_eq!(mlp.len(), 1, "{mlp:?}");
+}
+
 /// A run whose memory estimate exceeds the limit is refused before anything is written, with
 /// the estimate and what would help.
 /// A run refused by the memory check: exit code 2, no panic, every `needle` in its message, and
