@@ -152,6 +152,12 @@ impl<E> EventQueue<E> {
         self.refill();
         let &(_, slot) = self.current.get(self.head)?;
         self.head += 1;
+        if self.head == self.current.len() {
+            // Drained: start again at the front, so that a chain of events at one instant
+            // (each scheduling the next) does not grow the vector.
+            self.current.clear();
+            self.head = 0;
+        }
         self.len -= 1;
         self.free.push(slot);
         let event = self.slab[slot as usize]
@@ -221,6 +227,22 @@ mod tests {
         while let Some(((t, _), e)) = reference.pop_first() {
             assert_eq!(q.pop(), Some((SimTime::from_nanos(t), e)));
         }
+        assert!(q.is_empty());
+    }
+
+    /// A chain of events at one instant, each scheduling the next, keeps the vector of due
+    /// events as short as the events pending.
+    #[test]
+    fn a_chain_at_one_instant_stays_short() {
+        let mut q = EventQueue::new();
+        let t = SimTime::from_nanos(7);
+        q.push(t, 0u32);
+        for i in 1..100_000 {
+            assert_eq!(q.pop(), Some((t, i - 1)));
+            q.push(t, i);
+            assert!(q.current.len() - q.head <= 1 && q.current.len() <= 2);
+        }
+        assert_eq!(q.pop(), Some((t, 99_999)));
         assert!(q.is_empty());
     }
 
