@@ -39,7 +39,7 @@ pub struct EventQueue<E> {
     /// The time of the events in `current` (and a lower bound of every other).
     last: u64,
     /// Events due at `last`: `(sequence, slot)` in sequence order, from `head` on (a vector
-    /// read from the front, emptied at the refill: cheaper than a ring buffer's wrapping).
+    /// read from the front, emptied once drained: cheaper than a ring buffer's wrapping).
     current: Vec<(u64, u32)>,
     /// The next event of `current` to take.
     head: usize,
