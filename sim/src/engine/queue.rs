@@ -120,8 +120,8 @@ impl<E> EventQueue<E> {
         if self.head < self.current.len() || self.len == 0 {
             return;
         }
-        self.current.clear();
-        self.head = 0;
+        // `pop` empties the vector once it is drained.
+        debug_assert!(self.current.is_empty() && self.head == 0);
         debug_assert!(self.filled != 0, "a pending event is in some bucket");
         let b = self.filled.trailing_zeros() as usize + 1;
         self.filled &= !(1 << (b - 1));
