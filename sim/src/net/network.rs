@@ -172,22 +172,40 @@ fn bytes_per_s(gbps: f64) -> u64 {
     (gbps * 1e9 / 8.0).round().max(1.0) as u64
 }
 
+/// One node's NIC: its rates and latency, and when each direction is next free. One record
+/// per node (a cache line), so that a message reads the sender's and the receiver's, where
+/// one array per field had it read a line of each of them at both ends.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[repr(align(64))]
+struct Nic {
+    /// Uplink rate, bytes/s.
+    up_bps: u64,
+    /// Downlink rate, bytes/s.
+    down_bps: u64,
+    latency: SimTime,
+    /// When the uplink has sent every message posted so far.
+    uplink_free: SimTime,
+    /// When the downlink has received every message addressed to it so far.
+    downlink_free: SimTime,
+    /// As a sender, the index in `links_used` of its last receiver: a sender that broadcasts
+    /// visits its receivers in order, and one that talks to a few repeats them, so the entry
+    /// is nearly always found there or next to it without a search over `n` receivers.
+    last_link: usize,
+}
+
 /// The network state of a run: when each NIC direction is next free, and the congestion state.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Network {
     default_bps: u64,
     default_latency: SimTime,
-    up_bps: Vec<u64>,
-    down_bps: Vec<u64>,
-    nic_latency: Vec<SimTime>,
+    /// Every node's NIC, by node.
+    nics: Vec<Nic>,
     links: BTreeMap<(usize, usize), LinkParams>,
     link_free: BTreeMap<(usize, usize), SimTime>,
     windows: Vec<CongestionSpan>,
     processes: Vec<CongestionProcess>,
     paths: BTreeMap<(usize, usize, usize), OnOff>,
     seed: u64,
-    uplink_free: Vec<SimTime>,
-    downlink_free: Vec<SimTime>,
     element_bytes: u64,
     /// Proxy mode ([`Network::timed_as`]): messages are sized as if the model had `.1`
     /// parameters where it has `.0`.
@@ -197,10 +215,6 @@ pub struct Network {
     /// Per sender, per receiver it sent to (sorted by receiver): the pair's totals and the end
     /// of its last transmission.
     links_used: Vec<Vec<(usize, LinkStats, SimTime)>>,
-    /// Per sender, the index in `links_used` of its last receiver: a sender that broadcasts
-    /// visits its receivers in order, and one that talks to a few repeats them, so the entry
-    /// is nearly always found there or next to it without a search over `n` receivers.
-    last_link: Vec<usize>,
     /// The last serialization time computed, `(bytes, bytes/s, time)`: collectives send the same
     /// size over links of the same rate again and again, and a division per message shows.
     last_transfer: (u64, u64, SimTime),
@@ -214,24 +228,33 @@ impl Network {
         cfg.validate_nodes(nodes)?;
         let default_bps = bytes_per_s(cfg.default_bandwidth_gbps());
         let default_latency = SimTime::from_micros_f64(cfg.default_latency_us());
-        let mut up_bps = vec![default_bps; nodes];
-        let mut down_bps = vec![default_bps; nodes];
-        let mut nic_latency = vec![default_latency; nodes];
+        let mut nics = vec![
+            Nic {
+                up_bps: default_bps,
+                down_bps: default_bps,
+                latency: default_latency,
+                uplink_free: SimTime::ZERO,
+                downlink_free: SimTime::ZERO,
+                last_link: 0,
+            };
+            nodes
+        ];
         for (i, nic) in cfg.nics.iter().enumerate() {
             let path = format!("network.nics[{i}].workers");
             for w in nic.workers.resolve(nodes, env.seed, &path)? {
+                let card = &mut nics[w];
                 if let Some(b) = nic.bandwidth_gbps {
-                    up_bps[w] = bytes_per_s(b);
-                    down_bps[w] = bytes_per_s(b);
+                    card.up_bps = bytes_per_s(b);
+                    card.down_bps = bytes_per_s(b);
                 }
                 if let Some(b) = nic.uplink_gbps {
-                    up_bps[w] = bytes_per_s(b);
+                    card.up_bps = bytes_per_s(b);
                 }
                 if let Some(b) = nic.downlink_gbps {
-                    down_bps[w] = bytes_per_s(b);
+                    card.down_bps = bytes_per_s(b);
                 }
                 if let Some(l) = nic.latency_us {
-                    nic_latency[w] = SimTime::from_micros_f64(l);
+                    card.latency = SimTime::from_micros_f64(l);
                 }
             }
         }
@@ -273,30 +296,25 @@ impl Network {
         Ok(Network {
             default_bps,
             default_latency,
-            up_bps,
-            down_bps,
-            nic_latency,
+            nics,
             links,
             link_free: BTreeMap::new(),
             windows,
             processes,
             paths: BTreeMap::new(),
             seed: env.seed,
-            uplink_free: vec![SimTime::ZERO; nodes],
-            downlink_free: vec![SimTime::ZERO; nodes],
             element_bytes: cfg.dtype.bytes(),
             payload_scale: None,
             header_bytes: cfg.header_bytes,
             stats: NetworkStats::default(),
             links_used: vec![Vec::new(); nodes],
-            last_link: vec![0; nodes],
             last_transfer: (0, 0, SimTime::ZERO),
         })
     }
 
     /// Number of nodes.
     pub fn nodes(&self) -> usize {
-        self.uplink_free.len()
+        self.nics.len()
     }
 
     /// Time to push `bytes` through one NIC direction at the default bandwidth (no override, no
@@ -314,18 +332,18 @@ impl Network {
     pub fn link_latency(&self, src: usize, dst: usize) -> SimTime {
         match self.links.get(&(src, dst)).and_then(|l| l.latency) {
             Some(l) => l,
-            None => self.nic_latency[src].max(self.nic_latency[dst]),
+            None => self.nics[src].latency.max(self.nics[dst].latency),
         }
     }
 
     /// The rate at which `node`'s NIC sends, without congestion, bytes/s.
     pub fn uplink_bandwidth(&self, node: usize) -> u64 {
-        self.up_bps[node]
+        self.nics[node].up_bps
     }
 
     /// The rate of link `src -> dst` without congestion, bytes/s.
     pub fn link_bandwidth(&self, src: usize, dst: usize) -> u64 {
-        let nic = self.up_bps[src].min(self.down_bps[dst]);
+        let nic = self.nics[src].up_bps.min(self.nics[dst].down_bps);
         match self.links.get(&(src, dst)) {
             Some(LinkParams {
                 bytes_per_s: Some(b),
@@ -373,6 +391,20 @@ impl Network {
     pub fn send(&mut self, now: SimTime, src: usize, dst: usize, payload: u64) -> SimTime {
         // Saturating, as the counters below: validation keeps every figure far from `u64::MAX`.
         let bytes = payload.saturating_add(self.header_bytes);
+        if self.links.is_empty() && self.windows.is_empty() && self.processes.is_empty() {
+            // Only NICs, no link of its own and no congestion (the common case): the pair's rate
+            // and latency are its NICs', and one serialization time serves both of them. The
+            // same arithmetic as the general path below, without its lookups.
+            let base = self.nics[src].up_bps.min(self.nics[dst].down_bps);
+            let span = self.transfer_time(bytes, base);
+            let up_start = now.max(self.nics[src].uplink_free);
+            let up_end = up_start + span;
+            let down_end = up_end.max(up_start.max(self.nics[dst].downlink_free) + span);
+            self.nics[src].uplink_free = up_end;
+            self.nics[dst].downlink_free = down_end;
+            self.count(src, dst, bytes, up_start, down_end);
+            return down_end + self.nics[src].latency.max(self.nics[dst].latency);
+        }
         let dedicated = self.links.get(&(src, dst)).is_some_and(|l| l.dedicated);
         let (start, end) = if dedicated {
             let start = now.max(self.link_free.get(&(src, dst)).copied().unwrap_or_default());
@@ -385,18 +417,25 @@ impl Network {
             // transmission time, never finishing before the message's last byte left the sender
             // (cut-through: the fabric buffers, so a busy receiver does not hold the sender's
             // uplink).
-            let up_start = now.max(self.uplink_free[src]);
+            let up_start = now.max(self.nics[src].uplink_free);
             let up_end = self.transmit(src, dst, up_start, bytes);
-            let down_start = up_start.max(self.downlink_free[dst]);
+            let down_start = up_start.max(self.nics[dst].downlink_free);
             let down_end = up_end.max(self.transmit(src, dst, down_start, bytes));
-            self.uplink_free[src] = up_end;
-            self.downlink_free[dst] = down_end;
+            self.nics[src].uplink_free = up_end;
+            self.nics[dst].downlink_free = down_end;
             (up_start, down_end)
         };
+        self.count(src, dst, bytes, start, end);
+        end + self.link_latency(src, dst)
+    }
+
+    /// Counts a message of `bytes` on `src -> dst`, transmitted from `start` to `end`, in the
+    /// run's and the pair's totals.
+    fn count(&mut self, src: usize, dst: usize, bytes: u64, start: SimTime, end: SimTime) {
         self.stats.messages = self.stats.messages.saturating_add(1);
         self.stats.bytes = self.stats.bytes.saturating_add(bytes);
         let out = &mut self.links_used[src];
-        let last = self.last_link[src];
+        let last = self.nics[src].last_link;
         let k = if out.get(last).is_some_and(|(d, _, _)| *d == dst) {
             last
         } else if out.get(last + 1).is_some_and(|(d, _, _)| *d == dst) {
@@ -410,13 +449,12 @@ impl Network {
                 }
             }
         };
-        self.last_link[src] = k;
+        self.nics[src].last_link = k;
         let (_, link, busy_until) = &mut out[k];
         link.messages = link.messages.saturating_add(1);
         link.bytes = link.bytes.saturating_add(bytes);
         link.busy += end - start.max(*busy_until);
         *busy_until = (*busy_until).max(end);
-        end + self.link_latency(src, dst)
     }
 
     /// One round of a ring all-reduce of one bucket, in closed form: worker `w` (of the first
@@ -448,8 +486,8 @@ impl Network {
             if self.links.get(&(w, d)).is_some_and(|l| l.dedicated)
                 || self.link_bandwidth(w, d) != rate
                 || self.link_latency(w, d) != alpha
-                || self.uplink_free[w] > start
-                || self.downlink_free[d] > start
+                || self.nics[w].uplink_free > start
+                || self.nics[d].downlink_free > start
             {
                 return None;
             }
@@ -496,8 +534,8 @@ impl Network {
             let d = (w + 1) % n;
             let end = SimTime::from_nanos(arrive - a);
             got[d] = SimTime::from_nanos(arrive);
-            self.uplink_free[w] = end;
-            self.downlink_free[d] = end;
+            self.nics[w].uplink_free = end;
+            self.nics[d].downlink_free = end;
             let out = &mut self.links_used[w];
             let k = match out.binary_search_by_key(&d, |(dst, _, _)| *dst) {
                 Ok(k) => k,
@@ -506,7 +544,7 @@ impl Network {
                     k
                 }
             };
-            self.last_link[w] = k;
+            self.nics[w].last_link = k;
             let (_, link, busy_until) = &mut out[k];
             link.messages = link.messages.saturating_add(steps);
             link.bytes = link.bytes.saturating_add(bytes.saturating_mul(steps));
@@ -532,14 +570,20 @@ impl Network {
             .collect()
     }
 
+    /// The time to push `bytes` at `bytes_per_s` without congestion ([`transfer_ns`]),
+    /// remembered for the next message of the same size and rate.
+    fn transfer_time(&mut self, bytes: u64, bytes_per_s: u64) -> SimTime {
+        if (self.last_transfer.0, self.last_transfer.1) != (bytes, bytes_per_s) {
+            self.last_transfer = (bytes, bytes_per_s, transfer_ns(bytes, bytes_per_s));
+        }
+        self.last_transfer.2
+    }
+
     /// When the last byte of `bytes` posted on `src -> dst` at `start` leaves.
     fn transmit(&mut self, src: usize, dst: usize, start: SimTime, bytes: u64) -> SimTime {
         let base = self.link_bandwidth(src, dst);
         if self.windows.is_empty() && self.processes.is_empty() {
-            if (self.last_transfer.0, self.last_transfer.1) != (bytes, base) {
-                self.last_transfer = (bytes, base, transfer_ns(bytes, base));
-            }
-            return start + self.last_transfer.2;
+            return start + self.transfer_time(bytes, base);
         }
         // Work in byte-nanoseconds-per-second: a rate of r bytes/s does r units per ns.
         let mut work = u128::from(bytes) * 1_000_000_000;
@@ -687,8 +731,8 @@ mod tests {
 
     fn state(net: &Network) -> State {
         (
-            net.uplink_free.clone(),
-            net.downlink_free.clone(),
+            net.nics.iter().map(|c| c.uplink_free).collect(),
+            net.nics.iter().map(|c| c.downlink_free).collect(),
             net.stats(),
             net.links_used.clone(),
         )
