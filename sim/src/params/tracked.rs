@@ -74,8 +74,7 @@
 //! run loop hands it to the observer. Old writes are forgotten once no lineage, buffer or pending
 //! gradient can refer to them, so memory stays bounded.
 
-use std::collections::{VecDeque, hash_map};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -150,11 +149,11 @@ struct RowVersions {
 ///
 /// Every lookup is a hash probe, `O(1)` however the live handles are spread (a straggler's
 /// gradient kept while thousands after it come and go costs nothing), and memory is in
-/// proportion to the most handles live at once. The stores number handles from one counter, so
-/// the hash is a multiplication ([`IdHasher`]), not SipHash. Nothing iterates over the index:
-/// what the run computes from the values ([`Table::values`]) is a minimum, whatever the slab's
-/// order, and a checkpoint keeps them by increasing handle, so it is the same whatever the
-/// history of the slab.
+/// proportion to the most handles live at once. The index is the table's own ([`Index`]): the
+/// tables are looked up several times per event, and a general-purpose map spent several times
+/// the instructions of these few lines. What the run computes from the values
+/// ([`Table::values`]) is a minimum, whatever the slab's order, and a checkpoint keeps them by
+/// increasing handle, so it is the same whatever the history of the slab.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(
     into = "Vec<(u64, V)>",
@@ -173,32 +172,117 @@ struct Table<V> {
     free: Vec<u32>,
 }
 
-/// The slot of each handle. The workspace forbids `HashMap` (`sim/clippy.toml`) because its
-/// iteration order is random; this one's is not (a fixed hash function, no random state), and
-/// nothing iterates over it where the order could matter: [`Table::values`] reads the slab, and
-/// a checkpoint sorts the entries.
-#[allow(clippy::disallowed_types)]
-type Index = std::collections::HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
+/// The slot of each live handle: open addressing with linear probing, at most half full, in a
+/// power-of-two array of `(handle, slot)` cells. A handle's home cell is the top bits of its
+/// product with the golden ratio (Fibonacci hashing): the stores number handles from counters,
+/// consecutive or strided, and the products spread both evenly. A removal shifts the cells
+/// after it back (no tombstones), so probes stay short whatever the history.
+#[derive(Clone)]
+struct Index {
+    cells: Vec<(u64, u32)>,
+    /// `64 − log2(cells.len())`.
+    shift: u32,
+    len: usize,
+}
 
-/// Hashes a handle by one multiplication by the golden ratio: handles are consecutive
-/// integers, whose products spread over the low bits (the bucket) and the high bits (the
-/// probe's tag) alike.
-#[derive(Default)]
-struct IdHasher(u64);
+/// The slot of an empty cell.
+const VACANT: u32 = u32::MAX;
 
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
+impl Default for Index {
+    fn default() -> Self {
+        Index {
+            cells: vec![(0, VACANT); 8],
+            shift: 64 - 3,
+            len: 0,
+        }
+    }
+}
+
+impl Index {
+    fn home(&self, id: u64) -> usize {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(self.0 ^ u64::from(b));
+    fn mask(&self) -> usize {
+        self.cells.len() - 1
+    }
+
+    /// The cell holding `id`, or the empty cell where it would go.
+    fn find(&self, id: u64) -> (usize, bool) {
+        let mask = self.mask();
+        let mut i = self.home(id);
+        loop {
+            let (key, slot) = self.cells[i];
+            if slot == VACANT {
+                return (i, false);
+            }
+            if key == id {
+                return (i, true);
+            }
+            i = (i + 1) & mask;
         }
     }
 
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    fn get(&self, id: u64) -> Option<u32> {
+        match self.find(id) {
+            (i, true) => Some(self.cells[i].1),
+            _ => None,
+        }
+    }
+
+    /// Sets the slot of `id`; returns the slot it replaces.
+    fn insert(&mut self, id: u64, slot: u32) -> Option<u32> {
+        debug_assert!(slot != VACANT);
+        if 2 * (self.len + 1) > self.cells.len() {
+            self.grow();
+        }
+        let (i, found) = self.find(id);
+        let old = found.then_some(self.cells[i].1);
+        self.cells[i] = (id, slot);
+        self.len += usize::from(!found);
+        old
+    }
+
+    fn remove(&mut self, id: u64) -> Option<u32> {
+        let (mut hole, found) = self.find(id);
+        if !found {
+            return None;
+        }
+        let slot = self.cells[hole].1;
+        // Backward shift: a later cell of the run moves into the hole when its home does not
+        // lie cyclically after the hole (it would not be found past the hole otherwise).
+        let mask = self.mask();
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let (key, s) = self.cells[j];
+            if s == VACANT {
+                break;
+            }
+            let home = self.home(key);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.cells[hole] = self.cells[j];
+                hole = j;
+            }
+        }
+        self.cells[hole] = (0, VACANT);
+        self.len -= 1;
+        Some(slot)
+    }
+
+    fn grow(&mut self) {
+        let cells = vec![(0, VACANT); 2 * self.cells.len()];
+        let old = std::mem::replace(&mut self.cells, cells);
+        self.shift -= 1;
+        for (id, slot) in old.into_iter().filter(|&(_, s)| s != VACANT) {
+            let (i, _) = self.find(id);
+            self.cells[i] = (id, slot);
+        }
+    }
+
+    /// The live `(handle, slot)` pairs, in no meaningful order.
+    fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.cells.iter().copied().filter(|&(_, s)| s != VACANT)
     }
 }
 
@@ -228,7 +312,7 @@ impl<V: Clone> From<Table<V>> for Vec<(u64, V)> {
         let mut entries: Vec<(u64, V)> = t
             .index
             .iter()
-            .filter_map(|(&id, &k)| Some((id, t.vals[k as usize].clone()?)))
+            .filter_map(|(id, k)| Some((id, t.vals[k as usize].clone()?)))
             .collect();
         entries.sort_unstable_by_key(|(id, _)| *id);
         entries
@@ -249,27 +333,30 @@ struct Entry {
 impl<V> Table<V> {
     /// Sets the value of `id` (replacing any).
     fn insert(&mut self, id: u64, value: V) {
-        match self.index.entry(id) {
-            hash_map::Entry::Occupied(e) => self.vals[*e.get() as usize] = Some(value),
-            hash_map::Entry::Vacant(e) => {
-                let k = match self.free.pop() {
-                    Some(k) => {
-                        self.vals[k as usize] = Some(value);
-                        k
-                    }
-                    None => {
-                        self.vals.push(Some(value));
-                        u32::try_from(self.vals.len() - 1).expect("fewer than 2^32 live handles")
-                    }
-                };
-                e.insert(k);
-            }
+        let (i, found) = self.index.find(id);
+        if found {
+            self.vals[self.index.cells[i].1 as usize] = Some(value);
+            return;
         }
+        let k = match self.free.pop() {
+            Some(k) => {
+                self.vals[k as usize] = Some(value);
+                k
+            }
+            None => {
+                self.vals.push(Some(value));
+                u32::try_from(self.vals.len() - 1)
+                    .ok()
+                    .filter(|&k| k != VACANT)
+                    .expect("fewer than 2^32 − 1 live handles")
+            }
+        };
+        self.index.insert(id, k);
     }
 
     /// The slot of `id`, if it holds a value.
     fn slot(&self, id: u64) -> Option<usize> {
-        self.index.get(&id).map(|&k| k as usize)
+        self.index.get(id).map(|k| k as usize)
     }
 
     fn get(&self, id: u64) -> Option<&V> {
@@ -277,7 +364,7 @@ impl<V> Table<V> {
     }
 
     fn remove(&mut self, id: u64) -> Option<V> {
-        let k = self.index.remove(&id)?;
+        let k = self.index.remove(id)?;
         self.free.push(k);
         self.vals[k as usize].take()
     }
@@ -285,7 +372,7 @@ impl<V> Table<V> {
     /// Live handles.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.index.len()
+        self.index.len
     }
 
     fn values(&self) -> impl Iterator<Item = &V> {
@@ -581,8 +668,17 @@ impl<'s> Tracked<'s> {
     /// The global staleness of `grad` applied to `block`: the global iterations after the
     /// oldest read of the parts that overlap `block`, `grad`'s own not counted.
     fn measure_global(&self, entry: &Entry, block: &Range<usize>) -> Option<u64> {
-        let reads = entry.reads.as_slice();
+        let own = u64::from(entry.counted);
         let p = self.params;
+        // Nearly always: one read of values from one source, taken at the read itself.
+        if let Reads::One(r) = &entry.reads
+            && let Resolved::Whole { seq, .. } = r.lineage
+            && seq == r.seq
+        {
+            let overlaps = 0 < block.end && block.start < p;
+            return overlaps.then(|| (self.global_total - r.iters).saturating_sub(own));
+        }
+        let reads = entry.reads.as_slice();
         let oldest = reads
             .iter()
             .flat_map(|r| r.lineage.pieces(p))
@@ -599,8 +695,7 @@ impl<'s> Tracked<'s> {
                 it.len() - rank(it.len(), |k| it[k], oldest)
             }
         };
-        let own = usize::from(entry.counted);
-        Some(after.saturating_sub(own) as u64)
+        Some((after as u64).saturating_sub(own))
     }
 
     /// The row staleness of the gradient `entry` applied to `block` of row `t`, the worker that
@@ -611,6 +706,25 @@ impl<'s> Tracked<'s> {
         t: usize,
         block: &Range<usize>,
     ) -> Option<(usize, u64, SimTime)> {
+        let v = &self.rows[t];
+        // Nearly always: one read of values from one source, and a row whose writes all
+        // touched all of it.
+        if let Reads::One(read) = &entry.reads
+            && let Resolved::Whole { row, seq } = read.lineage
+            && v.partial.is_empty()
+        {
+            if block.start >= block.end.min(self.params) {
+                return None;
+            }
+            let threshold = if row == t { seq } else { read.seq };
+            let stale = if read.worker == t && threshold == read.seq {
+                v.total - read.row_writes
+            } else {
+                let writes = &v.writes;
+                (writes.len() - rank(writes.len(), |k| writes[k], threshold)) as u64
+            };
+            return Some((read.worker, stale, read.time));
+        }
         let reads = entry.reads.as_slice();
         let read = reads
             .iter()
@@ -622,7 +736,6 @@ impl<'s> Tracked<'s> {
             let threshold = if row == t { s } else { read.seq };
             (!b.is_empty()).then_some((b, threshold))
         });
-        let v = &self.rows[t];
         let writes = &v.writes;
         if v.partial.is_empty() {
             // Every write touched the whole row, so every part: count those after the oldest
@@ -1140,6 +1253,38 @@ mod tests {
         t.insert(50, 8);
         assert_eq!(t.get(50), Some(&8));
         assert_eq!(t.values().count(), 13);
+    }
+
+    /// Handles in strides of powers of two (stores that number several kinds of handle from one
+    /// counter give such), removed in another order than inserted: every live one is still
+    /// found after removals shifted the cells after them back, and no removed one is.
+    #[test]
+    fn the_index_finds_strided_handles_after_removals_out_of_order() {
+        for stride in [1u64, 2, 8, 64, 1024, 1 << 40] {
+            let mut t: Table<u64> = Table::default();
+            let ids: Vec<u64> = (0..5000).map(|i| i * stride).collect();
+            for &id in &ids {
+                t.insert(id, id ^ 1);
+            }
+            for &id in ids.iter().rev().step_by(3) {
+                assert_eq!(t.remove(id), Some(id ^ 1), "stride {stride}: remove {id}");
+            }
+            for (k, &id) in ids.iter().enumerate() {
+                let removed = (ids.len() - 1 - k).is_multiple_of(3);
+                assert_eq!(
+                    t.get(id).copied(),
+                    (!removed).then_some(id ^ 1),
+                    "stride {stride}: {id}"
+                );
+            }
+            assert_eq!(t.len(), ids.len() - ids.len().div_ceil(3));
+            // Removed handles come back, to reused slots.
+            for &id in ids.iter().rev().step_by(3) {
+                t.insert(id, id);
+            }
+            assert_eq!(t.len(), ids.len());
+            assert_eq!(t.vals.len(), ids.len());
+        }
     }
 
     /// Random inserts, replacements and removals agree with a map, and a checkpoint keeps the
