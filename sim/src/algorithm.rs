@@ -126,6 +126,9 @@ impl<'s> World<'s> {
     pub fn lr_at(&self, now: SimTime) -> f64 {
         let n = self.workers();
         let peak = self.optimizer.lr * self.optimizer.scale_with_workers.factor(n);
+        if self.optimizer.schedule.is_flat() {
+            return peak;
+        }
         let progress = TrainingProgress {
             epochs: self.epochs(),
             steps: self.worker_steps as f64 / n as f64,
@@ -147,6 +150,9 @@ impl<'s> World<'s> {
         }
         let n = self.workers();
         let peak = self.optimizer.lr * self.optimizer.scale_with_workers.factor(n);
+        if self.optimizer.schedule.is_flat() {
+            return peak;
+        }
         let c = self.steps_of[worker] as f64;
         let progress = TrainingProgress {
             epochs: c * self.store.batch_size() as f64 * n as f64 / self.store.train_size() as f64,

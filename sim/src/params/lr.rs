@@ -324,6 +324,12 @@ impl LrSchedule {
         Ok(())
     }
 
+    /// Whether the rate is the peak rate at any progress (a constant schedule without warm-up):
+    /// then [`LrSchedule::at`] needs no progress, which is not free to compute at every step.
+    pub fn is_flat(&self) -> bool {
+        self.kind == ScheduleKind::Constant && (self.warmup <= 0.0 || self.warmup.is_nan())
+    }
+
     /// The rate at progress `p`, for a peak rate `peak` (see the module's rule).
     pub fn at(&self, peak: f64, p: &TrainingProgress) -> f64 {
         let x = match self.unit {
