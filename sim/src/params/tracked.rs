@@ -230,17 +230,20 @@ impl Index {
         }
     }
 
-    /// Sets the slot of `id`; returns the slot it replaces.
-    fn insert(&mut self, id: u64, slot: u32) -> Option<u32> {
-        debug_assert!(slot != VACANT);
+    /// The cell of `id` and whether it holds it; when it does not, the empty cell where it
+    /// goes, with room for it (the array grown first if needed, so the cell stays valid).
+    fn entry(&mut self, id: u64) -> (usize, bool) {
         if 2 * (self.len + 1) > self.cells.len() {
             self.grow();
         }
-        let (i, found) = self.find(id);
-        let old = found.then_some(self.cells[i].1);
+        self.find(id)
+    }
+
+    /// Fills the empty cell `i` found by [`Index::entry`] with `id` at `slot`.
+    fn fill(&mut self, i: usize, id: u64, slot: u32) {
+        debug_assert!(slot != VACANT && self.cells[i].1 == VACANT);
         self.cells[i] = (id, slot);
-        self.len += usize::from(!found);
-        old
+        self.len += 1;
     }
 
     fn remove(&mut self, id: u64) -> Option<u32> {
@@ -333,7 +336,7 @@ struct Entry {
 impl<V> Table<V> {
     /// Sets the value of `id` (replacing any).
     fn insert(&mut self, id: u64, value: V) {
-        let (i, found) = self.index.find(id);
+        let (i, found) = self.index.entry(id);
         if found {
             self.vals[self.index.cells[i].1 as usize] = Some(value);
             return;
@@ -351,7 +354,7 @@ impl<V> Table<V> {
                     .expect("fewer than 2^32 − 1 live handles")
             }
         };
-        self.index.insert(id, k);
+        self.index.fill(i, id, k);
     }
 
     /// The slot of `id`, if it holds a value.
