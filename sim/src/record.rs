@@ -125,17 +125,27 @@ impl Histogram {
         self.record_n(value, 1);
     }
 
+    /// Inline: a value inside the window (nearly all of them) is an increment.
+    #[inline(always)]
     fn record_n(&mut self, value: u64, count: u64) {
-        if count == 0 {
-            return;
-        }
-        let len = self.dense.len() as u64;
-        if value.wrapping_sub(self.base) < len {
-            let c = &mut self.dense[(value - self.base) as usize];
+        if let Ok(at) = usize::try_from(value.wrapping_sub(self.base))
+            && let Some(c) = self.dense.get_mut(at)
+            && count > 0
+        {
             self.distinct += usize::from(*c == 0);
             *c += count;
             return;
         }
+        self.record_outside(value, count);
+    }
+
+    /// [`Histogram::record_n`] of a value outside the window: the window grows over it, or the
+    /// map counts it.
+    fn record_outside(&mut self, value: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let len = self.dense.len() as u64;
         if len == 0 {
             self.base = value;
         }
@@ -585,6 +595,11 @@ impl Recorder {
     /// Whether every message is logged (`messages.csv`).
     pub fn logs_messages(&self) -> bool {
         self.messages.is_some()
+    }
+
+    /// Whether messages were logged since the last [`Recorder::take_messages`].
+    pub fn has_messages(&self) -> bool {
+        self.messages.as_ref().is_some_and(|m| !m.is_empty())
     }
 
     /// The messages logged since the last call.

@@ -431,30 +431,38 @@ impl Network {
 
     /// Counts a message of `bytes` on `src -> dst`, transmitted from `start` to `end`, in the
     /// run's and the pair's totals.
+    /// Inline: the pair's entry is nearly always the sender's last one or the next.
+    #[inline(always)]
     fn count(&mut self, src: usize, dst: usize, bytes: u64, start: SimTime, end: SimTime) {
         self.stats.messages = self.stats.messages.saturating_add(1);
         self.stats.bytes = self.stats.bytes.saturating_add(bytes);
-        let out = &mut self.links_used[src];
+        let out = &self.links_used[src];
         let last = self.nics[src].last_link;
         let k = if out.get(last).is_some_and(|(d, _, _)| *d == dst) {
             last
         } else if out.get(last + 1).is_some_and(|(d, _, _)| *d == dst) {
             last + 1
         } else {
-            match out.binary_search_by_key(&dst, |(d, _, _)| *d) {
-                Ok(k) => k,
-                Err(k) => {
-                    out.insert(k, (dst, LinkStats::default(), SimTime::ZERO));
-                    k
-                }
-            }
+            self.find_link(src, dst)
         };
         self.nics[src].last_link = k;
-        let (_, link, busy_until) = &mut out[k];
+        let (_, link, busy_until) = &mut self.links_used[src][k];
         link.messages = link.messages.saturating_add(1);
         link.bytes = link.bytes.saturating_add(bytes);
         link.busy += end - start.max(*busy_until);
         *busy_until = (*busy_until).max(end);
+    }
+
+    /// The index of `dst` among `src`'s receivers, a new entry if it has none.
+    fn find_link(&mut self, src: usize, dst: usize) -> usize {
+        let out = &mut self.links_used[src];
+        match out.binary_search_by_key(&dst, |(d, _, _)| *d) {
+            Ok(k) => k,
+            Err(k) => {
+                out.insert(k, (dst, LinkStats::default(), SimTime::ZERO));
+                k
+            }
+        }
     }
 
     /// One round of a ring all-reduce of one bucket, in closed form: worker `w` (of the first

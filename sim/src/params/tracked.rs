@@ -506,6 +506,11 @@ impl<'s> Tracked<'s> {
         self.log = on.then(Vec::new);
     }
 
+    /// Whether applications were logged since the last [`Tracked::take_gradients`].
+    pub fn has_gradients(&self) -> bool {
+        self.log.as_ref().is_some_and(|l| !l.is_empty())
+    }
+
     /// The applications logged since the last call.
     pub fn take_gradients(&mut self) -> Vec<GradientRecord> {
         self.log.as_mut().map(std::mem::take).unwrap_or_default()
@@ -597,31 +602,17 @@ impl<'s> Tracked<'s> {
     }
 
     /// Records a write of `block` of `row` whose values are `pieces` there (`None`: the row's
-    /// own new values).
+    /// own new values). Inline: nearly every write is a row's own new values over all of it,
+    /// which changes no lineage and is a push and two counts.
+    #[inline(always)]
     fn write(&mut self, row: usize, block: Range<usize>, pieces: Option<Resolved>) {
         let seq = self.seq;
-        let p = self.params;
-        let full = block == (0..p);
+        let full = block == (0..self.params);
         let v = &mut self.rows[row];
-        match pieces {
-            // The common case, a row's own new values over all of it: no allocation.
-            None if full && v.own => {}
-            None => {
-                v.lineage = splice(&v.lineage, &block, vec![(block.clone(), Origin::Own)]);
-                v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
-            }
-            Some(pieces) => {
-                let new: Lineage = pieces
-                    .pieces(p)
-                    .filter_map(|(b, r, s)| {
-                        let b = b.start.max(block.start)..b.end.min(block.end);
-                        (!b.is_empty()).then_some((b, Origin::From { row: r, seq: s }))
-                    })
-                    .collect();
-                v.lineage = splice(&v.lineage, &block, new);
-                v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
-            }
+        if pieces.is_some() || !full || !v.own {
+            self.relineage(row, &block, pieces);
         }
+        let v = &mut self.rows[row];
         v.writes.push(seq);
         if !full {
             v.partial.push((seq, block));
@@ -630,15 +621,40 @@ impl<'s> Tracked<'s> {
         self.logged_writes += 1;
     }
 
+    /// The lineage of `row` after a write of `block` whose values are `pieces` there.
+    fn relineage(&mut self, row: usize, block: &Range<usize>, pieces: Option<Resolved>) {
+        let p = self.params;
+        let v = &mut self.rows[row];
+        let new: Lineage = match pieces {
+            None => vec![(block.clone(), Origin::Own)],
+            Some(pieces) => pieces
+                .pieces(p)
+                .filter_map(|(b, r, s)| {
+                    let b = b.start.max(block.start)..b.end.min(block.end);
+                    (!b.is_empty()).then_some((b, Origin::From { row: r, seq: s }))
+                })
+                .collect(),
+        };
+        v.lineage = splice(&v.lineage, block, new);
+        v.own = matches!(v.lineage[..], [(_, Origin::Own)]);
+    }
+
     /// Starts a write operation: a new write number for the rows it writes.
     fn bump(&mut self) {
         self.seq += 1;
     }
 
+    /// Forgets old writes once enough have been logged: a test per write, inline, and the
+    /// pass over the tables ([`Tracked::prune`]) rarely.
+    #[inline(always)]
     fn maybe_prune(&mut self) {
-        if self.logged_writes < self.next_prune {
-            return;
+        if self.logged_writes >= self.next_prune {
+            self.prune();
         }
+    }
+
+    /// Forgets the writes nothing can compare against any more.
+    fn prune(&mut self) {
         // The oldest threshold anything may still compare against.
         let mut keep_after = self.seq;
         for read in self.grads.values().flat_map(|e| e.reads.as_slice()) {
