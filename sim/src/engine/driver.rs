@@ -483,7 +483,7 @@ where
     A: Algorithm + Serialize + DeserializeOwned,
     A::Event: Serialize + DeserializeOwned,
 {
-    let inspect = |_: &A, _: &World<'_>, _: SimTime| {};
+    let mut inspect = |_: &A, _: &World<'_>, _: SimTime| {};
     let start = match ckpt.resume {
         Some(bytes) => {
             let (position, restored, queue, state): (
@@ -501,7 +501,7 @@ where
                 diverged: None,
             }
         }
-        None => begin(alg, world, cfg, observer, &mut { inspect })?,
+        None => begin(alg, world, cfg, observer, &mut inspect)?,
     };
     let mut save = |alg: &A,
                     queue: &EventQueue<A::Event>,
@@ -871,8 +871,8 @@ fn beyond_the_clock(now: SimTime) -> ConfigError {
     ))
 }
 
-/// Hands the per-event records of the last event to the observer.
-/// Inline: most runs log nothing per event, and then this is two tests.
+/// Hands the per-event records of the last event to the observer. Inline: most runs log
+/// nothing per event, and then this is two tests.
 #[inline(always)]
 fn drain_logs(world: &mut World<'_>, observer: &mut dyn Observer) -> Result<()> {
     if world.store.has_gradients() || world.recorder.has_messages() {
@@ -881,6 +881,7 @@ fn drain_logs(world: &mut World<'_>, observer: &mut dyn Observer) -> Result<()> 
     Ok(())
 }
 
+/// [`drain_logs`] when there is something to hand over.
 fn hand_over_logs(world: &mut World<'_>, observer: &mut dyn Observer) -> Result<()> {
     for g in world.store.take_gradients() {
         observer.on_gradient(&g).map_err(Error::Observer)?;

@@ -182,6 +182,7 @@ struct Nic {
     up_bps: u64,
     /// Downlink rate, bytes/s.
     down_bps: u64,
+    /// Latency; a link without its own takes the larger of its two NICs'.
     latency: SimTime,
     /// When the uplink has sent every message posted so far.
     uplink_free: SimTime,
