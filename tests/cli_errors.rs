@@ -232,8 +232,6 @@ fn validate_adds_the_gpu_estimate_where_it_differs() {
     assert_eq!(mlp.len(), 1, "{mlp:?}");
 }
 
-/// A run whose memory estimate exceeds the limit is refused before anything is written, with
-/// the estimate and what would help.
 /// A run refused by the memory check: exit code 2, no panic, every `needle` in its message, and
 /// nothing written to `out`.
 fn assert_refused(o: &std::process::Output, out: &std::path::Path, needles: &[&str]) {
@@ -246,6 +244,8 @@ fn assert_refused(o: &std::process::Output, out: &std::path::Path, needles: &[&s
     assert!(!out.exists(), "a refused run writes nothing");
 }
 
+/// A run whose memory estimate exceeds the limit is refused before anything is written, with
+/// the estimate and what would help.
 #[test]
 fn memory_estimate_over_the_limit_is_refused_before_the_run() {
     let (dir, path) = scenario(SMALL, "big.toml");
