@@ -401,14 +401,16 @@ impl Rows {
     /// the copy inside the same pass. Steps of one gradient queued with [`Rows::step_common`]
     /// are remembered with their inputs and result, and a row with the same bits and the same
     /// steps takes that result, shared, without computing it (see the module's documentation).
+    #[inline]
     pub fn settle(&mut self, r: usize) {
-        let Some(queue) = self.queued.get_mut(r) else {
-            return;
-        };
-        if queue.is_empty() {
-            return;
+        // Nearly always nothing is queued: that test inline, the settling out of line.
+        if self.queued.get(r).is_some_and(|q| !q.is_empty()) {
+            self.settle_queued(r);
         }
-        let mut queue = std::mem::take(queue);
+    }
+
+    fn settle_queued(&mut self, r: usize) {
+        let mut queue = std::mem::take(&mut self.queued[r]);
         let hit = self
             .settled
             .as_ref()

@@ -58,7 +58,7 @@ use rayon::prelude::*;
 
 use dasim_sim::engine::rng::{StreamKind, stream};
 use dasim_sim::params::{
-    Evaluation, GradId, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
+    Evaluation, GradId, HandleMap, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
 };
 
 use crate::convex::Objective;
@@ -79,6 +79,9 @@ pub const PARALLEL_FLUSH_FLOPS: f64 = 1e7;
 /// Test samples per forward pass of an evaluation (bounds the memory of the convolutional
 /// models' activations).
 pub const EVAL_CHUNK: usize = 1000;
+
+/// Terms of a combination gathered on the stack ([`BurnStore::with_slots`]).
+const STACK_TERMS: usize = 4;
 
 /// Counters of the batching, for reports and benchmarks.
 ///
@@ -287,7 +290,7 @@ struct BurnStateRef<'a> {
     pending: &'a [Pending],
     ready: &'a BTreeMap<GradId, Arc<Vec<f32>>>,
     owners: &'a BTreeMap<GradId, Vec<usize>>,
-    msgs: &'a BTreeMap<MsgId, Row>,
+    msgs: BTreeMap<MsgId, Row>,
     next_id: u64,
     train_loss: (f64, usize),
     stats: StoreStats,
@@ -332,7 +335,9 @@ pub struct BurnStore {
     /// The rows that computed each live gradient (a mean's: its inputs' workers), sorted: the
     /// only rows its state part is added to.
     owners: BTreeMap<GradId, Vec<usize>>,
-    msgs: BTreeMap<MsgId, Row>,
+    /// Message buffers by handle: made, read and released several times per averaging (a
+    /// hash probe each, where a `BTreeMap` walked its nodes).
+    msgs: HandleMap<Row>,
     next_id: u64,
     /// Sum (in request order, in `f64`) and count of the training losses since the last read.
     train_loss: f64,
@@ -416,7 +421,7 @@ impl BurnStore {
             ready: BTreeMap::new(),
             unread: Vec::new(),
             owners: BTreeMap::new(),
-            msgs: BTreeMap::new(),
+            msgs: HandleMap::new(),
             next_id: 0,
             train_loss: 0.0,
             train_loss_count: 0,
@@ -963,8 +968,25 @@ impl BurnStore {
             Slot::Row(r) => self.rows.get(r),
             Slot::Msg(m) => self
                 .msgs
-                .get(&m)
+                .get(m.0)
                 .unwrap_or_else(|| panic!("message buffer {m:?} was released or never made")),
+        }
+    }
+
+    /// `f` of the values of `terms`' slots with their weights: gathered on the stack for up to
+    /// [`STACK_TERMS`] terms (every pairwise average and its reply, many per worker step), in
+    /// a vector beyond.
+    fn with_slots<R>(&self, terms: &[(Slot, f64)], f: impl FnOnce(&[(&[f32], f64)]) -> R) -> R {
+        if terms.len() <= STACK_TERMS {
+            let mut gathered: [(&[f32], f64); STACK_TERMS] = [(&[], 0.0); STACK_TERMS];
+            for (g, &(s, w)) in gathered.iter_mut().zip(terms) {
+                *g = (self.slot(s), w);
+            }
+            f(&gathered[..terms.len()])
+        } else {
+            let gathered: Vec<(&[f32], f64)> =
+                terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
+            f(&gathered)
         }
     }
 
@@ -980,16 +1002,16 @@ impl BurnStore {
 
     /// `Σ weight · slot`, of settled rows.
     fn combine(&self, terms: &[(Slot, f64)]) -> Vec<f32> {
-        let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
-        combine(&terms)
+        self.with_slots(terms, combine)
     }
 
     /// `Σ weight · slot` in a spare buffer of the rows (the hot path: no allocation).
     fn combine_spare(&mut self, terms: &[(Slot, f64)]) -> Vec<f32> {
         self.settle(terms);
         let mut out = self.rows.buffer();
-        let terms: Vec<(&[f32], f64)> = terms.iter().map(|&(s, w)| (self.slot(s), w)).collect();
-        combine_into_split(&mut out, &terms, self.threads);
+        self.with_slots(terms, |terms| {
+            combine_into_split(&mut out, terms, self.threads)
+        });
         out
     }
 
@@ -1247,8 +1269,9 @@ impl ReplicaStore for BurnStore {
             && rest.iter().all(|&(s, _)| s != Slot::Row(dst))
             && let Some(mut row) = self.rows.take_unique(dst)
         {
-            let rest: Vec<(&[f32], f64)> = rest.iter().map(|&(s, w)| (self.slot(s), w)).collect();
-            combine_in_place_split(&mut row, w0, &rest, self.threads);
+            self.with_slots(rest, |rest| {
+                combine_in_place_split(&mut row, w0, rest, self.threads)
+            });
             self.rows.set(dst, row);
             return;
         }
@@ -1264,19 +1287,19 @@ impl ReplicaStore for BurnStore {
             [(Slot::Row(r), 1.0)] => self.rows.share(r),
             [(Slot::Msg(m), 1.0)] => Arc::clone(
                 self.msgs
-                    .get(&m)
+                    .get(m.0)
                     .unwrap_or_else(|| panic!("message buffer {m:?} was released or never made")),
             ),
             _ => Arc::new(self.combine_spare(terms)),
         };
         let id = MsgId(self.next_id);
         self.next_id += 1;
-        self.msgs.insert(id, value);
+        self.msgs.insert(id.0, value);
         id
     }
 
     fn release_msg(&mut self, msg: MsgId) {
-        if let Some(buffer) = self.msgs.remove(&msg) {
+        if let Some(buffer) = self.msgs.remove(msg.0) {
             self.rows.recycle(buffer);
         }
     }
@@ -1358,7 +1381,12 @@ impl ReplicaStore for BurnStore {
             pending: &self.pending,
             ready: &ready,
             owners: &self.owners,
-            msgs: &self.msgs,
+            msgs: self
+                .msgs
+                .sorted()
+                .into_iter()
+                .map(|(id, m)| (MsgId(id), Arc::clone(m)))
+                .collect(),
             next_id: self.next_id,
             train_loss: (self.train_loss, self.train_loss_count),
             stats: self.stats,
@@ -1388,7 +1416,12 @@ impl ReplicaStore for BurnStore {
             .collect();
         self.unread.clear();
         self.owners = state.owners;
-        self.msgs = state.msgs;
+        self.msgs = state
+            .msgs
+            .into_iter()
+            .map(|(id, m)| (id.0, m))
+            .collect::<Vec<_>>()
+            .into();
         self.next_id = state.next_id;
         (self.train_loss, self.train_loss_count) = state.train_loss;
         self.stats = state.stats;

@@ -2,12 +2,14 @@
 //! staleness-measuring wrapper, the `[optimizer]` section and learning-rate schedules.
 
 pub mod conformance;
+pub mod handles;
 pub mod lr;
 pub mod optimizer;
 pub mod reference;
 pub mod store;
 pub mod tracked;
 
+pub use handles::HandleMap;
 pub use optimizer::{OptimizerConfig, OptimizerKind};
 pub use reference::{Quadratic, ReferenceStore};
 pub use store::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot, blocks};

@@ -80,6 +80,7 @@ use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
 use crate::engine::time::SimTime;
+use crate::params::handles::HandleMap;
 use crate::params::{Evaluation, GradId, MsgId, ReplicaStore, Slot};
 use crate::record::{GradientRecord, Histogram};
 
@@ -145,186 +146,8 @@ struct RowVersions {
     own: bool,
 }
 
-/// Values by handle: a hash index from handle to slot, and the values in a slab of slots.
-///
-/// Every lookup is a hash probe, `O(1)` however the live handles are spread (a straggler's
-/// gradient kept while thousands after it come and go costs nothing), and memory is in
-/// proportion to the most handles live at once. The index is the table's own ([`Index`]): the
-/// tables are looked up several times per event, where these few lines take fewer instructions
-/// than a general-purpose map, and need no exception to the workspace's rule against `HashMap`
-/// (`sim/clippy.toml`). What the run computes from the values
-/// ([`Table::values`]) is a minimum, whatever the slab's order, and a checkpoint keeps them by
-/// increasing handle, so it is the same whatever the history of the slab.
-#[derive(Clone, Serialize, Deserialize)]
-#[serde(
-    into = "Vec<(u64, V)>",
-    from = "Vec<(u64, V)>",
-    bound(
-        serialize = "V: Clone + Serialize",
-        deserialize = "V: Deserialize<'de>"
-    )
-)]
-struct Table<V> {
-    /// The slot of every live handle.
-    index: Index,
-    /// Values by slot (`None`: free).
-    vals: Vec<Option<V>>,
-    /// Free slots, reused last freed first.
-    free: Vec<u32>,
-}
-
-/// The slot of each live handle: open addressing with linear probing, at most half full, in a
-/// power-of-two array of `(handle, slot)` cells. A handle's home cell is the top bits of its
-/// product with the golden ratio (Fibonacci hashing): the stores number handles from counters,
-/// consecutive or strided, and the products spread both evenly. A removal shifts the cells
-/// after it back (no tombstones), so probes stay short whatever the history.
-#[derive(Clone)]
-struct Index {
-    cells: Vec<(u64, u32)>,
-    /// `64 − log2(cells.len())`.
-    shift: u32,
-    len: usize,
-}
-
-/// The slot of an empty cell.
-const VACANT: u32 = u32::MAX;
-
-impl Default for Index {
-    fn default() -> Self {
-        Index {
-            cells: vec![(0, VACANT); 8],
-            shift: 64 - 3,
-            len: 0,
-        }
-    }
-}
-
-impl Index {
-    fn home(&self, id: u64) -> usize {
-        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
-    }
-
-    fn mask(&self) -> usize {
-        self.cells.len() - 1
-    }
-
-    /// The cell holding `id`, or the empty cell where it would go.
-    fn find(&self, id: u64) -> (usize, bool) {
-        let mask = self.mask();
-        let mut i = self.home(id);
-        loop {
-            let (key, slot) = self.cells[i];
-            if slot == VACANT {
-                return (i, false);
-            }
-            if key == id {
-                return (i, true);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    fn get(&self, id: u64) -> Option<u32> {
-        match self.find(id) {
-            (i, true) => Some(self.cells[i].1),
-            _ => None,
-        }
-    }
-
-    /// The cell of `id` and whether it holds it; when it does not, the empty cell where it
-    /// goes, with room for it (the array grown first if needed, so the cell stays valid).
-    fn entry(&mut self, id: u64) -> (usize, bool) {
-        if 2 * (self.len + 1) > self.cells.len() {
-            self.grow();
-        }
-        self.find(id)
-    }
-
-    /// Fills the empty cell `i` found by [`Index::entry`] with `id` at `slot`.
-    fn fill(&mut self, i: usize, id: u64, slot: u32) {
-        debug_assert!(slot != VACANT && self.cells[i].1 == VACANT);
-        self.cells[i] = (id, slot);
-        self.len += 1;
-    }
-
-    fn remove(&mut self, id: u64) -> Option<u32> {
-        let (mut hole, found) = self.find(id);
-        if !found {
-            return None;
-        }
-        let slot = self.cells[hole].1;
-        // Backward shift: a later cell of the run moves into the hole when its home does not
-        // lie cyclically after the hole (it would not be found past the hole otherwise).
-        let mask = self.mask();
-        let mut j = hole;
-        loop {
-            j = (j + 1) & mask;
-            let (key, s) = self.cells[j];
-            if s == VACANT {
-                break;
-            }
-            let home = self.home(key);
-            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.cells[hole] = self.cells[j];
-                hole = j;
-            }
-        }
-        self.cells[hole] = (0, VACANT);
-        self.len -= 1;
-        Some(slot)
-    }
-
-    fn grow(&mut self) {
-        let cells = vec![(0, VACANT); 2 * self.cells.len()];
-        let old = std::mem::replace(&mut self.cells, cells);
-        self.shift -= 1;
-        for (id, slot) in old.into_iter().filter(|&(_, s)| s != VACANT) {
-            let (i, _) = self.find(id);
-            self.cells[i] = (id, slot);
-        }
-    }
-
-    /// The live `(handle, slot)` pairs, in no meaningful order.
-    fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.cells.iter().copied().filter(|&(_, s)| s != VACANT)
-    }
-}
-
-impl<V> Default for Table<V> {
-    fn default() -> Self {
-        Table {
-            index: Index::default(),
-            vals: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-impl<V> From<Vec<(u64, V)>> for Table<V> {
-    fn from(entries: Vec<(u64, V)>) -> Self {
-        let mut t = Table::default();
-        for (id, v) in entries {
-            t.insert(id, v);
-        }
-        t
-    }
-}
-
-impl<V: Clone> From<Table<V>> for Vec<(u64, V)> {
-    /// The live entries by increasing handle.
-    fn from(t: Table<V>) -> Self {
-        let mut entries: Vec<(u64, V)> = t
-            .index
-            .iter()
-            .filter_map(|(id, k)| Some((id, t.vals[k as usize].clone()?)))
-            .collect();
-        entries.sort_unstable_by_key(|(id, _)| *id);
-        entries
-    }
-}
-
 /// The live gradients' reads, by handle.
-type GradTable = Table<Entry>;
+type GradTable = HandleMap<Entry>;
 
 /// A pending gradient's reads, and whether it has been counted as a global iteration (applied
 /// once): a flag beside its reads instead of a set of handles searched at every application.
@@ -332,56 +155,6 @@ type GradTable = Table<Entry>;
 struct Entry {
     reads: Reads,
     counted: bool,
-}
-
-impl<V> Table<V> {
-    /// Sets the value of `id` (replacing any).
-    fn insert(&mut self, id: u64, value: V) {
-        let (i, found) = self.index.entry(id);
-        if found {
-            self.vals[self.index.cells[i].1 as usize] = Some(value);
-            return;
-        }
-        let k = match self.free.pop() {
-            Some(k) => {
-                self.vals[k as usize] = Some(value);
-                k
-            }
-            None => {
-                self.vals.push(Some(value));
-                u32::try_from(self.vals.len() - 1)
-                    .ok()
-                    .filter(|&k| k != VACANT)
-                    .expect("fewer than 2^32 − 1 live handles")
-            }
-        };
-        self.index.fill(i, id, k);
-    }
-
-    /// The slot of `id`, if it holds a value.
-    fn slot(&self, id: u64) -> Option<usize> {
-        self.index.get(id).map(|k| k as usize)
-    }
-
-    fn get(&self, id: u64) -> Option<&V> {
-        self.slot(id).and_then(|k| self.vals[k].as_ref())
-    }
-
-    fn remove(&mut self, id: u64) -> Option<V> {
-        let k = self.index.remove(id)?;
-        self.free.push(k);
-        self.vals[k as usize].take()
-    }
-
-    /// Live handles.
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.index.len
-    }
-
-    fn values(&self) -> impl Iterator<Item = &V> {
-        self.vals.iter().flatten()
-    }
 }
 
 /// The reads of a gradient: one, or several for a mean.
@@ -418,7 +191,7 @@ struct Read {
 struct TrackedState {
     seq: u64,
     rows: Vec<RowVersions>,
-    msgs: Table<Resolved>,
+    msgs: HandleMap<Resolved>,
     grads: GradTable,
     row_staleness: Vec<Histogram>,
     global_staleness: Vec<Histogram>,
@@ -435,7 +208,7 @@ pub struct Tracked<'s> {
     now: SimTime,
     seq: u64,
     rows: Vec<RowVersions>,
-    msgs: Table<Resolved>,
+    msgs: HandleMap<Resolved>,
     grads: GradTable,
     /// Parameters per row (constant).
     params: usize,
@@ -477,7 +250,7 @@ impl<'s> Tracked<'s> {
             now: SimTime::ZERO,
             seq: 0,
             rows,
-            msgs: Table::default(),
+            msgs: HandleMap::default(),
             grads: GradTable::default(),
             params: p,
             row_staleness: vec![Histogram::default(); workers],
@@ -1014,7 +787,7 @@ impl ReplicaStore for Tracked<'_> {
         // The gradient's slot, found once for the measures and the count below.
         let slot = self.grads.slot(grad.0);
         if !block.is_empty()
-            && let Some(entry) = slot.and_then(|k| self.grads.vals[k].as_ref())
+            && let Some(entry) = slot.and_then(|k| self.grads.at(k))
             && let Some((worker, stale, read)) = self.measure(entry, row, &measured)
         {
             let global = self.measure_global(entry, &measured).unwrap_or(0);
@@ -1038,7 +811,7 @@ impl ReplicaStore for Tracked<'_> {
         if !block.is_empty() {
             self.bump();
             // Counted as a global iteration at its first application.
-            if let Some(e) = slot.and_then(|k| self.grads.vals[k].as_mut())
+            if let Some(e) = slot.and_then(|k| self.grads.at_mut(k))
                 && !std::mem::replace(&mut e.counted, true)
             {
                 self.iterations.push_back(self.seq);
@@ -1243,107 +1016,6 @@ mod tests {
         assert_eq!(worker(&t, 7), None);
         assert_eq!(worker(&t, 3), Some(3));
         assert_eq!(t.values().count(), 2);
-    }
-
-    /// A handle kept while thousands after it come and go: the table holds the live handles'
-    /// values only, reusing the slots of the released ones.
-    #[test]
-    fn a_table_holds_its_live_handles_only() {
-        let mut t: Table<u64> = Table::default();
-        for id in 0..1000 {
-            t.insert(id, id * 10);
-        }
-        for id in 2..1000 {
-            if id % 100 != 0 {
-                assert_eq!(t.remove(id), Some(id * 10));
-            }
-        }
-        assert_eq!(t.len(), 11);
-        for id in 1000..100_000 {
-            t.insert(id, id * 10);
-            assert_eq!(t.remove(id - 1).is_some(), id > 1000);
-        }
-        assert_eq!(t.len(), 12);
-        assert!(t.vals.len() <= 1000, "{} slots", t.vals.len());
-        for id in (0..1000).chain([99_999]) {
-            let live = id < 2 || id % 100 == 0 || id == 99_999;
-            assert_eq!(t.get(id).copied(), live.then_some(id * 10), "{id}");
-        }
-        t.insert(50, 7);
-        t.insert(50, 8);
-        assert_eq!(t.get(50), Some(&8));
-        assert_eq!(t.values().count(), 13);
-    }
-
-    /// Handles in strides of powers of two (stores that number several kinds of handle from one
-    /// counter give such), removed in another order than inserted: every live one is still
-    /// found after removals shifted the cells after them back, and no removed one is.
-    #[test]
-    fn the_index_finds_strided_handles_after_removals_out_of_order() {
-        for stride in [1u64, 2, 8, 64, 1024, 1 << 40] {
-            let mut t: Table<u64> = Table::default();
-            let ids: Vec<u64> = (0..5000).map(|i| i * stride).collect();
-            for &id in &ids {
-                t.insert(id, id ^ 1);
-            }
-            for &id in ids.iter().rev().step_by(3) {
-                assert_eq!(t.remove(id), Some(id ^ 1), "stride {stride}: remove {id}");
-            }
-            for (k, &id) in ids.iter().enumerate() {
-                let removed = (ids.len() - 1 - k).is_multiple_of(3);
-                assert_eq!(
-                    t.get(id).copied(),
-                    (!removed).then_some(id ^ 1),
-                    "stride {stride}: {id}"
-                );
-            }
-            assert_eq!(t.len(), ids.len() - ids.len().div_ceil(3));
-            // Removed handles come back, to reused slots.
-            for &id in ids.iter().rev().step_by(3) {
-                t.insert(id, id);
-            }
-            assert_eq!(t.len(), ids.len());
-            assert_eq!(t.vals.len(), ids.len());
-        }
-    }
-
-    /// Random inserts, replacements and removals agree with a map, and a checkpoint keeps the
-    /// live entries by increasing handle, the same however the slab was laid out.
-    #[test]
-    fn a_table_agrees_with_a_map_and_saves_in_handle_order() {
-        use rand::{Rng, SeedableRng};
-        use std::collections::BTreeMap;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let mut t: Table<u32> = Table::default();
-        let mut reference = BTreeMap::new();
-        let mut next = 0u64;
-        for step in 0..20_000u32 {
-            match rng.random_range(0..4) {
-                0 | 1 => {
-                    next += rng.random_range(1..4);
-                    t.insert(next, step);
-                    reference.insert(next, step);
-                }
-                2 => {
-                    let id = rng.random_range(0..next + 2);
-                    assert_eq!(t.remove(id), reference.remove(&id), "remove {id}");
-                }
-                _ => {
-                    let id = rng.random_range(0..next + 2);
-                    assert_eq!(t.get(id), reference.get(&id), "get {id}");
-                }
-            }
-            assert_eq!(t.len(), reference.len());
-        }
-        let saved: Vec<(u64, u32)> = t.clone().into();
-        assert_eq!(saved, reference.clone().into_iter().collect::<Vec<_>>());
-        // Restored, it finds the same values; built in another order, it saves the same.
-        let restored = Table::from(saved.clone());
-        for (&id, v) in &reference {
-            assert_eq!(restored.get(id), Some(v));
-        }
-        let reversed = Table::from(saved.iter().rev().copied().collect::<Vec<_>>());
-        assert_eq!(Vec::from(reversed), saved);
     }
 
     #[test]
