@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 ///
 /// Every lookup is a hash probe, `O(1)` however the live handles are spread (a straggler's
 /// gradient kept while thousands after it come and go costs nothing), and memory is in
-/// proportion to the most handles live at once. The index is its own ([`Index`]): a few lines
-/// that take fewer instructions than a general-purpose map, and need no exception to the
-/// workspace's rule against `HashMap` (`sim/clippy.toml`).
+/// proportion to the most handles live at once. The index is its own, open addressing with
+/// linear probing and Fibonacci hashing: a few lines that take fewer instructions than a
+/// general-purpose map, and need no exception to the workspace's rule against `HashMap`
+/// (`sim/clippy.toml`).
 ///
 /// Nothing about a run may depend on the slab's order, which depends on the history of
 /// insertions and removals: [`HandleMap::values`] is for what does not care about order (a
