@@ -21,6 +21,20 @@ use serde::{Deserialize, Serialize};
 /// insertions and removals: [`HandleMap::values`] is for what does not care about order (a
 /// minimum, a sum, a count), and a checkpoint keeps the entries by increasing handle (serde
 /// sees a `Vec<(u64, V)>` in that order), so it is the same whatever that history.
+///
+/// ```
+/// use dasim_sim::params::HandleMap;
+///
+/// let mut buffers = HandleMap::new();
+/// for id in [7, 3, 1 << 40] {
+///     buffers.insert(id, vec![id as f32; 2]);
+/// }
+/// assert_eq!(buffers.remove(3), Some(vec![3.0; 2]));
+/// assert_eq!(buffers.get(7), Some(&vec![7.0; 2]));
+/// assert_eq!(buffers.get(3), None);
+/// let ids: Vec<u64> = buffers.sorted().into_iter().map(|(id, _)| id).collect();
+/// assert_eq!(ids, [7, 1 << 40]);
+/// ```
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(
     into = "Vec<(u64, V)>",
