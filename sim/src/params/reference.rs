@@ -5,14 +5,13 @@
 //! data stream. Gradients are computed eagerly, in `f64`, with no batching, so tests of algorithm
 //! semantics (invariants, equalities between algorithms) can compare numbers exactly.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::engine::rng::{Stream, StreamKind, stream};
 use crate::params::{
-    Evaluation, GradId, Layer, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
+    Evaluation, GradId, HandleMap, Layer, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
 };
 
 /// The analytic problem of a [`ReferenceStore`].
@@ -86,9 +85,9 @@ impl ReferenceStore {
                 data: (0..workers)
                     .map(|w| stream(seed, StreamKind::Data, w as u64))
                     .collect(),
-                grads: BTreeMap::new(),
+                grads: HandleMap::new(),
                 next_grad: 0,
-                msgs: BTreeMap::new(),
+                msgs: HandleMap::new(),
                 next_msg: 0,
                 train_loss: (0.0, 0),
             },
@@ -163,7 +162,7 @@ impl ReferenceStore {
 
     /// A live gradient's value.
     pub fn gradient(&self, grad: GradId) -> &[f64] {
-        &self.state.grads[&grad]
+        self.state.grads.get(grad.0).expect("live gradient")
     }
 
     /// Message buffers created and not yet released.
@@ -173,13 +172,13 @@ impl ReferenceStore {
 
     /// A live message buffer's value.
     pub fn msg(&self, msg: MsgId) -> &[f64] {
-        &self.state.msgs[&msg]
+        self.state.msgs.get(msg.0).expect("live message buffer")
     }
 
     fn insert(&mut self, g: Vec<f64>) -> GradId {
         let id = GradId(self.state.next_grad);
         self.state.next_grad += 1;
-        self.state.grads.insert(id, g);
+        self.state.grads.insert(id.0, g);
         id
     }
 
@@ -189,7 +188,7 @@ impl ReferenceStore {
         for &(slot, weight) in terms {
             let src = match slot {
                 Slot::Row(r) => &self.state.params[r],
-                Slot::Msg(m) => self.state.msgs.get(&m).expect("live message buffer"),
+                Slot::Msg(m) => self.state.msgs.get(m.0).expect("live message buffer"),
             };
             for (o, v) in out.iter_mut().zip(src) {
                 *o += weight * v;
@@ -263,7 +262,7 @@ impl ReplicaStore for ReferenceStore {
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
         let mut mean = vec![0.0; self.num_params()];
         for id in grads {
-            let g = self.state.grads.remove(id).expect("live gradient");
+            let g = self.state.grads.remove(id.0).expect("live gradient");
             for (m, v) in mean.iter_mut().zip(g) {
                 *m += v;
             }
@@ -274,7 +273,7 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
-        let g = self.state.grads.get(&grad).expect("live gradient");
+        let g = self.state.grads.get(grad.0).expect("live gradient");
         let opt = &self.optimizer;
         let weight_decay = opt.weight_decay;
         let x = &mut self.state.params[row];
@@ -329,7 +328,7 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn release_gradient(&mut self, grad: GradId) {
-        self.state.grads.remove(&grad);
+        self.state.grads.remove(grad.0);
     }
 
     fn swap_optimizer_state(&mut self, a: usize, b: usize) {
@@ -361,12 +360,12 @@ impl ReplicaStore for ReferenceStore {
         let value = self.combine(terms);
         let id = MsgId(self.state.next_msg);
         self.state.next_msg += 1;
-        self.state.msgs.insert(id, value);
+        self.state.msgs.insert(id.0, value);
         id
     }
 
     fn release_msg(&mut self, msg: MsgId) {
-        self.state.msgs.remove(&msg).expect("live message buffer");
+        self.state.msgs.remove(msg.0).expect("live message buffer");
     }
 
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
@@ -469,9 +468,11 @@ struct ReferenceState {
     steps: Vec<Vec<u64>>,
     /// Each worker's data stream.
     data: Vec<Stream>,
-    grads: BTreeMap<GradId, Vec<f64>>,
+    /// Live gradients by handle (as the checkpoint sees them: by increasing handle).
+    grads: HandleMap<Vec<f64>>,
     next_grad: u64,
-    msgs: BTreeMap<MsgId, Vec<f64>>,
+    /// Live message buffers by handle.
+    msgs: HandleMap<Vec<f64>>,
     next_msg: u64,
     train_loss: (f64, usize),
 }
