@@ -3,8 +3,9 @@
 //! Stores number their handles ([`crate::params::GradId`], [`crate::params::MsgId`]) from
 //! counters, and a run looks them up several times per event: at 1,024 workers a message is made,
 //! read and released a million times a simulated second. A `BTreeMap` pays a walk down its
-//! nodes for each; this map pays one hash probe. It is the staleness recorder's tables
-//! ([`crate::params::Tracked`]) and the burn store's message buffers.
+//! nodes for each; this map pays one hash probe. It holds the staleness recorder's tables
+//! ([`crate::params::Tracked`]), the exact store's gradients and message buffers
+//! ([`crate::params::ReferenceStore`]) and the burn store's message buffers.
 
 use serde::{Deserialize, Serialize};
 
