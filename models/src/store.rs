@@ -1416,12 +1416,7 @@ impl ReplicaStore for BurnStore {
             .collect();
         self.unread.clear();
         self.owners = state.owners;
-        self.msgs = state
-            .msgs
-            .into_iter()
-            .map(|(id, m)| (id.0, m))
-            .collect::<Vec<_>>()
-            .into();
+        self.msgs = state.msgs.into_iter().map(|(id, m)| (id.0, m)).collect();
         self.next_id = state.next_id;
         (self.train_loss, self.train_loss_count) = state.train_loss;
         self.stats = state.stats;

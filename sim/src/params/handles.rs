@@ -181,13 +181,19 @@ impl<V> Default for HandleMap<V> {
     }
 }
 
-impl<V> From<Vec<(u64, V)>> for HandleMap<V> {
-    fn from(entries: Vec<(u64, V)>) -> Self {
+impl<V> FromIterator<(u64, V)> for HandleMap<V> {
+    fn from_iter<I: IntoIterator<Item = (u64, V)>>(entries: I) -> Self {
         let mut t = HandleMap::default();
         for (id, v) in entries {
             t.insert(id, v);
         }
         t
+    }
+}
+
+impl<V> From<Vec<(u64, V)>> for HandleMap<V> {
+    fn from(entries: Vec<(u64, V)>) -> Self {
+        entries.into_iter().collect()
     }
 }
 
