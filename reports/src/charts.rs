@@ -109,6 +109,43 @@ pub(crate) fn count_labels(bins: &[(u64, u64)], px_per_unit: f64) -> Vec<(u64, u
     out
 }
 
+/// Most bars a histogram panel draws (about 4 pixels each). Past this many values between the
+/// smallest and the largest, consecutive values are summed into bins of equal width (1, 2 or 5
+/// times a power of ten), so that each bar stays several pixels wide: a thousand-worker
+/// run's staleness spans thousands of values, most of them held by a few applications, and one
+/// bar per value drew slivers narrower than a pixel, labelled `1` where the labels fitted.
+pub(crate) const MAX_BARS: u64 = 200;
+
+/// The width of the bins of a histogram of values `lo..=hi`: 1 while the span has at most
+/// [`MAX_BARS`] values, else the smallest width of 1, 2 or 5 times a power of ten that makes
+/// at most [`MAX_BARS`] bins aligned at its multiples.
+pub(crate) fn bin_width(lo: u64, hi: u64) -> u64 {
+    let mut magnitude = 1u64;
+    loop {
+        for step in [1, 2, 5] {
+            let width = step * magnitude;
+            if hi / width - lo / width < MAX_BARS {
+                return width;
+            }
+        }
+        magnitude *= 10;
+    }
+}
+
+/// `(value, count)` bins, by increasing value, summed into bins of `width` values aligned at
+/// its multiples: `(first value of the bin, count)`, empty bins left out.
+pub(crate) fn rebin(bins: &[(u64, u64)], width: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(v, c) in bins {
+        let start = v - v % width;
+        match out.last_mut() {
+            Some(last) if last.0 == start => last.1 += c,
+            _ => out.push((start, c)),
+        }
+    }
+    out
+}
+
 /// One panel of a [`HistogramPanels`].
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HistogramPanel {
@@ -136,7 +173,6 @@ impl Figure for HistogramPanels {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        let area = header(root, &self.title, &self.note, &[])?;
         let lo = self
             .panels
             .iter()
@@ -151,11 +187,21 @@ impl Figure for HistogramPanels {
             .map(|b| b.0)
             .max()
             .unwrap_or(0);
+        // Values are binned alike in every panel, so that bars line up and heights compare.
+        let width = bin_width(lo, hi);
+        let (lo, hi) = (lo - lo % width, hi - hi % width + width - 1);
         let x_range = (lo as f64 - 0.6)..(hi as f64 + 0.6);
+        let note = if width == 1 {
+            self.note.clone()
+        } else {
+            format!("{}; each bar sums {width} consecutive values", self.note)
+        };
+        let area = header(root, &self.title, &note, &[])?;
         let panels = area.split_evenly((self.panels.len().max(1), 1));
         for (index, (panel, spot)) in self.panels.iter().zip(&panels).enumerate() {
             let last = index + 1 == self.panels.len();
-            let top = panel.bins.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
+            let bins = rebin(&panel.bins, width);
+            let top = bins.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
             let x_spec = Ticked {
                 range: x_range.clone(),
                 ticks: integer_ticks(x_range.start, x_range.end, 12),
@@ -190,25 +236,27 @@ impl Figure for HistogramPanels {
             let color = palette(panel.color);
             let (plot_px, _) = chart.plotting_area().dim_in_pixel();
             let px_per_unit = f64::from(plot_px) / (x_range.end - x_range.start);
-            // A bar is 0.8 of a unit wide, and at least a pixel: with thousands of values (a
-            // thousand-worker run's staleness) a unit is a fraction of a pixel, and a bar
-            // narrower than one was not drawn at all, however tall.
-            let half = 0.4f64.max(0.6 / px_per_unit);
-            chart.draw_series(panel.bins.iter().map(|&(v, c)| {
-                let v = v as f64;
+            // A bar covers its bin's values, less a tenth of its width on each side, and is at
+            // least a pixel wide (one narrower is not drawn at all, however tall).
+            let w = width as f64;
+            let half = (0.4 * w).max(0.6 / px_per_unit);
+            let center = |start: u64| start as f64 + (w - 1.0) / 2.0;
+            chart.draw_series(bins.iter().map(|&(v, c)| {
+                let v = center(v);
                 Rectangle::new([(v - half, 0.0), (v + half, c as f64)], color.filled())
             }))?;
             // Counts above the bars, where they do not overlap: small bars first, since tall
-            // ones can be read off the axis.
-            let labelled = count_labels(&panel.bins, px_per_unit);
+            // ones can be read off the axis. (Placed in units of bins.)
+            let by_bin: Vec<(u64, u64)> = bins.iter().map(|&(v, c)| (v / width, c)).collect();
+            let labelled = count_labels(&by_bin, px_per_unit * w);
             let style = (FONT_FAMILY, 13)
                 .into_font()
                 .color(&TEXT_COLOR)
                 .pos(Pos::new(HPos::Center, VPos::Bottom));
-            chart.draw_series(labelled.into_iter().map(|(v, c)| {
+            chart.draw_series(labelled.into_iter().map(|(b, c)| {
                 Text::new(
                     c.to_string(),
-                    (v as f64, c as f64 + top * 0.02),
+                    (center(b * width), c as f64 + top * 0.02),
                     style.clone(),
                 )
             }))?;
@@ -650,6 +698,77 @@ mod tests {
             .max()
             .unwrap_or(0);
         assert!(tallest > 200, "the tallest bar drawn is {tallest} px high");
+    }
+
+    #[test]
+    fn bins_widen_past_two_hundred_values_and_keep_every_count() {
+        assert_eq!(bin_width(0, 0), 1);
+        assert_eq!(bin_width(0, 199), 1);
+        assert_eq!(bin_width(1022, 1221), 1);
+        assert_eq!(bin_width(0, 200), 2);
+        // The quickstart's row staleness (0 to 1,656): 166 bins of 10.
+        assert_eq!(bin_width(0, 1656), 10);
+        // A hundred thousand workers' global staleness: 200 bins of 2,000.
+        assert_eq!(bin_width(0, 399_996), 2000);
+        for (lo, hi) in [
+            (0, 201),
+            (7, 12_345),
+            (1_000_000, 1_000_350),
+            (3, u64::MAX / 2),
+        ] {
+            let w = bin_width(lo, hi);
+            assert!(hi / w - lo / w < MAX_BARS, "{lo}..={hi}: width {w}");
+            let digits = w / 10u64.pow(w.ilog10());
+            assert!(
+                [1, 2, 5].contains(&digits),
+                "{w} is not 1, 2 or 5 times a power of ten"
+            );
+        }
+        let bins: Vec<(u64, u64)> = (0..5000).map(|v| (v, v % 3 + 1)).collect();
+        let binned = rebin(&bins, 50);
+        assert_eq!(binned.len(), 100);
+        assert!(binned.iter().all(|&(start, _)| start % 50 == 0));
+        let total = |b: &[(u64, u64)]| b.iter().map(|x| x.1).sum::<u64>();
+        assert_eq!(total(&binned), total(&bins));
+        // Empty bins are left out; a width of 1 changes nothing.
+        assert_eq!(rebin(&[(3, 1), (250, 2), (299, 4)], 50), [(0, 1), (250, 6)]);
+        assert_eq!(rebin(&bins[..7], 1), bins[..7]);
+    }
+
+    #[test]
+    fn a_binned_histogram_says_so_and_draws_few_bars() {
+        let panel = |color, bins| HistogramPanel {
+            caption: "c".into(),
+            color,
+            bins,
+        };
+        let figure = HistogramPanels {
+            title: "t".into(),
+            note: "summed over workers".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            panels: vec![
+                panel(0, (0..5000).map(|v| (v, 1)).collect()),
+                panel(1, vec![(0, 10)]),
+            ],
+        };
+        assert!(crate::figure::font_registered());
+        let (w, h) = figure.size();
+        let mut svg = String::new();
+        crate::figure::draw_on(SVGBackend::with_string(&mut svg, (w, h)), &figure).expect("draws");
+        assert!(svg.contains("each bar sums 50 consecutive values"));
+        // 100 bars of 50 values and one, where one per value drew 5,001.
+        let bars = svg.matches("<rect").count();
+        assert!(bars < 150, "{bars} rectangles");
+        // A span of two hundred values or fewer is drawn one bar per value, as before.
+        let figure = HistogramPanels {
+            panels: vec![panel(0, (0..200).map(|v| (v, 1)).collect())],
+            ..figure
+        };
+        let mut svg = String::new();
+        crate::figure::draw_on(SVGBackend::with_string(&mut svg, (w, h)), &figure).expect("draws");
+        assert!(!svg.contains("each bar sums"));
+        assert!(svg.matches("<rect").count() >= 200);
     }
 
     #[test]
