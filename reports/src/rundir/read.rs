@@ -159,29 +159,52 @@ impl RunData {
             ));
         }
 
-        let mut stamp = None;
-        fn rows<R: CsvRow>(dir: &Path, stamp: &mut Option<Stamp>) -> Result<Vec<R>> {
-            let Some(file) = read_csv::<R>(dir)? else {
-                return Ok(Vec::new());
-            };
-            if stamp.is_none() {
-                *stamp = file.stamp;
-            }
-            Ok(file.rows)
+        // A file's stamp and rows (none when it is absent).
+        type Read<R> = Result<(Option<Stamp>, Vec<R>)>;
+        fn rows<R: CsvRow>(dir: &Path) -> Read<R> {
+            Ok(read_csv::<R>(dir)?.map_or((None, Vec::new()), |f| (f.stamp, f.rows)))
         }
+        // The two large tables of a big run (a thousand workers' timeline and staleness
+        // histograms) are parsed beside the others, on the threads of the current rayon pool;
+        // errors and the stamp are taken in the fixed order below, whatever finished first.
+        let ((metrics, series, utilization, faults, checks), (staleness, timeline)) = rayon::join(
+            || {
+                (
+                    rows::<MetricRow>(dir),
+                    rows::<SeriesRow>(dir),
+                    rows::<UtilizationRow>(dir),
+                    rows::<FaultRow>(dir),
+                    rows::<CheckRow>(dir),
+                )
+            },
+            || rayon::join(|| rows::<StalenessRow>(dir), || rows::<TimelineRow>(dir)),
+        );
+        let (metrics, series, staleness) = (metrics?, series?, staleness?);
+        let (utilization, timeline, faults, checks) = (utilization?, timeline?, faults?, checks?);
+        let stamp = [
+            metrics.0,
+            series.0,
+            staleness.0,
+            utilization.0,
+            timeline.0,
+            faults.0,
+            checks.0,
+        ]
+        .into_iter()
+        .find_map(|s| s);
         let mut data = RunData {
             dir: dir.to_path_buf(),
-            metrics: rows(dir, &mut stamp)?,
-            series: rows(dir, &mut stamp)?,
-            staleness: rows(dir, &mut stamp)?,
-            utilization: rows(dir, &mut stamp)?,
-            timeline: rows(dir, &mut stamp)?,
-            faults: rows(dir, &mut stamp)?,
-            checks: rows(dir, &mut stamp)?,
+            metrics: metrics.1,
+            series: series.1,
+            staleness: staleness.1,
+            utilization: utilization.1,
+            timeline: timeline.1,
+            faults: faults.1,
+            checks: checks.1,
             summary: read_summary(dir)?,
+            stamp,
             ..RunData::default()
         };
-        data.stamp = stamp;
         let scenario_path = dir.join(files::SCENARIO);
         if scenario_path.is_file() {
             data.scenario_toml = Some(
@@ -394,8 +417,13 @@ impl Table {
             .from_reader(text.as_bytes());
         let mut table: Option<Table> = None;
         let mut lines = LineCounter::default();
-        for record in reader.records() {
-            let record = record.map_err(|e| Error::csv("read", path, e))?;
+        // One record buffer for the whole file: a thousand workers' timeline has a hundred
+        // thousand rows.
+        let mut record = csv::StringRecord::new();
+        while reader
+            .read_record(&mut record)
+            .map_err(|e| Error::csv("read", path, e))?
+        {
             let line = record
                 .position()
                 .map_or(0, |p| lines.line_of(&text, p.byte() as usize));

@@ -131,6 +131,13 @@ pub trait CsvRow: Sized {
     /// The row's cells, in [`COLUMNS`](Self::COLUMNS) order.
     fn cells(&self) -> Vec<String>;
 
+    /// [`cells`](Self::cells) written over `out` (one string per column, in order), reusing
+    /// its strings' buffers: the rows of the large tables (a thousand workers' timeline, the
+    /// staleness histograms) fill one buffer each instead of allocating a string per cell.
+    fn fill(&self, out: &mut Vec<String>) {
+        *out = self.cells();
+    }
+
     /// Reads a row back, its columns found by name.
     fn read(cells: &Cells) -> Result<Self>;
 }
@@ -147,6 +154,28 @@ pub fn num(x: f64) -> String {
 /// `x`, or `None` when it is NaN ("not measured").
 pub fn measured(x: f64) -> Option<f64> {
     (!x.is_nan()).then_some(x)
+}
+
+/// Replaces the text of `cell` with `value` written by `{}`, keeping its buffer.
+fn put(cell: &mut String, value: impl std::fmt::Display) {
+    use std::fmt::Write;
+    cell.clear();
+    write!(cell, "{value}").expect("writing to a String cannot fail");
+}
+
+/// [`num`] into `cell` ([`put`]).
+fn put_num(cell: &mut String, x: f64) {
+    if x.is_nan() {
+        cell.clear();
+    } else {
+        put(cell, x);
+    }
+}
+
+/// `out` as `n` cells, keeping the strings it has.
+fn cells_of(out: &mut Vec<String>, n: usize) -> &mut [String] {
+    out.resize_with(n, String::new);
+    out
 }
 
 fn opt_num(x: Option<f64>) -> String {
@@ -308,6 +337,17 @@ impl CsvRow for StalenessRow {
             self.value.to_string(),
             self.count.to_string(),
         ]
+    }
+
+    fn fill(&self, out: &mut Vec<String>) {
+        let [algorithm, measure, worker, value, count] = cells_of(out, 5) else {
+            unreachable!("five cells")
+        };
+        put(algorithm, &self.algorithm);
+        put(measure, &self.measure);
+        put(worker, self.worker);
+        put(value, self.value);
+        put(count, self.count);
     }
 
     fn read(r: &Cells) -> Result<Self> {
@@ -594,6 +634,21 @@ impl CsvRow for TimelineRow {
             num(self.end_s),
             opt_int(self.waited_for),
         ]
+    }
+
+    fn fill(&self, out: &mut Vec<String>) {
+        let [algorithm, worker, activity, start, end, waited_for] = cells_of(out, 6) else {
+            unreachable!("six cells")
+        };
+        put(algorithm, &self.algorithm);
+        put(worker, self.worker);
+        put(activity, self.activity.name());
+        put_num(start, self.start_s);
+        put_num(end, self.end_s);
+        match self.waited_for {
+            Some(w) => put(waited_for, w),
+            None => waited_for.clear(),
+        }
     }
 
     fn read(r: &Cells) -> Result<Self> {
@@ -1200,4 +1255,59 @@ fn not_measured() -> f64 {
 /// A float that JSON wrote as `null` (it has no NaN) reads back as NaN.
 fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows filling one buffer in turn give each its own cells, whatever the previous row
+    /// left there (longer text, a value where this row has none).
+    #[test]
+    fn filling_a_reused_buffer_gives_the_cells() {
+        let timeline = [
+            TimelineRow {
+                algorithm: "overlap-sgp (send = \"after-mix\", tau = 2)".into(),
+                worker: 1023,
+                activity: Activity::Blocked,
+                start_s: 0.123_456_789_012_345_68,
+                end_s: 1e-7,
+                waited_for: Some(17),
+            },
+            TimelineRow {
+                algorithm: "adpsgd".into(),
+                worker: 3,
+                activity: Activity::Compute,
+                start_s: 0.5,
+                end_s: f64::NAN,
+                waited_for: None,
+            },
+        ];
+        let staleness = [
+            StalenessRow {
+                algorithm: "dasgd".into(),
+                measure: "message_age".into(),
+                worker: 99_999,
+                value: u64::MAX,
+                count: 12_345,
+            },
+            StalenessRow {
+                algorithm: "ps".into(),
+                measure: "row".into(),
+                worker: 0,
+                value: 0,
+                count: 1,
+            },
+        ];
+        fn check<R: CsvRow>(rows: &[R]) {
+            let mut buffer = Vec::new();
+            for row in rows.iter().chain(rows.iter().rev()) {
+                row.fill(&mut buffer);
+                assert_eq!(buffer, row.cells());
+                assert_eq!(buffer.len(), R::COLUMNS.len());
+            }
+        }
+        check(&timeline);
+        check(&staleness);
+    }
 }

@@ -143,25 +143,34 @@ pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()>
         .iter()
         .map(|c| !R::OMITTED_WHEN_EMPTY.contains(c))
         .collect();
+    // One buffer of cells, filled by each row in turn ([`CsvRow::fill`]).
+    let mut cells: Vec<String> = Vec::new();
     if keep.contains(&false) {
         for row in rows {
-            for (k, cell) in keep.iter_mut().zip(row.cells()) {
+            row.fill(&mut cells);
+            for (k, cell) in keep.iter_mut().zip(&cells) {
                 *k |= !cell.is_empty();
             }
         }
     }
-    let pick = |v: Vec<String>| -> Vec<String> {
-        v.into_iter()
-            .zip(&keep)
-            .filter_map(|(c, &k)| k.then_some(c))
-            .collect()
-    };
     let header: Vec<&str> = R::COLUMNS
         .iter()
         .zip(&keep)
         .filter_map(|(c, &k)| k.then_some(*c))
         .collect();
-    write_csv_file(&path, stamp, &header, rows.iter().map(|r| pick(r.cells())))
+    write_atomic_with(&path, |out| {
+        writeln!(out, "{stamp}").map_err(|e| Error::io("write", &path, e))?;
+        let mut w = csv_writer(out);
+        w.write_record(&header)
+            .map_err(|e| Error::csv("write", &path, e))?;
+        for row in rows {
+            row.fill(&mut cells);
+            let kept = cells.iter().zip(&keep).filter_map(|(c, &k)| k.then_some(c));
+            w.write_record(kept)
+                .map_err(|e| Error::csv("write", &path, e))?;
+        }
+        w.flush().map_err(|e| Error::io("write", &path, e))
+    })
 }
 
 /// Writes `partition.csv` to `dir`, atomically.
