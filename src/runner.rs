@@ -997,13 +997,16 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         write_csv(&opts.out, out.stamp(), &summary.checks)?;
         out.summary(&summary)?;
     }
-    // Every file of every algorithm is on disk: draw every plot once, from the files, so the
-    // plots of a run and of `dasim plot` are the same by construction. (Not after each
-    // algorithm: at 1,024 workers redrawing is not free, and `dasim plot` draws an interrupted
-    // run's plots from the files it kept.)
+    // Every file of every algorithm is on disk: draw every plot once, from what the files hold:
+    // the tables as they were written (still in memory; read back they are the same rows, so
+    // the plots of a run and of `dasim plot` are the same bytes, `tests/plot.rs`), the rest
+    // read. (Not after each algorithm: at 1,024 workers redrawing is not free, and `dasim plot`
+    // draws an interrupted run's plots from the files it kept.)
     crate::checkpoint::crash_point("plots");
     if plots {
-        dasim_reports::plot_run(&opts.out)?;
+        let tables = out.take_tables();
+        let data = RunData::with_tables(&opts.out, out.stamp(), tables)?;
+        dasim_reports::plot_run_data(&data, &opts.out)?;
     }
     // Every file is complete: nothing is left to continue.
     RunCheckpoint::remove(&opts.out)?;

@@ -53,5 +53,5 @@ pub use rundir::{
     Activity, AlgorithmSummary, IntStats, MetricRow, RunData, SeriesRow, StalenessRow, Stamp,
     Summary, TimelineRow, Timings, UtilizationRow, write_atomic, write_json,
 };
-pub use runplots::{plot_run, plot_run_to, plot_runs};
+pub use runplots::{plot_run, plot_run_data, plot_run_to, plot_runs};
 pub use sweepplot::{SweepLine, SweepPlot, SweepPoint, sweep_plot};

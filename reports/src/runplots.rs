@@ -101,8 +101,13 @@ pub fn plot_run(run_dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// [`plot_run`], writing the plots to `out_dir` (created if needed) instead.
 pub fn plot_run_to(run_dir: &Path, out_dir: &Path) -> Result<Vec<PathBuf>> {
-    let data = RunData::load(run_dir)?;
-    save_all(out_dir, &run_figures(&data))
+    plot_run_data(&RunData::load(run_dir)?, out_dir)
+}
+
+/// The plots of [`plot_run`] drawn from a run directory's data already in memory
+/// ([`RunData::with_tables`]: `dasim run`, which has just written the tables), to `out_dir`.
+pub fn plot_run_data(data: &RunData, out_dir: &Path) -> Result<Vec<PathBuf>> {
+    save_all(out_dir, &run_figures(data))
 }
 
 /// Overlays the run directories `run_dirs` into `out_dir`: for each algorithm, the mean across

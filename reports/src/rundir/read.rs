@@ -102,6 +102,37 @@ pub fn read_timings(dir: &Path) -> Result<Option<Timings>> {
     read_json(&dir.join(files::TIMINGS))
 }
 
+/// Fails unless `dir` is a directory holding `metrics.csv` or `summary.json`.
+fn check_run_dir(dir: &Path) -> Result<()> {
+    let input = |message: &str| Error::Input {
+        path: dir.to_path_buf(),
+        message: message.to_owned(),
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(input("no such directory"));
+        }
+        Err(e) => return Err(Error::io("read", dir, e)),
+        Ok(m) if !m.is_dir() => return Err(input("not a directory")),
+        Ok(_) => {}
+    }
+    if !dir.join(files::METRICS).is_file() && !dir.join(files::SUMMARY).is_file() {
+        return Err(input(
+            "not a run directory: it has neither metrics.csv nor summary.json \
+             (write one with `dasim run SCENARIO --out DIR`)",
+        ));
+    }
+    Ok(())
+}
+
+/// A file's stamp and rows (none when it is absent).
+type Read<R> = Result<(Option<Stamp>, Vec<R>)>;
+
+/// [`read_csv`]'s stamp and rows of `dir/R::FILE`; none when it is absent.
+fn rows<R: CsvRow>(dir: &Path) -> Read<R> {
+    Ok(read_csv::<R>(dir)?.map_or((None, Vec::new()), |f| (f.stamp, f.rows)))
+}
+
 /// Everything of a run directory that the plots and the report read.
 #[derive(Debug, Clone, Default)]
 pub struct RunData {
@@ -140,30 +171,7 @@ impl RunData {
     /// file is malformed.
     pub fn load(dir: impl AsRef<Path>) -> Result<RunData> {
         let dir = dir.as_ref();
-        let input = |message: &str| Error::Input {
-            path: dir.to_path_buf(),
-            message: message.to_owned(),
-        };
-        match std::fs::metadata(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(input("no such directory"));
-            }
-            Err(e) => return Err(Error::io("read", dir, e)),
-            Ok(m) if !m.is_dir() => return Err(input("not a directory")),
-            Ok(_) => {}
-        }
-        if !dir.join(files::METRICS).is_file() && !dir.join(files::SUMMARY).is_file() {
-            return Err(input(
-                "not a run directory: it has neither metrics.csv nor summary.json \
-                 (write one with `dasim run SCENARIO --out DIR`)",
-            ));
-        }
-
-        // A file's stamp and rows (none when it is absent).
-        type Read<R> = Result<(Option<Stamp>, Vec<R>)>;
-        fn rows<R: CsvRow>(dir: &Path) -> Read<R> {
-            Ok(read_csv::<R>(dir)?.map_or((None, Vec::new()), |f| (f.stamp, f.rows)))
-        }
+        check_run_dir(dir)?;
         // The two large tables of a big run (a thousand workers' timeline and staleness
         // histograms) are parsed beside the others, on the threads of the current rayon pool;
         // errors and the stamp are taken in the fixed order below, whatever finished first.
@@ -192,7 +200,7 @@ impl RunData {
         ]
         .into_iter()
         .find_map(|s| s);
-        let mut data = RunData {
+        RunData {
             dir: dir.to_path_buf(),
             metrics: metrics.1,
             series: series.1,
@@ -201,19 +209,61 @@ impl RunData {
             timeline: timeline.1,
             faults: faults.1,
             checks: checks.1,
-            summary: read_summary(dir)?,
             stamp,
             ..RunData::default()
-        };
-        let scenario_path = dir.join(files::SCENARIO);
+        }
+        .finish()
+    }
+
+    /// The run directory `dir` of a run that has just written it, with the tables it still
+    /// holds in memory (`staleness`, `utilization`, `timeline`, `faults`: the rows its
+    /// [`RunWriter`](crate::rundir::RunWriter) wrote, [`RunWriter::take_tables`](crate::rundir::RunWriter::take_tables))
+    /// taken as they are instead of read back; the other files are read. `stamp` is the one the
+    /// tables were written with.
+    ///
+    /// The same data as [`RunData::load`] of the directory: every float is written in its
+    /// shortest form that reads back to the same bits, so reading a table back gives the rows
+    /// that were written (`dasim run`'s plots and `dasim plot`'s are compared byte for byte in
+    /// `tests/plot.rs`). At a thousand workers the timeline alone is 100,000 rows to parse.
+    pub fn with_tables(
+        dir: impl AsRef<Path>,
+        stamp: &Stamp,
+        tables: crate::rundir::Tables,
+    ) -> Result<RunData> {
+        let dir = dir.as_ref();
+        check_run_dir(dir)?;
+        let metrics = rows::<MetricRow>(dir)?;
+        let series = rows::<SeriesRow>(dir)?;
+        let checks = rows::<CheckRow>(dir)?;
+        // Written with `stamp` unless absent: the first stamp `load` would find.
+        let stamp = metrics.0.or(series.0).or_else(|| Some(stamp.clone()));
+        RunData {
+            dir: dir.to_path_buf(),
+            metrics: metrics.1,
+            series: series.1,
+            staleness: tables.staleness,
+            utilization: tables.utilization,
+            timeline: tables.timeline,
+            faults: tables.faults,
+            checks: checks.1,
+            stamp,
+            ..RunData::default()
+        }
+        .finish()
+    }
+
+    /// Reads `summary.json` and `scenario.toml` and lists the algorithms.
+    fn finish(mut self) -> Result<RunData> {
+        self.summary = read_summary(&self.dir)?;
+        let scenario_path = self.dir.join(files::SCENARIO);
         if scenario_path.is_file() {
-            data.scenario_toml = Some(
+            self.scenario_toml = Some(
                 std::fs::read_to_string(&scenario_path)
                     .map_err(|e| Error::io("read", &scenario_path, e))?,
             );
         }
-        data.algorithms = data.collect_algorithms();
-        Ok(data)
+        self.algorithms = self.collect_algorithms();
+        Ok(self)
     }
 
     /// The scenario's name: `summary.json`'s `scenario`, else the directory's name; for a timing
@@ -611,6 +661,86 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// What `dasim run` plots from memory is what `dasim plot` reads back: the tables written
+    /// and read again are the same rows, floats to the bit, absent values and omitted columns
+    /// included.
+    #[test]
+    fn tables_in_memory_are_the_tables_read_back() {
+        use crate::rundir::schema::Activity;
+        use crate::rundir::{Tables, write_csv};
+        let stamp = Stamp::of_scenario("0.1.0", "abc", "name = \"x\"\n");
+        let awkward = [
+            0.1 + 0.2,
+            1e-7,
+            123_456.789_012_345_67,
+            5e-324,
+            1.0 / 3.0,
+            0.0,
+        ];
+        let label = "overlap-sgp (send = \"after-mix\", tau = 2)";
+        let mut tables = Tables::default();
+        for (i, &x) in awkward.iter().enumerate() {
+            let w = i as u64;
+            tables.timeline.push(TimelineRow {
+                algorithm: label.into(),
+                worker: w,
+                activity: [Activity::Compute, Activity::Blocked, Activity::Down][i % 3],
+                start_s: x,
+                end_s: x * 3.0 + 1.0,
+                waited_for: (i % 3 == 1).then_some(w + 1),
+            });
+            tables.staleness.push(StalenessRow {
+                algorithm: "adpsgd".into(),
+                measure: ["global", "row", "message_age", "mix_age"][i % 4].into(),
+                worker: w,
+                value: u64::MAX - w,
+                count: w + 1,
+            });
+            tables.utilization.push(UtilizationRow {
+                algorithm: label.into(),
+                worker: w,
+                steps: 10 * w,
+                compute_s: x,
+                communicate_s: x / 7.0,
+                blocked_s: 2.0 * x,
+                idle_s: 0.0,
+                // None everywhere first: the column is left out of the file.
+                down_s: None,
+            });
+            tables.faults.push(FaultRow {
+                algorithm: label.into(),
+                time_s: x,
+                event: "lost".into(),
+                node: w,
+                peer: (i % 2 == 0).then_some(w + 2),
+            });
+        }
+        for down in [false, true] {
+            if down {
+                for (u, &x) in tables.utilization.iter_mut().zip(&awkward) {
+                    u.down_s = Some(x / 3.0);
+                }
+            }
+            let dir = tempdir();
+            write_csv::<MetricRow>(&dir, &stamp, &[]).unwrap();
+            tables.write(&dir, &stamp).unwrap();
+            let read = RunData::load(&dir).unwrap();
+            assert_eq!(read.timeline, tables.timeline);
+            assert_eq!(read.staleness, tables.staleness);
+            assert_eq!(read.utilization, tables.utilization);
+            assert_eq!(read.faults, tables.faults);
+            let memory = RunData::with_tables(&dir, &stamp, tables.clone()).unwrap();
+            assert_eq!(memory.timeline, read.timeline);
+            assert_eq!(memory.staleness, read.staleness);
+            assert_eq!(memory.utilization, read.utilization);
+            assert_eq!(memory.faults, read.faults);
+            assert_eq!(memory.metrics, read.metrics);
+            assert_eq!(memory.stamp, read.stamp);
+            assert_eq!(memory.algorithms, read.algorithms);
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 
     fn run(label: &str, options: serde_json::Value) -> AlgorithmSummary {

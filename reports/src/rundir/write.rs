@@ -462,6 +462,13 @@ impl RunWriter {
         &self.stamp
     }
 
+    /// The rows of every table written so far, taken out of the writer: for a run that has
+    /// written its last table and draws its plots from memory ([`RunData::with_tables`](crate::RunData::with_tables)).
+    /// A later [`add_tables`](Self::add_tables) would write only the rows added after it.
+    pub fn take_tables(&mut self) -> Tables {
+        std::mem::take(&mut self.tables)
+    }
+
     /// Streams an evaluation point to `metrics.csv`.
     pub fn metric(&mut self, row: &MetricRow) -> Result<()> {
         self.metrics.push(row)
