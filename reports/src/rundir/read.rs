@@ -172,23 +172,14 @@ impl RunData {
     pub fn load(dir: impl AsRef<Path>) -> Result<RunData> {
         let dir = dir.as_ref();
         check_run_dir(dir)?;
-        // The two large tables of a big run (a thousand workers' timeline and staleness
-        // histograms) are parsed beside the others, on the threads of the current rayon pool;
-        // errors and the stamp are taken in the fixed order below, whatever finished first.
-        let ((metrics, series, utilization, faults, checks), (staleness, timeline)) = rayon::join(
-            || {
-                (
-                    rows::<MetricRow>(dir),
-                    rows::<SeriesRow>(dir),
-                    rows::<UtilizationRow>(dir),
-                    rows::<FaultRow>(dir),
-                    rows::<CheckRow>(dir),
-                )
-            },
-            || rayon::join(|| rows::<StalenessRow>(dir), || rows::<TimelineRow>(dir)),
-        );
-        let (metrics, series, staleness) = (metrics?, series?, staleness?);
-        let (utilization, timeline, faults, checks) = (utilization?, timeline?, faults?, checks?);
+        let metrics = rows::<MetricRow>(dir)?;
+        let series = rows::<SeriesRow>(dir)?;
+        let staleness = rows::<StalenessRow>(dir)?;
+        let utilization = rows::<UtilizationRow>(dir)?;
+        let timeline = rows::<TimelineRow>(dir)?;
+        let faults = rows::<FaultRow>(dir)?;
+        let checks = rows::<CheckRow>(dir)?;
+        // The stamp of the first file that has one.
         let stamp = [
             metrics.0,
             series.0,

@@ -110,23 +110,20 @@ fn csv_writer<W: Write>(w: W) -> csv::Writer<W> {
         .from_writer(w)
 }
 
-/// Writes the CSV file `path` atomically ([`write_atomic_with`]): the stamp line, the header, the
-/// rows, streamed.
+/// Writes the CSV file `path` atomically ([`write_atomic_with`]): the stamp line, the header,
+/// then the rows that `rows` writes, streamed.
 fn write_csv_file(
     path: &Path,
     stamp: &Stamp,
     header: &[&str],
-    rows: impl IntoIterator<Item = Vec<String>>,
+    rows: impl FnOnce(&mut csv::Writer<&mut BufWriter<File>>) -> csv::Result<()>,
 ) -> Result<()> {
     write_atomic_with(path, |out| {
         writeln!(out, "{stamp}").map_err(|e| Error::io("write", path, e))?;
         let mut w = csv_writer(out);
         w.write_record(header)
+            .and_then(|()| rows(&mut w))
             .map_err(|e| Error::csv("write", path, e))?;
-        for r in rows {
-            w.write_record(&r)
-                .map_err(|e| Error::csv("write", path, e))?;
-        }
         w.flush().map_err(|e| Error::io("write", path, e))
     })
 }
@@ -158,18 +155,12 @@ pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()>
         .zip(&keep)
         .filter_map(|(c, &k)| k.then_some(*c))
         .collect();
-    write_atomic_with(&path, |out| {
-        writeln!(out, "{stamp}").map_err(|e| Error::io("write", &path, e))?;
-        let mut w = csv_writer(out);
-        w.write_record(&header)
-            .map_err(|e| Error::csv("write", &path, e))?;
+    write_csv_file(&path, stamp, &header, |w| {
         for row in rows {
             row.fill(&mut cells);
-            let kept = cells.iter().zip(&keep).filter_map(|(c, &k)| k.then_some(c));
-            w.write_record(kept)
-                .map_err(|e| Error::csv("write", &path, e))?;
+            w.write_record(cells.iter().zip(&keep).filter_map(|(c, &k)| k.then_some(c)))?;
         }
-        w.flush().map_err(|e| Error::io("write", &path, e))
+        Ok(())
     })
 }
 
@@ -178,12 +169,12 @@ pub fn write_partition(dir: &Path, stamp: &Stamp, partition: &Partition) -> Resu
     let path = dir.join(files::PARTITION);
     let header = partition.columns();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    write_csv_file(
-        &path,
-        stamp,
-        &header,
-        partition.workers.iter().map(Partition::cells),
-    )
+    write_csv_file(&path, stamp, &header, |w| {
+        partition
+            .workers
+            .iter()
+            .try_for_each(|r| w.write_record(Partition::cells(r)))
+    })
 }
 
 /// Writes the resolved scenario, `scenario.toml`, to `dir`, atomically.
