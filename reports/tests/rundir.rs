@@ -621,3 +621,108 @@ fn old_summaries_still_read() {
     let err = read_summary(tmp.path()).unwrap_err();
     assert!(err.to_string().contains("summary.json:2"), "{err}");
 }
+
+/// An algorithm's tables of `timeline_rows` timeline rows (with awkward floats), its
+/// utilization with or without `down_s`, and faults only when asked for.
+fn algorithm_tables(name: &str, timeline_rows: usize, down: bool, faults: bool) -> Tables {
+    let mut t = tables();
+    for r in &mut t.staleness {
+        r.algorithm = name.into();
+    }
+    t.utilization[0].algorithm = name.into();
+    t.utilization[0].down_s = down.then_some(0.1 + 0.2);
+    t.timeline = (0..timeline_rows)
+        .map(|i| TimelineRow {
+            algorithm: name.into(),
+            worker: (i % 7) as u64,
+            activity: Activity::ALL[i % Activity::ALL.len()],
+            start_s: i as f64 / 3.0,
+            end_s: (i + 1) as f64 / 3.0 + 1e-17,
+            waited_for: (i % 3 == 0).then_some(i as u64),
+        })
+        .collect();
+    if !faults {
+        t.faults.clear();
+    }
+    t
+}
+
+/// Every table file in `dir`, by name (a table absent from the directory is absent here).
+fn table_files(dir: &Path) -> Vec<(&'static str, Option<Vec<u8>>)> {
+    [
+        files::STALENESS,
+        files::UTILIZATION,
+        files::WAITS,
+        files::LINKS,
+        files::TIMELINE,
+        files::FAULTS,
+    ]
+    .into_iter()
+    .map(|f| (f, fs::read(dir.join(f)).ok()))
+    .collect()
+}
+
+/// The tables of `t` as one call of `write_csv` per table writes them (streamed, formatted
+/// from the first row to the last).
+fn written_whole(dir: &Path, t: &Tables) -> Vec<(&'static str, Option<Vec<u8>>)> {
+    write_csv(dir, &stamp(), &t.staleness).unwrap();
+    write_csv(dir, &stamp(), &t.utilization).unwrap();
+    write_csv(dir, &stamp(), &t.waits).unwrap();
+    write_csv(dir, &stamp(), &t.links).unwrap();
+    write_csv(dir, &stamp(), &t.timeline).unwrap();
+    if !t.faults.is_empty() {
+        write_csv(dir, &stamp(), &t.faults).unwrap();
+    }
+    table_files(dir)
+}
+
+/// A run's tables are rewritten after each algorithm, formatting only the new algorithm's rows
+/// (in chunks, side by side): after every algorithm each file holds the very bytes of one
+/// write of all the rows so far, also when a later algorithm brings a column the earlier ones
+/// left out (`down_s`), after a resume, and after the tables were taken for the plots.
+#[test]
+fn tables_rewritten_after_each_algorithm_are_the_bytes_of_one_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, whole) = (tmp.path().join("run"), tmp.path().join("whole"));
+    fs::create_dir_all(&dir).unwrap();
+    fs::create_dir_all(&whole).unwrap();
+    let algorithms = [
+        // More timeline rows than one chunk of formatting, and than two.
+        algorithm_tables("first", 20_000, false, false),
+        algorithm_tables("second", 3, true, true),
+        algorithm_tables("third", 9_000, false, false),
+    ];
+    let mut w = RunWriter::create(&dir, stamp(), EventLogs::default()).unwrap();
+    let mut so_far = Tables::default();
+    for (i, t) in algorithms.iter().enumerate() {
+        w.add_tables(t.clone()).unwrap();
+        extend(&mut so_far, t);
+        assert_eq!(
+            table_files(&dir),
+            written_whole(&whole, &so_far),
+            "after algorithm {i}"
+        );
+        if i == 0 {
+            // Resumed from a checkpoint here: the tables are rewritten from the state's rows,
+            // and the next algorithm's are added to them.
+            let state = w.state().unwrap();
+            drop(w);
+            w = RunWriter::resume(&dir, stamp(), EventLogs::default(), state).unwrap();
+            assert_eq!(table_files(&dir), written_whole(&whole, &so_far));
+        }
+    }
+    // Taken for the plots: a later algorithm's tables are written alone.
+    assert_eq!(w.take_tables(), so_far);
+    let last = algorithm_tables("after", 10, false, false);
+    w.add_tables(last.clone()).unwrap();
+    assert_eq!(table_files(&dir), written_whole(&whole, &last));
+}
+
+fn extend(all: &mut Tables, t: &Tables) {
+    all.staleness.extend(t.staleness.iter().cloned());
+    all.utilization.extend(t.utilization.iter().cloned());
+    all.waits.extend(t.waits.iter().cloned());
+    all.links.extend(t.links.iter().cloned());
+    all.timeline.extend(t.timeline.iter().cloned());
+    all.faults.extend(t.faults.iter().cloned());
+}

@@ -10,6 +10,7 @@
 //!   `timeline.csv`, `partition.csv`): written whole, atomically ([`write_atomic`]), so a reader
 //!   never sees half a file.
 
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fs::{self, File};
@@ -111,21 +112,34 @@ fn csv_writer<W: Write>(w: W) -> csv::Writer<W> {
 }
 
 /// Writes the CSV file `path` atomically ([`write_atomic_with`]): the stamp line, the header,
-/// then the rows that `rows` writes, streamed.
+/// then what `body` writes after them, streamed.
 fn write_csv_file(
     path: &Path,
     stamp: &Stamp,
     header: &[&str],
-    rows: impl FnOnce(&mut csv::Writer<&mut BufWriter<File>>) -> csv::Result<()>,
+    body: impl FnOnce(&mut BufWriter<File>) -> csv::Result<()>,
 ) -> Result<()> {
     write_atomic_with(path, |out| {
         writeln!(out, "{stamp}").map_err(|e| Error::io("write", path, e))?;
-        let mut w = csv_writer(out);
+        let mut w = csv_writer(&mut *out);
         w.write_record(header)
-            .and_then(|()| rows(&mut w))
+            .and_then(|()| w.flush().map_err(csv::Error::from))
             .map_err(|e| Error::csv("write", path, e))?;
-        w.flush().map_err(|e| Error::io("write", path, e))
+        drop(w);
+        body(out).map_err(|e| Error::csv("write", path, e))
     })
+}
+
+/// A [`write_csv_file`] body: the records `rows` writes, through a CSV writer flushed at the
+/// end.
+fn records(
+    rows: impl FnOnce(&mut csv::Writer<&mut BufWriter<File>>) -> csv::Result<()>,
+) -> impl FnOnce(&mut BufWriter<File>) -> csv::Result<()> {
+    |out| {
+        let mut w = csv_writer(out);
+        rows(&mut w)?;
+        Ok(w.flush()?)
+    }
 }
 
 /// Writes `rows` under the stamp and the header to `dir/R::FILE`, atomically.
@@ -135,14 +149,25 @@ fn write_csv_file(
 /// row (a 1,024-worker run's `staleness.csv` has millions).
 pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()> {
     let path = dir.join(R::FILE);
-    // Which columns to keep: a first pass over the rows, only for a table that can omit some.
+    let keep = kept_columns(rows);
+    write_csv_file(
+        &path,
+        stamp,
+        &header(R::COLUMNS, &keep),
+        records(|w| write_rows(w, rows, &keep)),
+    )
+}
+
+/// Which of `R`'s columns a table of `rows` keeps: all but those of
+/// [`CsvRow::OMITTED_WHEN_EMPTY`] whose cells are all empty (a pass over the rows only for a
+/// table that can omit some).
+fn kept_columns<R: CsvRow>(rows: &[R]) -> Vec<bool> {
     let mut keep: Vec<bool> = R::COLUMNS
         .iter()
         .map(|c| !R::OMITTED_WHEN_EMPTY.contains(c))
         .collect();
-    // One buffer of cells, filled by each row in turn ([`CsvRow::fill`]).
-    let mut cells: Vec<String> = Vec::new();
     if keep.contains(&false) {
+        let mut cells: Vec<String> = Vec::new();
         for row in rows {
             row.fill(&mut cells);
             for (k, cell) in keep.iter_mut().zip(&cells) {
@@ -150,17 +175,86 @@ pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()>
             }
         }
     }
-    let header: Vec<&str> = R::COLUMNS
+    keep
+}
+
+fn header<'a>(columns: &[&'a str], keep: &[bool]) -> Vec<&'a str> {
+    columns
         .iter()
-        .zip(&keep)
+        .zip(keep)
         .filter_map(|(c, &k)| k.then_some(*c))
+        .collect()
+}
+
+/// Writes the kept cells of `rows`, one buffer of cells filled by each row in turn
+/// ([`CsvRow::fill`]).
+fn write_rows<R: CsvRow, W: Write>(
+    w: &mut csv::Writer<W>,
+    rows: &[R],
+    keep: &[bool],
+) -> csv::Result<()> {
+    let mut cells: Vec<String> = Vec::new();
+    for row in rows {
+        row.fill(&mut cells);
+        w.write_record(cells.iter().zip(keep).filter_map(|(c, &k)| k.then_some(c)))?;
+    }
+    Ok(())
+}
+
+/// The rows of a table formatted so far, so that rewriting the table with more rows formats
+/// only the new ones: a run's tables are rewritten after each algorithm with the rows of every
+/// algorithm so far, and formatting the earlier algorithms' rows again made the writing
+/// quadratic in their number.
+#[derive(Debug, Default)]
+struct Formatted {
+    /// How many of the table's first rows `body` holds.
+    rows: usize,
+    /// The columns they were formatted with.
+    keep: Vec<bool>,
+    /// Their CSV lines.
+    body: Vec<u8>,
+}
+
+/// Rows formatted by one task of [`write_table`].
+const FORMAT_CHUNK: usize = 8192;
+
+/// Writes `rows` like [`write_csv`], formatting only those after the ones `formatted` holds
+/// (and keeping them there). The table's rows must extend the ones it was last written with;
+/// when the kept columns change, every row is formatted again.
+fn write_table<R: CsvRow + Sync>(
+    dir: &Path,
+    stamp: &Stamp,
+    rows: &[R],
+    formatted: &mut Formatted,
+) -> Result<()> {
+    let path = dir.join(R::FILE);
+    let keep = kept_columns(rows);
+    if formatted.keep != keep || formatted.rows > rows.len() {
+        *formatted = Formatted {
+            keep: keep.clone(),
+            ..Formatted::default()
+        };
+    }
+    // The new rows in chunks formatted side by side, then joined in order: a row's line
+    // depends on that row alone.
+    let chunks: Vec<csv::Result<Vec<u8>>> = rows[formatted.rows..]
+        .par_chunks(FORMAT_CHUNK)
+        .map(|chunk| {
+            let mut lines = Vec::new();
+            let mut w = csv_writer(&mut lines);
+            write_rows(&mut w, chunk, &keep)?;
+            w.flush()?;
+            drop(w);
+            Ok(lines)
+        })
         .collect();
-    write_csv_file(&path, stamp, &header, |w| {
-        for row in rows {
-            row.fill(&mut cells);
-            w.write_record(cells.iter().zip(&keep).filter_map(|(c, &k)| k.then_some(c)))?;
-        }
-        Ok(())
+    for lines in chunks {
+        let lines = lines.map_err(|e| Error::csv("write", &path, e))?;
+        formatted.body.extend_from_slice(&lines);
+    }
+    formatted.rows = rows.len();
+    write_csv_file(&path, stamp, &header(R::COLUMNS, &keep), |out| {
+        Ok(out.write_all(&formatted.body)?)
     })
 }
 
@@ -169,12 +263,17 @@ pub fn write_partition(dir: &Path, stamp: &Stamp, partition: &Partition) -> Resu
     let path = dir.join(files::PARTITION);
     let header = partition.columns();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    write_csv_file(&path, stamp, &header, |w| {
-        partition
-            .workers
-            .iter()
-            .try_for_each(|r| w.write_record(Partition::cells(r)))
-    })
+    write_csv_file(
+        &path,
+        stamp,
+        &header,
+        records(|w| {
+            partition
+                .workers
+                .iter()
+                .try_for_each(|r| w.write_record(Partition::cells(r)))
+        }),
+    )
 }
 
 /// Writes the resolved scenario, `scenario.toml`, to `dir`, atomically.
@@ -296,16 +395,47 @@ impl Tables {
 
     /// Writes the tables to `dir`, each atomically (`faults.csv` only when it has rows).
     pub fn write(&self, dir: &Path, stamp: &Stamp) -> Result<()> {
-        write_csv(dir, stamp, &self.staleness)?;
-        write_csv(dir, stamp, &self.utilization)?;
-        write_csv(dir, stamp, &self.waits)?;
-        write_csv(dir, stamp, &self.links)?;
-        write_csv(dir, stamp, &self.timeline)?;
-        if !self.faults.is_empty() {
-            write_csv(dir, stamp, &self.faults)?;
-        }
-        Ok(())
+        self.write_formatted(dir, stamp, &mut TablesFormatted::default())
     }
+
+    /// [`write`](Self::write), formatting only the rows after those `formatted` holds. The
+    /// files are independent: they are formatted and written side by side on the current
+    /// rayon pool (the two large ones, `staleness.csv` and `timeline.csv`, in different halves
+    /// of the list), and the first error in the list's order is returned.
+    fn write_formatted(
+        &self,
+        dir: &Path,
+        stamp: &Stamp,
+        formatted: &mut TablesFormatted,
+    ) -> Result<()> {
+        type Job<'a> = Box<dyn FnOnce() -> Result<()> + Send + 'a>;
+        let f = formatted;
+        let mut jobs: Vec<Job<'_>> = vec![
+            Box::new(|| write_table(dir, stamp, &self.staleness, &mut f.staleness)),
+            Box::new(|| write_table(dir, stamp, &self.utilization, &mut f.utilization)),
+            Box::new(|| write_table(dir, stamp, &self.waits, &mut f.waits)),
+            Box::new(|| write_table(dir, stamp, &self.links, &mut f.links)),
+            Box::new(|| write_table(dir, stamp, &self.timeline, &mut f.timeline)),
+        ];
+        if !self.faults.is_empty() {
+            jobs.push(Box::new(|| {
+                write_table(dir, stamp, &self.faults, &mut f.faults)
+            }));
+        }
+        let results: Vec<Result<()>> = jobs.into_par_iter().map(|job| job()).collect();
+        results.into_iter().collect()
+    }
+}
+
+/// What [`Tables::write_formatted`] keeps of each table between two writes.
+#[derive(Debug, Default)]
+struct TablesFormatted {
+    staleness: Formatted,
+    utilization: Formatted,
+    waits: Formatted,
+    links: Formatted,
+    timeline: Formatted,
+    faults: Formatted,
 }
 
 /// Where a [`RunWriter`] stands, for a checkpoint: the length of each streamed file and the
@@ -328,7 +458,8 @@ pub struct EventLogs {
 }
 
 /// The files of a run directory that are written while the algorithms run: the streams, the
-/// tables (rewritten after each algorithm with the rows of every algorithm so far),
+/// tables (rewritten after each algorithm with the rows of every algorithm so far, of which
+/// only the new algorithm's are formatted: the writer keeps the earlier ones' text),
 /// `summary.json` and `timings.json`. (`scenario.toml` and `partition.csv` come before it:
 /// [`write_scenario`], [`write_partition`].)
 pub struct RunWriter {
@@ -339,6 +470,8 @@ pub struct RunWriter {
     gradients: Option<CsvStream<GradientRow>>,
     messages: Option<CsvStream<MessageRow>>,
     tables: Tables,
+    /// The tables' rows formatted so far.
+    formatted: TablesFormatted,
 }
 
 impl RunWriter {
@@ -369,6 +502,7 @@ impl RunWriter {
             series: CsvStream::create(dir, &stamp)?,
             stamp,
             tables: Tables::default(),
+            formatted: TablesFormatted::default(),
         })
     }
 
@@ -398,7 +532,7 @@ impl RunWriter {
             on.then(|| CsvStream::resume(dir, len(R::FILE)?))
                 .transpose()
         }
-        let writer = RunWriter {
+        let mut writer = RunWriter {
             dir: dir.to_path_buf(),
             gradients: optional(dir, logs.gradients, &len)?,
             messages: optional(dir, logs.messages, &len)?,
@@ -406,6 +540,7 @@ impl RunWriter {
             series: CsvStream::resume(dir, len(SeriesRow::FILE)?)?,
             stamp,
             tables: state.tables,
+            formatted: TablesFormatted::default(),
         };
         if writer.tables == Tables::default() {
             for file in [
@@ -425,7 +560,9 @@ impl RunWriter {
                 }
             }
         } else {
-            writer.tables.write(dir, &writer.stamp)?;
+            writer
+                .tables
+                .write_formatted(dir, &writer.stamp, &mut writer.formatted)?;
         }
         Ok(writer)
     }
@@ -457,6 +594,7 @@ impl RunWriter {
     /// written its last table and draws its plots from memory ([`RunData::with_tables`](crate::RunData::with_tables)).
     /// A later [`add_tables`](Self::add_tables) would write only the rows added after it.
     pub fn take_tables(&mut self) -> Tables {
+        self.formatted = TablesFormatted::default();
         std::mem::take(&mut self.tables)
     }
 
@@ -490,10 +628,11 @@ impl RunWriter {
         self.messages.as_mut().map_or(Ok(()), |s| s.push(row))
     }
 
-    /// Adds a finished algorithm's tables and rewrites them.
+    /// Adds a finished algorithm's tables and rewrites them (formatting only the new rows).
     pub fn add_tables(&mut self, tables: Tables) -> Result<()> {
         self.tables.extend(tables);
-        self.tables.write(&self.dir, &self.stamp)
+        self.tables
+            .write_formatted(&self.dir, &self.stamp, &mut self.formatted)
     }
 
     /// Rewrites `summary.json`.
