@@ -146,6 +146,68 @@ pub(crate) fn rebin(bins: &[(u64, u64)], width: u64) -> Vec<(u64, u64)> {
     out
 }
 
+/// Fewest bars a panel keeps on an x range shared with the other panels, where its own range
+/// would give it more ([`panel_axes`]).
+pub(crate) const MIN_SHARED_BARS: usize = 10;
+
+/// The x range of a histogram panel, whole bins, and the width of its bins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PanelAxis {
+    pub lo: u64,
+    pub hi: u64,
+    pub width: u64,
+}
+
+impl PanelAxis {
+    /// The range of values `lo..=hi` in bins of [`bin_width`], widened to whole bins, and to
+    /// at least [`MIN_SHARED_BARS`] values (a single value drawn alone filled the panel with
+    /// one bar).
+    fn of(lo: u64, hi: u64) -> Self {
+        let hi = hi.max(lo.saturating_add(MIN_SHARED_BARS as u64 - 1));
+        let width = bin_width(lo, hi);
+        PanelAxis {
+            lo: lo - lo % width,
+            hi: hi - hi % width + width - 1,
+            width,
+        }
+    }
+}
+
+/// Whether the panels share one x range, and each panel's range. They share it, binned alike
+/// so that bars line up and heights compare, unless that would sum some panel's values into
+/// fewer than [`MIN_SHARED_BARS`] bars where its own range gives it more: a DASGD row
+/// staleness of 0 to 170 beside AD-PSGD's up to 4,201 became two bars of 50 values. Then each
+/// panel gets its own range, binned by its own span.
+pub(crate) fn panel_axes(panels: &[HistogramPanel]) -> (bool, Vec<PanelAxis>) {
+    let span = |p: &HistogramPanel| Some((p.bins.first()?.0, p.bins.last()?.0));
+    let lo = panels
+        .iter()
+        .filter_map(span)
+        .map(|s| s.0)
+        .min()
+        .unwrap_or(0);
+    let hi = panels
+        .iter()
+        .filter_map(span)
+        .map(|s| s.1)
+        .max()
+        .unwrap_or(0);
+    let all = PanelAxis::of(lo, hi);
+    let own: Vec<PanelAxis> = panels
+        .iter()
+        .map(|p| span(p).map_or(all, |(lo, hi)| PanelAxis::of(lo, hi)))
+        .collect();
+    let readable = panels.iter().zip(&own).all(|(p, own)| {
+        let kept = rebin(&p.bins, all.width).len();
+        kept >= rebin(&p.bins, own.width).len().min(MIN_SHARED_BARS)
+    });
+    if readable {
+        (true, vec![all; panels.len()])
+    } else {
+        (false, own)
+    }
+}
+
 /// One panel of a [`HistogramPanels`].
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HistogramPanel {
@@ -157,7 +219,8 @@ pub(crate) struct HistogramPanel {
     pub bins: Vec<(u64, u64)>,
 }
 
-/// Histograms stacked vertically, one panel per algorithm, sharing the x range.
+/// Histograms stacked vertically, one panel per algorithm, sharing the x range where that
+/// keeps every panel readable ([`panel_axes`]).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct HistogramPanels {
     pub title: String,
@@ -173,33 +236,28 @@ impl Figure for HistogramPanels {
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
-        let lo = self
-            .panels
-            .iter()
-            .filter_map(|p| p.bins.first())
-            .map(|b| b.0)
-            .min()
-            .unwrap_or(0);
-        let hi = self
-            .panels
-            .iter()
-            .filter_map(|p| p.bins.last())
-            .map(|b| b.0)
-            .max()
-            .unwrap_or(0);
-        // Values are binned alike in every panel, so that bars line up and heights compare.
-        let width = bin_width(lo, hi);
-        let (lo, hi) = (lo - lo % width, hi - hi % width + width - 1);
-        let x_range = (lo as f64 - 0.6)..(hi as f64 + 0.6);
-        let note = if width == 1 {
-            self.note.clone()
-        } else {
-            format!("{}; each bar sums {width} consecutive values", self.note)
+        let (shared, axes) = panel_axes(&self.panels);
+        let widths = |a: &PanelAxis| a.width;
+        let note = match (shared, axes.iter().map(widths).max().unwrap_or(1)) {
+            (true, 1) => self.note.clone(),
+            (true, width) => format!("{}; each bar sums {width} consecutive values", self.note),
+            (false, _) => format!(
+                "{}; each panel has its own x range (one shared would hide a panel's shape)",
+                self.note
+            ),
         };
         let area = header(root, &self.title, &note, &[])?;
         let panels = area.split_evenly((self.panels.len().max(1), 1));
-        for (index, (panel, spot)) in self.panels.iter().zip(&panels).enumerate() {
+        for (index, ((panel, axis), spot)) in self.panels.iter().zip(&axes).zip(&panels).enumerate()
+        {
             let last = index + 1 == self.panels.len();
+            let PanelAxis { lo, hi, width } = *axis;
+            let x_range = (lo as f64 - 0.6)..(hi as f64 + 0.6);
+            let caption = if shared || width == 1 {
+                panel.caption.clone()
+            } else {
+                format!("{}; bars of {width} values", panel.caption)
+            };
             let bins = rebin(&panel.bins, width);
             let top = bins.iter().map(|b| b.1).max().unwrap_or(1).max(1) as f64;
             let x_spec = Ticked {
@@ -210,7 +268,7 @@ impl Figure for HistogramPanels {
                 .margin(8)
                 .margin_right(30)
                 .caption(
-                    panel.caption.as_str(),
+                    caption.as_str(),
                     (FONT_FAMILY, LABEL_SIZE + 1).into_font().color(&TEXT_COLOR),
                 )
                 .x_label_area_size(if last { 52 } else { 30 })
@@ -769,6 +827,78 @@ mod tests {
         crate::figure::draw_on(SVGBackend::with_string(&mut svg, (w, h)), &figure).expect("draws");
         assert!(!svg.contains("each bar sums"));
         assert!(svg.matches("<rect").count() >= 200);
+    }
+
+    #[test]
+    fn panels_get_their_own_range_where_a_shared_one_would_hide_a_shape() {
+        let panel = |bins: Vec<(u64, u64)>| HistogramPanel {
+            caption: "c".into(),
+            color: 0,
+            bins,
+        };
+        let wide = panel((200..=4201).step_by(7).map(|v| (v, 1)).collect());
+        let narrow = panel((0..=170).map(|v| (v, 2)).collect());
+        let single = panel(vec![(0, 416)]);
+        // Shared (bins of 50), the narrow panel would be 4 bars instead of 171.
+        let (shared, axes) = panel_axes(&[single.clone(), wide.clone(), narrow.clone()]);
+        assert!(!shared);
+        assert_eq!(
+            axes,
+            [
+                PanelAxis {
+                    lo: 0,
+                    hi: 9,
+                    width: 1
+                },
+                PanelAxis {
+                    lo: 200,
+                    hi: 4199,
+                    width: 20
+                },
+                PanelAxis {
+                    lo: 0,
+                    hi: 170,
+                    width: 1
+                },
+            ]
+        );
+        // A panel of one value loses nothing on a shared range: shared, one width.
+        let (shared, axes) = panel_axes(&[single.clone(), wide.clone()]);
+        assert!(shared);
+        assert_eq!(
+            axes,
+            [PanelAxis {
+                lo: 0,
+                hi: 4199,
+                width: 50
+            }; 2]
+        );
+        // Panels of spans alike share their range, in bins of one value.
+        let (shared, axes) = panel_axes(&[narrow.clone(), panel(vec![(3, 1), (120, 4)])]);
+        assert!(shared);
+        assert_eq!(
+            axes,
+            [PanelAxis {
+                lo: 0,
+                hi: 170,
+                width: 1
+            }; 2]
+        );
+        assert_eq!(panel_axes(&[]), (true, vec![]));
+        // Drawn: the note and the wide panel's caption say so.
+        let figure = HistogramPanels {
+            title: "t".into(),
+            note: "summed over workers".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            panels: vec![wide, narrow],
+        };
+        let (w, h) = figure.size();
+        let mut svg = String::new();
+        crate::figure::draw_on(SVGBackend::with_string(&mut svg, (w, h)), &figure).expect("draws");
+        assert!(svg.contains("each panel has its own x range"));
+        assert!(svg.contains("c; bars of 20 values"));
+        assert!(!svg.contains("each bar sums"));
     }
 
     #[test]
