@@ -192,6 +192,7 @@ impl Golden {
             serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
         summary.as_object_mut().unwrap().remove("git_revision");
         got.insert("summary.json".into(), summary);
+        let exact = blessed_kernels();
         if let Some(expected) = self.expected.get(&name) {
             for (file, want) in expected {
                 match got.get(file) {
@@ -202,8 +203,12 @@ impl Golden {
                         want,
                         have,
                         &format!("{name}: summary.json"),
+                        exact,
                         &mut self.mismatches,
                     ),
+                    // Its losses and accuracies round with the host's kernels; the summary's
+                    // final values stand for them, within a tolerance.
+                    Some(_) if !exact && file == MODEL_FILE => {}
                     Some(have) if have != want => {
                         self.mismatches.push(format!("{name}: {file} changed"))
                     }
@@ -234,20 +239,50 @@ impl Golden {
     }
 }
 
-/// Every value of `want` is in `have`, recursively; `have` may hold more keys.
-fn subset(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
+/// The output file of the model's numbers: held-out loss and accuracy, training loss, consensus
+/// distance. Every other file (timeline, staleness, waits, links, utilization, series, the
+/// partition) is the simulation's events, which do not depend on how sums round.
+const MODEL_FILE: &str = "metrics.csv";
+
+/// The summary's values computed from the model's numbers, compared within [`MODEL_TOLERANCE`]
+/// on a host whose kernels differ from the golden file's.
+const MODEL_VALUES: [&str; 4] = [
+    "final_loss",
+    "final_accuracy",
+    "final_consensus",
+    "final_suboptimality",
+];
+
+/// Relative tolerance of [`MODEL_VALUES`] across kernels. Last-bit differences in the matrix
+/// products grow through training: AVX2 against AVX-512 on the shipped scenarios, about 1e-7 of
+/// an MLP's loss and 1e-4 of a consensus distance of 1e-6, but 2% of LeNet's final loss and one
+/// test sample of 359 in its accuracy (0.3%). Loose, since training amplifies any difference;
+/// the event files, compared byte for byte, catch a change to an algorithm's control flow, and
+/// an AVX-512 host compares every number exactly.
+const MODEL_TOLERANCE: f64 = 0.05;
+
+/// Every value of `want` is in `have`, recursively; `have` may hold more keys. With `exact`
+/// unset, [`MODEL_VALUES`] need only agree within [`MODEL_TOLERANCE`].
+fn subset(want: &Value, have: &Value, at: &str, exact: bool, out: &mut Vec<String>) {
     match (want, have) {
         (Value::Object(w), Value::Object(h)) => {
             for (k, v) in w {
                 match h.get(k) {
-                    Some(hv) => subset(v, hv, &format!("{at}.{k}"), out),
+                    Some(hv) if !exact && MODEL_VALUES.contains(&k.as_str()) => {
+                        if !close(v, hv) {
+                            out.push(format!(
+                                "{at}.{k}: {v} became {hv} (beyond {MODEL_TOLERANCE} relative)"
+                            ));
+                        }
+                    }
+                    Some(hv) => subset(v, hv, &format!("{at}.{k}"), exact, out),
                     None => out.push(format!("{at}.{k} is gone")),
                 }
             }
         }
         (Value::Array(w), Value::Array(h)) if w.len() == h.len() => {
             for (i, (wv, hv)) in w.iter().zip(h).enumerate() {
-                subset(wv, hv, &format!("{at}[{i}]"), out);
+                subset(wv, hv, &format!("{at}[{i}]"), exact, out);
             }
         }
         _ if want == have => {}
@@ -255,17 +290,31 @@ fn subset(want: &Value, have: &Value, at: &str, out: &mut Vec<String>) {
     }
 }
 
+/// Equal, or two numbers within [`MODEL_TOLERANCE`] of the larger's magnitude.
+fn close(want: &Value, have: &Value) -> bool {
+    match (want.as_f64(), have.as_f64()) {
+        (Some(w), Some(h)) => (w - h).abs() <= MODEL_TOLERANCE * w.abs().max(h.abs()),
+        _ => want == have,
+    }
+}
+
 /// The golden file is blessed on an x86-64 CPU with AVX-512, where gemm (flex's matrix products)
 /// runs its AVX-512 kernels; elsewhere it picks other kernels at run time, whose sums round
 /// differently, so a model's numbers move in their last bits while the timeline stays (the book's
-/// architecture chapter, "Determinism rules"). Said in the failure, where it applies.
+/// architecture chapter, "Determinism rules"). On such a host every file but [`MODEL_FILE`] is
+/// still compared byte for byte, and the summary's [`MODEL_VALUES`] within a tolerance.
+fn blessed_kernels() -> bool {
+    dasim_models::backend::cpu_kernels() == "avx512f"
+}
+
+/// Said in the failure, where the host's kernels are not the golden file's.
 fn host_hint() -> String {
     match dasim_models::backend::cpu_kernels() {
         "avx512f" => String::new(),
         other => format!(
-            "; this CPU's kernels are `{other}` and the file was blessed with `avx512f` ones: \
-             matrix products round differently here, so compare the timeline columns, or bless \
-             a local copy"
+            "; this CPU's kernels are `{other}` and the file was blessed with `avx512f` ones, so \
+             `{MODEL_FILE}` was left out and the summary's model values compared within \
+             {MODEL_TOLERANCE} relative: what differs here is more than rounding"
         ),
     }
 }
