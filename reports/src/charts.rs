@@ -180,18 +180,11 @@ impl PanelAxis {
 /// panel gets its own range, binned by its own span.
 pub(crate) fn panel_axes(panels: &[HistogramPanel]) -> (bool, Vec<PanelAxis>) {
     let span = |p: &HistogramPanel| Some((p.bins.first()?.0, p.bins.last()?.0));
-    let lo = panels
+    let (lo, hi) = panels
         .iter()
         .filter_map(span)
-        .map(|s| s.0)
-        .min()
-        .unwrap_or(0);
-    let hi = panels
-        .iter()
-        .filter_map(span)
-        .map(|s| s.1)
-        .max()
-        .unwrap_or(0);
+        .reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
+        .unwrap_or((0, 0));
     let all = PanelAxis::of(lo, hi);
     let own: Vec<PanelAxis> = panels
         .iter()
@@ -237,8 +230,7 @@ impl Figure for HistogramPanels {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let (shared, axes) = panel_axes(&self.panels);
-        let widths = |a: &PanelAxis| a.width;
-        let note = match (shared, axes.iter().map(widths).max().unwrap_or(1)) {
+        let note = match (shared, axes.first().map_or(1, |a| a.width)) {
             (true, 1) => self.note.clone(),
             (true, width) => format!("{}; each bar sums {width} consecutive values", self.note),
             (false, _) => format!(
