@@ -129,8 +129,9 @@ fn outputs(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
 }
 
 /// How the store executes — how many threads, how many requests per forward/backward pass —
-/// changes nothing a run writes: every replica's gradient is computed on its own, and losses are
-/// summed on the host in request order.
+/// changes nothing a run writes: every replica's gradient is computed on its own (all-reduce's
+/// fused mean in passes fixed by its requests alone), and losses are summed on the host in
+/// request order.
 #[test]
 fn threads_and_batch_limits_give_byte_identical_outputs() {
     // Momentum, a straggler and both a synchronous flush of every worker (all-reduce) and

@@ -136,7 +136,9 @@ fn every_scenario_trains_every_algorithm() {
 /// A change that moves a number, an event or a byte of any output on flex fails here. When the
 /// change is meant to (a fix to an algorithm, a new column), re-bless with
 /// `DASIM_BLESS=1 cargo test --release --test scenarios` and say in the commit why the outputs
-/// moved. `summary.json` is compared as a subset: a new field does not fail, a changed or removed
+/// moved. Blessing writes every entry with this host's [`KERNELS`]; where a change moved only
+/// some scenarios, keep the others' entries as they were, so that they stay exact on their
+/// CPUs. `summary.json` is compared as a subset: a new field does not fail, a changed or removed
 /// one does.
 struct Golden {
     path: std::path::PathBuf,
@@ -192,10 +194,11 @@ impl Golden {
             serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
         summary.as_object_mut().unwrap().remove("git_revision");
         got.insert("summary.json".into(), summary);
-        let exact = blessed_kernels();
         if let Some(expected) = self.expected.get(&name) {
+            let exact = blessed_here(expected);
             for (file, want) in expected {
                 match got.get(file) {
+                    _ if file == KERNELS => {}
                     None => self
                         .mismatches
                         .push(format!("{name}: {file} is no longer written")),
@@ -219,6 +222,10 @@ impl Golden {
             self.mismatches
                 .push(format!("{name}: not in the golden file (bless it)"));
         }
+        got.insert(
+            KERNELS.into(),
+            Value::String(dasim_models::backend::cpu_kernels().into()),
+        );
         self.seen.insert(name, got);
     }
 
@@ -233,7 +240,7 @@ impl Golden {
             self.mismatches.is_empty(),
             "outputs differ from tests/golden/outputs.json (re-bless with DASIM_BLESS=1 only if \
              the change is meant to move them){}:\n{}",
-            host_hint(),
+            host_hint(&self.expected),
             self.mismatches.join("\n")
         );
     }
@@ -258,7 +265,7 @@ const MODEL_VALUES: [&str; 4] = [
 /// an MLP's loss and 1e-4 of a consensus distance of 1e-6, but 2% of LeNet's final loss and one
 /// test sample of 359 in its accuracy (0.3%). Loose, since training amplifies any difference;
 /// the event files, compared byte for byte, catch a change to an algorithm's control flow, and
-/// an AVX-512 host compares every number exactly.
+/// a host with an entry's kernels compares its every number exactly.
 const MODEL_TOLERANCE: f64 = 0.05;
 
 /// Every value of `want` is in `have`, recursively; `have` may hold more keys. With `exact`
@@ -298,23 +305,44 @@ fn close(want: &Value, have: &Value) -> bool {
     }
 }
 
-/// The golden file is blessed on an x86-64 CPU with AVX-512, where gemm (flex's matrix products)
-/// runs its AVX-512 kernels; elsewhere it picks other kernels at run time, whose sums round
-/// differently, so a model's numbers move in their last bits while the timeline stays (the book's
-/// architecture chapter, "Determinism rules"). On such a host every file but [`MODEL_FILE`] is
-/// still compared byte for byte, and the summary's [`MODEL_VALUES`] within a tolerance.
-fn blessed_kernels() -> bool {
-    dasim_models::backend::cpu_kernels() == "avx512f"
+/// The key of a golden entry naming the kernels of the CPU that blessed it
+/// ([`dasim_models::backend::cpu_kernels`]); an entry without it was blessed with `avx512f`.
+const KERNELS: &str = "kernels";
+
+/// The kernels that blessed a golden entry.
+fn entry_kernels(entry: &BTreeMap<String, Value>) -> &str {
+    entry
+        .get(KERNELS)
+        .and_then(Value::as_str)
+        .unwrap_or("avx512f")
 }
 
-/// Said in the failure, where the host's kernels are not the golden file's.
-fn host_hint() -> String {
-    match dasim_models::backend::cpu_kernels() {
-        "avx512f" => String::new(),
-        other => format!(
-            "; this CPU's kernels are `{other}` and the file was blessed with `avx512f` ones, so \
-             `{MODEL_FILE}` was left out and the summary's model values compared within \
-             {MODEL_TOLERANCE} relative: what differs here is more than rounding"
-        ),
+/// Whether this host runs the kernels that blessed `entry`. gemm (flex's matrix products) picks
+/// its kernels at run time (AVX-512, AVX2, ...), and sums round differently with each, so a
+/// model's numbers move in their last bits while the timeline stays (the book's architecture
+/// chapter, "Determinism rules"). Where the kernels differ, every file but [`MODEL_FILE`] is
+/// still compared byte for byte, and the summary's [`MODEL_VALUES`] within a tolerance. Each
+/// entry names its kernels: most were blessed on a CPU with AVX-512, and those a later change
+/// moved on one without it, so that each host compares exactly what it can.
+fn blessed_here(entry: &BTreeMap<String, Value>) -> bool {
+    entry_kernels(entry) == dasim_models::backend::cpu_kernels()
+}
+
+/// Said in the failure, where some entries were blessed with other kernels than this host's.
+fn host_hint(expected: &BTreeMap<String, BTreeMap<String, Value>>) -> String {
+    let here = dasim_models::backend::cpu_kernels();
+    let other: Vec<String> = expected
+        .iter()
+        .filter(|(_, entry)| !blessed_here(entry))
+        .map(|(name, entry)| format!("{name} ({})", entry_kernels(entry)))
+        .collect();
+    if other.is_empty() {
+        return String::new();
     }
+    format!(
+        "; this CPU's kernels are `{here}`, and these entries were blessed with others, so their \
+         `{MODEL_FILE}` was left out and their summary's model values compared within \
+         {MODEL_TOLERANCE} relative (what differs there is more than rounding): {}",
+        other.join(", ")
+    )
 }

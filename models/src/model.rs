@@ -478,6 +478,22 @@ impl Model {
         }
     }
 
+    /// Whether the store takes a mean of gradients read at the same parameters as one model's
+    /// gradient on the union of their minibatches (all-reduce's mean; see
+    /// [`crate::store`]): the forward pass must treat each sample on its own (no batch
+    /// statistics, no state), and one tall pass must be the faster. The MLPs and the convex
+    /// models. LeNet treats each sample on its own too, but `flex`'s convolutions run one model
+    /// on a tall batch slower than the replicas' grouped passes (all-reduce on
+    /// `scenarios/lenet.toml`: 745–775 against 961–992 worker steps per wall second), so its
+    /// means stay the mean of its replicas' gradients. ResNet's batch normalization mixes a
+    /// minibatch's samples.
+    pub fn fuses_means(&self) -> bool {
+        match self {
+            Model::Mlp(_) | Model::Softmax { .. } | Model::Linear { .. } => true,
+            Model::LeNet(_) | Model::ResNet(_) | Model::Quadratic(_) | Model::Timing(_) => false,
+        }
+    }
+
     /// [`Model::forward`] on rows given as their [`Model::blocks`], each `[R, len]`: the same
     /// outputs and state, and gradients taken per block that concatenate to the rows' gradient.
     ///

@@ -17,6 +17,11 @@
 //!   ([`BurnStore::with_threads`]); each replica's gradient is computed on its own (a batched
 //!   matrix product per replica, reductions over its own minibatch), so the numbers are the same
 //!   for every grouping and every number of threads.
+//! - **A mean at one point is one pass.** A mean of pending requests all read from rows of the
+//!   same bits (all-reduce's, at every step) is one model's gradient on the union of their
+//!   minibatches, and is computed so, on the models that treat each sample on its own
+//!   ([`Model::fuses_means`]): one row uploaded, matrix products `R` times taller, one gradient
+//!   read back, in passes of [`FUSED_CHUNK`] requests whatever the threads and batch limit.
 //! - **Losses follow the data.** Softmax cross-entropy for class labels, `½·(ŷ − y)²` for real
 //!   targets ([`Loss`]), the mean over the minibatch, plus `½·l2·‖θ‖²` for the convex models.
 //! - **Model state.** A model with batch normalization keeps its running statistics as the last
@@ -68,6 +73,11 @@ use crate::rows::{
     Blocks, Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
 };
 
+/// Requests per pass of a fused mean (all-reduce's: see `BurnStore::fused_mean`). Fixed, so
+/// that the grouping of the sum, and so its bits, are the same for any threads and batch limit;
+/// a pass of 16 requests of 32 samples has matrix products 512 rows tall.
+pub const FUSED_CHUNK: usize = 16;
+
 /// Floating-point operations of a flush (its requests' forward and backward passes) from which
 /// its requests are spread over several threads. Waking a sleeping thread costs tens of
 /// microseconds, and each group of requests pays burn's fixed cost per operation again, so a
@@ -98,6 +108,9 @@ pub struct StoreStats {
     pub passes: u64,
     /// Evaluations run.
     pub evaluations: u64,
+    /// Means of gradients taken as one model's gradient on the union of their minibatches
+    /// (all-reduce's; see [`BurnStore`]'s module documentation).
+    pub fused_means: u64,
     /// Host wall time spent in batched forward/backward passes.
     pub gradient_wall: Duration,
     /// Host wall time spent evaluating.
@@ -185,6 +198,11 @@ impl Blocks for ReadBack {
     fn block(&self, k: usize) -> &[f32] {
         self.parts[k].1.as_slice::<f32>().expect("f32 gradients")
     }
+}
+
+/// Whether two rows hold the same bits (`==` on floats would take `-0.0` for `0.0`).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// A computed gradient.
@@ -711,20 +729,168 @@ impl BurnStore {
         self.stats.gradient_wall += started.elapsed();
     }
 
-    /// Gradients and losses `[R]` of a group of requests, read back in one transfer.
-    fn group_gradients(&self, group: &[Pending]) -> (ReadBack, Vec<f32>) {
-        let r = group.len();
+    /// The mean of `grads` as one model's gradient on the union of their minibatches, where
+    /// that is what it is: every input still pending, all read at the same scale from rows of
+    /// the same bits, on a model whose mean is so taken ([`Model::fuses_means`]).
+    /// All-reduce's mean is such a mean at every step (its replicas hold the same bits from
+    /// the first step to the last). Then `Σ_r ∇ℓ_r(θ) / R = ∇(Σ_r ℓ_r / R)(θ)`: one pass of
+    /// `R · batch` samples through one copy of the parameters instead of `R` replicas' passes
+    /// and a mean over `R` gradients, with matrix products `R` times taller, one row uploaded
+    /// and one gradient read back. The requests go in passes of [`FUSED_CHUNK`] (in the order
+    /// of `grads`), whose gradients are summed in that order: the same bits for any threads
+    /// and `max_batch`. The per-request losses are each request's own, as in a flush. `None`
+    /// (nothing done) where the mean is not such a mean.
+    fn fused_mean(&mut self, grads: &[GradId]) -> Option<GradId> {
+        if grads.len() < 2 || !self.model.fuses_means() {
+            return None;
+        }
+        // Pending requests are in request order, so by handle.
+        let at: Vec<usize> = grads
+            .iter()
+            .map(|g| self.pending.binary_search_by_key(g, |p| p.id).ok())
+            .collect::<Option<_>>()?;
+        let first = &self.pending[at[0]];
+        let same = at[1..].iter().all(|&i| {
+            let q = &self.pending[i];
+            q.scale == first.scale
+                && (Arc::ptr_eq(&q.snapshot, &first.snapshot)
+                    || same_bits(&q.snapshot, &first.snapshot))
+        });
+        if !same {
+            return None;
+        }
+        let started = Instant::now();
+        let mut slots: Vec<Option<Pending>> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let taken: Vec<Pending> = at
+            .iter()
+            .map(|&i| slots[i].take().expect("a gradient listed twice in a mean"))
+            .collect();
+        self.pending = slots.into_iter().flatten().collect();
+        let r = taken.len();
+        let chunks: Vec<&[Pending]> = taken.chunks(FUSED_CHUNK).collect();
+        let flops = r as f64 * self.batch as f64 * self.model.train_flops_per_sample();
+        let parallel =
+            chunks.len() > 1 && self.threads > 1 && self.on_cpu && flops >= self.parallel_flops;
+        let weight = 1.0 / r as f64;
+        let results: Vec<(ReadBack, Vec<f32>)> = if parallel {
+            chunks
+                .par_iter()
+                .map(|c| self.fused_gradient(c, weight))
+                .collect()
+        } else {
+            chunks
+                .iter()
+                .map(|c| self.fused_gradient(c, weight))
+                .collect()
+        };
+        let mut mean = self.rows.buffer();
+        let mut results = results.into_iter();
+        let (read, losses) = results.next().expect("at least one chunk");
+        read.copy_into(0, &mut mean);
+        let mut all_losses = losses;
+        for (read, losses) in results {
+            for (k, (range, _)) in read.parts.iter().enumerate() {
+                for (m, g) in mean[range.clone()].iter_mut().zip(read.part(k, 0)) {
+                    *m += g;
+                }
+            }
+            all_losses.extend(losses);
+        }
+        for (q, loss) in taken.into_iter().zip(all_losses) {
+            self.rows.recycle(q.snapshot);
+            self.train_loss += f64::from(loss);
+        }
+        self.train_loss_count += r;
+        self.stats.passes += r.div_ceil(FUSED_CHUNK) as u64;
+        self.stats.flushes += 1;
+        self.stats.fused_means += 1;
+        self.stats.gradient_wall += started.elapsed();
+        Some(self.insert_mean(grads, mean))
+    }
+
+    /// A new gradient holding `mean`, the mean of `grads`, owned by their owners.
+    fn insert_mean(&mut self, grads: &[GradId], mean: Vec<f32>) -> GradId {
+        let mut owners = Vec::new();
+        for g in grads {
+            owners.extend(self.owners.remove(g).unwrap_or_default());
+        }
+        owners.sort_unstable();
+        owners.dedup();
+        let id = GradId(self.next_id);
+        self.next_id += 1;
+        self.ready.insert(id, Ready::Host(Arc::new(mean)));
+        self.owners.insert(id, owners);
+        id
+    }
+
+    /// `weight` times the gradient of the sum of `chunk`'s losses, all its requests read from
+    /// the first one's snapshot: one model on the chunk's `R · batch` samples. Read back as
+    /// one row of blocks, with the `R` requests' own losses.
+    fn fused_gradient(&self, chunk: &[Pending], weight: f64) -> (ReadBack, Vec<f32>) {
+        let r = chunk.len();
+        let (indices, features) = self.requests_batches(chunk);
+        let blocks = self.block_tensors(&[(&chunk[0].snapshot[..], chunk[0].scale)]);
+        let (x, y) = self.minibatches(r, &indices, features);
+        let [_, b, dim] = x.dims();
+        let leaves: Vec<Tensor<2>> = blocks
+            .iter()
+            .map(|t| t.clone().autodiff().require_grad())
+            .collect();
+        let x = x.reshape([1, r * b, dim]).autodiff();
+        let (out, state) = self.model.forward_blocks(leaves.clone(), x, true);
+        debug_assert!(state.is_none(), "a per-sample model has no state");
+        let [_, _, outputs] = out.dims();
+        let mut losses = Self::data_loss(out.reshape([r, b, outputs]), y.autodiff());
+        let l2 = self.model.l2();
+        if l2 > 0.0 {
+            let trainable = self.model.trainable();
+            let sq = leaves
+                .iter()
+                .zip(self.model.blocks())
+                .filter(|(_, b)| b.end <= trainable.end)
+                .map(|(leaf, _)| leaf.clone().square().sum())
+                .reduce(|a, b| a + b)
+                .expect("a model with an l2 term has trainable blocks");
+            losses = losses + sq.mul_scalar(0.5 * l2).repeat_dim(0, r);
+        }
+        let grads = losses.clone().sum().mul_scalar(weight).backward();
+        let parts = leaves
+            .iter()
+            .zip(self.model.blocks())
+            .map(|(leaf, range)| {
+                let g = leaf
+                    .grad(&grads)
+                    .unwrap_or_else(|| Tensor::zeros([1, range.len()], &self.device));
+                (range, g)
+            })
+            .collect();
+        Self::read_gradients(parts, losses.without_autodiff())
+    }
+
+    /// The training indices of `requests`' minibatches, one after the other, and their
+    /// augmented features when they have them.
+    fn requests_batches(&self, requests: &[Pending]) -> (Vec<usize>, Option<Vec<f32>>) {
+        let r = requests.len();
         let mut indices = Vec::with_capacity(r * self.batch);
-        let mut features = group[0]
+        let mut features = requests[0]
             .features
             .is_some()
             .then(|| Vec::with_capacity(r * self.batch * self.dim));
-        for q in group {
+        for q in requests {
             indices.extend_from_slice(&q.batch);
             if let (Some(all), Some(f)) = (features.as_mut(), q.features.as_ref()) {
                 all.extend_from_slice(f);
             }
         }
+        (indices, features)
+    }
+
+    /// Gradients and losses `[R]` of a group of requests, read back in one transfer.
+    fn group_gradients(&self, group: &[Pending]) -> (ReadBack, Vec<f32>) {
+        let (indices, features) = self.requests_batches(group);
         let rows: Vec<(&[f32], f64)> = group.iter().map(|q| (&q.snapshot[..], q.scale)).collect();
         let blocks = self.block_tensors(&rows);
         let (parts, losses) = self.batched_gradient(blocks, &indices, features);
@@ -1126,6 +1292,9 @@ impl ReplicaStore for BurnStore {
     }
 
     fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
+        if let Some(mean) = self.fused_mean(grads) {
+            return mean;
+        }
         if grads.iter().any(|g| !self.ready.contains_key(g)) {
             self.flush();
         }
@@ -1158,17 +1327,7 @@ impl ReplicaStore for BurnStore {
                 self.rows.recycle(part);
             }
         }
-        let mut owners = Vec::new();
-        for g in grads {
-            owners.extend(self.owners.remove(g).unwrap_or_default());
-        }
-        owners.sort_unstable();
-        owners.dedup();
-        let id = GradId(self.next_id);
-        self.next_id += 1;
-        self.ready.insert(id, Ready::Host(Arc::new(mean)));
-        self.owners.insert(id, owners);
-        id
+        self.insert_mean(grads, mean)
     }
 
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {

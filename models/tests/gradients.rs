@@ -70,6 +70,14 @@ fn distinct_rows(store: &BurnStore, r: usize, spread: f32) -> Vec<Vec<f32>> {
         .collect()
 }
 
+/// Gives every worker's row distinct values ([`distinct_rows`]).
+fn make_distinct(store: &mut BurnStore) {
+    let rows = distinct_rows(store, store.workers(), 0.2);
+    for (w, row) in rows.iter().enumerate() {
+        store.set_params_host(w, row);
+    }
+}
+
 /// `r` minibatches of `b` training indices, overlapping across replicas.
 fn batches(r: usize, b: usize, len: usize) -> Vec<Vec<usize>> {
     (0..r)
@@ -276,6 +284,8 @@ fn a_mean_read_from_the_blocks_has_the_bits_of_the_mean_of_copies() {
     let mean_of = |max_batch: Option<usize>, copy_first: bool, two_flushes: bool| {
         let mut store = problem_store(ModelConfig::default(), &DataConfig::default(), workers, 8)
             .with_max_batch(max_batch);
+        // Distinct rows: at equal ones the mean is one pass (the fused mean, tested below).
+        make_distinct(&mut store);
         let mut ids: Vec<_> = (0..workers / 2)
             .map(|w| store.request_gradient(w))
             .collect();
@@ -319,6 +329,7 @@ fn a_mean_read_from_the_blocks_has_the_bits_of_the_mean_of_copies() {
 fn a_gradient_no_mean_used_is_copied_out_at_the_next_flush() {
     let workers = 8;
     let mut store = problem_store(ModelConfig::default(), &DataConfig::default(), workers, 8);
+    make_distinct(&mut store);
     let p = store.num_params();
     let rows = store.floats_held();
     let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
@@ -376,4 +387,100 @@ fn a_step_read_from_the_blocks_has_the_bits_of_a_step_from_a_copy() {
     };
     let bits = |g: &[f32]| g.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&rows_after(false)), bits(&rows_after(true)));
+}
+
+/// The mean of gradients read at rows of the same bits (all-reduce's, at every step) is one
+/// model's gradient on the union of their minibatches, taken in passes of `FUSED_CHUNK`
+/// requests: the mean of the replicas' own gradients within rounding, the requests' own
+/// losses, the same bits for any threads and batch limit, and nothing held after it but the
+/// mean. Rows that differ, or a model whose means are not fused, take the replicas' mean.
+#[test]
+fn a_mean_at_equal_rows_is_one_pass_over_the_union_of_the_minibatches() {
+    let mlp = ModelConfig::Mlp {
+        hidden: vec![24],
+        activation: Activation::Relu,
+    };
+    // The softmax model's L2 term, `½·l2·‖θ‖²` in every request's loss.
+    for model in [mlp, ModelConfig::Softmax { l2: 0.05 }] {
+        check_fused_mean(model);
+    }
+
+    // LeNet's means are not fused (its tall pass is the slower).
+    let mut store = problem_store(ModelConfig::Lenet {}, &DataConfig::default(), 2, 4);
+    let ids: Vec<_> = (0..2).map(|w| store.request_gradient(w)).collect();
+    store.mean_gradient(&ids);
+    assert_eq!(store.stats().fused_means, 0);
+}
+
+fn check_fused_mean(model: ModelConfig) {
+    use dasim_models::store::FUSED_CHUNK;
+    // More requests than one pass holds, the last pass short.
+    let workers = FUSED_CHUNK + 5;
+    let fused = |threads: usize, max_batch: Option<usize>| {
+        let mut store = problem_store(model.clone(), &DataConfig::default(), workers, 8)
+            .with_threads(threads)
+            .with_parallel_flush_flops(0.0)
+            .with_max_batch(max_batch);
+        let rows = store.floats_held();
+        let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
+        let batches: Vec<Vec<usize>> = (0..workers)
+            .map(|k| store.pending_batch_host(k).0)
+            .collect();
+        let mean = store.mean_gradient(&ids);
+        let stats = store.stats();
+        assert_eq!(stats.fused_means, 1, "one fused mean");
+        assert_eq!(
+            stats.passes, 2,
+            "{workers} requests in passes of {FUSED_CHUNK}"
+        );
+        // The rows, shared by the snapshots, and the mean: no replica's gradient was kept.
+        assert_eq!(store.floats_held(), rows + store.num_params());
+        let loss = store.take_train_loss();
+        (store.gradient_host(mean), loss, batches, store)
+    };
+    let (mean, loss, batches, store) = fused(1, None);
+
+    // Against each replica's own gradient and loss, at the same row and minibatch.
+    let p = store.num_params();
+    let row = store.params_host()[..p].to_vec();
+    let (grads, losses) = store.gradients_host(&vec![row; workers], &batches);
+    let want: Vec<f64> = (0..p)
+        .map(|i| grads.iter().map(|g| f64::from(g[i])).sum::<f64>() / workers as f64)
+        .collect();
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0);
+    for (i, (have, want)) in mean.iter().zip(&want).enumerate() {
+        assert!(
+            (f64::from(*have) - want).abs() <= 1e-5 * scale,
+            "{model:?}, coordinate {i}: fused {have}, mean of the replicas' gradients {want}"
+        );
+    }
+    let want_loss = losses.iter().map(|&l| f64::from(l)).sum::<f64>() / workers as f64;
+    assert!(
+        (loss - want_loss).abs() <= 1e-6 * want_loss.abs(),
+        "train loss {loss} against {want_loss}"
+    );
+
+    // The same bits however the store executes.
+    for (threads, max_batch) in [(2, None), (2, Some(1)), (1, Some(3))] {
+        let (other, other_loss, _, _) = fused(threads, max_batch);
+        let differs = other
+            .iter()
+            .zip(&mean)
+            .position(|(a, b)| a.to_bits() != b.to_bits());
+        assert_eq!(
+            differs, None,
+            "{model:?}: the first coordinate that differs with threads {threads}, max_batch \
+             {max_batch:?}"
+        );
+        assert_eq!(other_loss.to_bits(), loss.to_bits());
+    }
+
+    // Rows that differ: the replicas' mean, exactly as before.
+    let mut store = problem_store(model.clone(), &DataConfig::default(), workers, 8);
+    make_distinct(&mut store);
+    let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
+    let mean = store.mean_gradient(&ids);
+    assert_eq!(store.stats().fused_means, 0);
+    assert!(store.gradient_host(mean).iter().any(|&x| x != 0.0));
 }
