@@ -12,7 +12,7 @@
 //! | optimizer state | `rows · P · 4 · s`: `s` = 1 with momentum (SGD, LARS), 3 for Adam (two moments and a step count), else 0 |
 //! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
 //! | data | the training and test features, twice (host copy and device copy) |
-//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]); `R` is every worker, or the batch limit, but at least [`crate::store::FUSED_CHUNK`] (or `n`) where the model fuses means ([`Model::fuses_means`]) |
+//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]); `R` is every worker, or the batch limit, but at least [`crate::store::fused_chunk`] (or `n`) where the model fuses means ([`Model::fuses_means`]) |
 //! | queued | `m · 72 + g · P · 4`: `m` messages still waiting behind their sender's uplink at the end of the run, [`QUEUED_MESSAGE_BYTES`] each, holding `g` model-sized buffers |
 //!
 //! The queued messages are those of an algorithm that posts without waiting for anything
@@ -96,10 +96,10 @@ impl MemoryEstimate {
         };
         let row = p * width;
         let parameters = shape.rows as u64 * row;
-        // A fused mean's passes hold `FUSED_CHUNK` requests whatever the batch limit says (so
+        // A fused mean's passes hold `fused_chunk` requests whatever the batch limit says (so
         // that its sums are the same bits for every limit).
         let fused = if shape.model.fuses_means() {
-            crate::store::FUSED_CHUNK.min(shape.workers)
+            crate::store::fused_chunk(shape.model, shape.batch).min(shape.workers)
         } else {
             0
         };

@@ -21,7 +21,7 @@
 //!   same bits (all-reduce's, at every step) is one model's gradient on the union of their
 //!   minibatches, and is computed so, on the models that treat each sample on its own
 //!   ([`Model::fuses_means`]): one row uploaded, matrix products `R` times taller, one gradient
-//!   read back, in passes of [`FUSED_CHUNK`] requests whatever the threads and batch limit.
+//!   read back, in passes of [`fused_chunk`] requests whatever the threads and batch limit.
 //! - **Losses follow the data.** Softmax cross-entropy for class labels, `½·(ŷ − y)²` for real
 //!   targets ([`Loss`]), the mean over the minibatch, plus `½·l2·‖θ‖²` for the convex models.
 //! - **Model state.** A model with batch normalization keeps its running statistics as the last
@@ -73,10 +73,28 @@ use crate::rows::{
     Blocks, Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
 };
 
-/// Requests per pass of a fused mean (all-reduce's: see `BurnStore::fused_mean`). Fixed, so
-/// that the grouping of the sum, and so its bits, are the same for any threads and batch limit;
-/// a pass of 16 requests of 32 samples has matrix products 512 rows tall.
+/// Requests per pass of a fused mean (all-reduce's: see `BurnStore::fused_mean`), at most. A
+/// pass of 16 requests of 32 samples has matrix products 512 rows tall. The pass size depends
+/// on the model and the minibatch only ([`fused_chunk`]), so that the grouping of the sum, and
+/// so its bits, are the same for any threads and batch limit.
 pub const FUSED_CHUNK: usize = 16;
+
+/// Floating-point operations of a fused pass above which its requests are halved (to
+/// `FUSED_CHUNK / 2`): one pass runs its elementwise work on one thread and splits only its
+/// large products, so a 16-worker mean of a real model is faster as two passes side by side
+/// (MLP784, two threads: 4.2–4.5 ms per mean against 4.8–5.3), where a small model's passes are
+/// bound by burn's cost per operation and gain from being few.
+pub const FUSED_PASS_FLOPS: f64 = 2e8;
+
+/// Requests per pass of a fused mean of `model` at `batch` samples per request.
+pub fn fused_chunk(model: &Model, batch: usize) -> usize {
+    let flops = FUSED_CHUNK as f64 * batch as f64 * model.train_flops_per_sample();
+    if flops > FUSED_PASS_FLOPS {
+        FUSED_CHUNK / 2
+    } else {
+        FUSED_CHUNK
+    }
+}
 
 /// Floating-point operations of a flush (its requests' forward and backward passes) from which
 /// its requests are spread over several threads. Waking a sleeping thread costs tens of
@@ -736,7 +754,7 @@ impl BurnStore {
     /// the first step to the last). Then `Σ_r ∇ℓ_r(θ) / R = ∇(Σ_r ℓ_r / R)(θ)`: one pass of
     /// `R · batch` samples through one copy of the parameters instead of `R` replicas' passes
     /// and a mean over `R` gradients, with matrix products `R` times taller, one row uploaded
-    /// and one gradient read back. The requests go in passes of [`FUSED_CHUNK`] (in the order
+    /// and one gradient read back. The requests go in passes of [`fused_chunk`] (in the order
     /// of `grads`), whose gradients are summed in that order: the same bits for any threads
     /// and `max_batch`. The per-request losses are each request's own, as in a flush. `None`
     /// (nothing done) where the mean is not such a mean.
@@ -770,7 +788,8 @@ impl BurnStore {
             .collect();
         self.pending = slots.into_iter().flatten().collect();
         let r = taken.len();
-        let chunks: Vec<&[Pending]> = taken.chunks(FUSED_CHUNK).collect();
+        let chunk = fused_chunk(&self.model, self.batch);
+        let chunks: Vec<&[Pending]> = taken.chunks(chunk).collect();
         let flops = r as f64 * self.batch as f64 * self.model.train_flops_per_sample();
         let parallel =
             chunks.len() > 1 && self.threads > 1 && self.on_cpu && flops >= self.parallel_flops;
@@ -786,6 +805,7 @@ impl BurnStore {
                 .map(|c| self.fused_gradient(c, weight))
                 .collect()
         };
+        let passes = chunks.len() as u64;
         let mut mean = self.rows.buffer();
         let mut results = results.into_iter();
         let (read, losses) = results.next().expect("at least one chunk");
@@ -804,7 +824,7 @@ impl BurnStore {
             self.train_loss += f64::from(loss);
         }
         self.train_loss_count += r;
-        self.stats.passes += r.div_ceil(FUSED_CHUNK) as u64;
+        self.stats.passes += passes;
         self.stats.flushes += 1;
         self.stats.fused_means += 1;
         self.stats.gradient_wall += started.elapsed();

@@ -7,8 +7,9 @@ use std::path::Path;
 use burn::tensor::Device;
 use dasim_models::lenet::LeNet;
 use dasim_models::resnet::ResNet;
+use dasim_models::store::{FUSED_CHUNK, fused_chunk};
 use dasim_models::{
-    Activation, BurnStore, DataConfig, ImageShape, Model, ModelConfig, Problem, Split, data,
+    Activation, BurnStore, DataConfig, ImageShape, Mlp, Model, ModelConfig, Problem, Split, data,
 };
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
@@ -390,7 +391,7 @@ fn a_step_read_from_the_blocks_has_the_bits_of_a_step_from_a_copy() {
 }
 
 /// The mean of gradients read at rows of the same bits (all-reduce's, at every step) is one
-/// model's gradient on the union of their minibatches, taken in passes of `FUSED_CHUNK`
+/// model's gradient on the union of their minibatches, taken in passes of `fused_chunk`
 /// requests: the mean of the replicas' own gradients within rounding, the requests' own
 /// losses, the same bits for any threads and batch limit, and nothing held after it but the
 /// mean. Rows that differ, or a model whose means are not fused, take the replicas' mean.
@@ -410,10 +411,16 @@ fn a_mean_at_equal_rows_is_one_pass_over_the_union_of_the_minibatches() {
     let ids: Vec<_> = (0..2).map(|w| store.request_gradient(w)).collect();
     store.mean_gradient(&ids);
     assert_eq!(store.stats().fused_means, 0);
+
+    // The pass size depends on the model and the minibatch only: 16 requests for these small
+    // models, 8 for MLP784 at batch 32 (a pass of 16 would be 312 MFLOP), so that a 16-worker
+    // mean of a real model is two passes side by side.
+    let mlp784 = Model::Mlp(Mlp::new(&[784, 128, 10], Activation::Relu));
+    assert_eq!(fused_chunk(&mlp784, 32), FUSED_CHUNK / 2);
+    assert_eq!(fused_chunk(&mlp784, 8), FUSED_CHUNK);
 }
 
 fn check_fused_mean(model: ModelConfig) {
-    use dasim_models::store::FUSED_CHUNK;
     // More requests than one pass holds, the last pass short.
     let workers = FUSED_CHUNK + 5;
     let fused = |threads: usize, max_batch: Option<usize>| {
@@ -429,6 +436,7 @@ fn check_fused_mean(model: ModelConfig) {
         let mean = store.mean_gradient(&ids);
         let stats = store.stats();
         assert_eq!(stats.fused_means, 1, "one fused mean");
+        assert_eq!(fused_chunk(store.model(), 8), FUSED_CHUNK, "a small model");
         assert_eq!(
             stats.passes, 2,
             "{workers} requests in passes of {FUSED_CHUNK}"
