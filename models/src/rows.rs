@@ -141,7 +141,6 @@ impl Settled {
     /// result: the same steps (the same gradient buffers, blocks, rates and rules) from the same
     /// bits.
     fn matches(&self, params: &Row, velocity: Option<&Row>, steps: &[Queued]) -> bool {
-        let same_row = |a: &Row, b: &Row| Arc::ptr_eq(a, b) || same_bits(a, b);
         self.steps.len() == steps.len()
             && self.steps.iter().zip(steps).all(|(a, b)| a.same_step(b))
             && match (&self.velocity, velocity) {
@@ -151,6 +150,11 @@ impl Settled {
             }
             && same_row(&self.params, params)
     }
+}
+
+/// Whether two rows hold the same bits: the same buffer, or equal bit for bit.
+pub(crate) fn same_row(a: &Row, b: &Row) -> bool {
+    Arc::ptr_eq(a, b) || same_bits(a, b)
 }
 
 /// Bit-for-bit equality (`==` on floats would call `-0.0` and `0.0` equal, and `NaN` unequal).

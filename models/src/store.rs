@@ -71,6 +71,7 @@ use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::model::{Loss, Model};
 use crate::rows::{
     Blocks, Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
+    same_row,
 };
 
 /// Requests per pass of a fused mean (all-reduce's: see `BurnStore::fused_mean`), at most. A
@@ -216,11 +217,6 @@ impl Blocks for ReadBack {
     fn block(&self, k: usize) -> &[f32] {
         self.parts[k].1.as_slice::<f32>().expect("f32 gradients")
     }
-}
-
-/// Whether two rows hold the same bits (`==` on floats would take `-0.0` for `0.0`).
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// A computed gradient.
@@ -770,9 +766,7 @@ impl BurnStore {
         let first = &self.pending[at[0]];
         let same = at[1..].iter().all(|&i| {
             let q = &self.pending[i];
-            q.scale == first.scale
-                && (Arc::ptr_eq(&q.snapshot, &first.snapshot)
-                    || same_bits(&q.snapshot, &first.snapshot))
+            q.scale == first.scale && same_row(&q.snapshot, &first.snapshot)
         });
         if !same {
             return None;
@@ -864,18 +858,7 @@ impl BurnStore {
         debug_assert!(state.is_none(), "a per-sample model has no state");
         let [_, _, outputs] = out.dims();
         let mut losses = Self::data_loss(out.reshape([r, b, outputs]), y.autodiff());
-        let l2 = self.model.l2();
-        if l2 > 0.0 {
-            let trainable = self.model.trainable();
-            let sq = leaves
-                .iter()
-                .zip(self.model.blocks())
-                .filter(|(_, b)| b.end <= trainable.end)
-                .map(|(leaf, _)| leaf.clone().square().sum())
-                .reduce(|a, b| a + b)
-                .expect("a model with an l2 term has trainable blocks");
-            losses = losses + sq.mul_scalar(0.5 * l2).repeat_dim(0, r);
-        }
+        losses = self.with_l2(losses, &leaves);
         let grads = losses.clone().sum().mul_scalar(weight).backward();
         let parts = leaves
             .iter()
@@ -888,6 +871,28 @@ impl BurnStore {
             })
             .collect();
         Self::read_gradients(parts, losses.without_autodiff())
+    }
+
+    /// `losses` `[R]` plus the L2 term `½·l2·‖θ‖²` of each model, whose parameter blocks are
+    /// `leaves` (`[R, len]` each, or `[1, len]`: one model for all `R` losses), when the model
+    /// has one.
+    fn with_l2(&self, losses: Tensor<1>, leaves: &[Tensor<2>]) -> Tensor<1> {
+        let l2 = self.model.l2();
+        if l2 == 0.0 {
+            return losses;
+        }
+        let trainable = self.model.trainable();
+        let sq = leaves
+            .iter()
+            .zip(self.model.blocks())
+            .filter(|(_, b)| b.end <= trainable.end)
+            .map(|(leaf, _)| leaf.clone().square().sum_dim(1))
+            .reduce(|a, b| a + b)
+            .expect("a model with an l2 term has trainable blocks");
+        let [rows, _] = sq.dims();
+        let sq = sq.reshape([rows]).mul_scalar(0.5 * l2);
+        let r = losses.dims()[0];
+        losses + if rows == r { sq } else { sq.repeat_dim(0, r) }
     }
 
     /// The training indices of `requests`' minibatches, one after the other, and their
@@ -1032,19 +1037,7 @@ impl BurnStore {
             .model
             .forward_blocks(leaves.clone(), x.autodiff(), true);
         let mut losses = Self::data_loss(out, y.autodiff());
-        let l2 = self.model.l2();
-        if l2 > 0.0 {
-            let trainable = self.model.trainable();
-            let sq = leaves
-                .iter()
-                .zip(&ranges)
-                .filter(|(_, b)| b.end <= trainable.end)
-                .map(|(leaf, _)| leaf.clone().square().sum_dim(1))
-                .reduce(|a, b| a + b)
-                .expect("a model with an l2 term has trainable blocks")
-                .reshape([r]);
-            losses = losses + sq.mul_scalar(0.5 * l2);
-        }
+        losses = self.with_l2(losses, &leaves);
         let grads = losses.clone().sum().backward();
         let parts: Vec<Tensor<2>> = leaves
             .iter()
