@@ -21,7 +21,8 @@
 //!   same bits (all-reduce's, at every step) is one model's gradient on the union of their
 //!   minibatches, and is computed so, on the models that treat each sample on its own
 //!   ([`Model::fuses_means`]): one row uploaded, matrix products `R` times taller, one gradient
-//!   read back, in passes of [`fused_chunk`] requests whatever the threads and batch limit.
+//!   read back, on the CPU in passes of [`fused_chunk`] requests whatever the threads and batch
+//!   limit, on a GPU in one pass (or passes of the batch limit).
 //! - **Losses follow the data.** Softmax cross-entropy for class labels, `½·(ŷ − y)²` for real
 //!   targets ([`Loss`]), the mean over the minibatch, plus `½·l2·‖θ‖²` for the convex models.
 //! - **Model state.** A model with batch normalization keeps its running statistics as the last
@@ -750,9 +751,10 @@ impl BurnStore {
     /// the first step to the last). Then `Σ_r ∇ℓ_r(θ) / R = ∇(Σ_r ℓ_r / R)(θ)`: one pass of
     /// `R · batch` samples through one copy of the parameters instead of `R` replicas' passes
     /// and a mean over `R` gradients, with matrix products `R` times taller, one row uploaded
-    /// and one gradient read back. The requests go in passes of [`fused_chunk`] (in the order
-    /// of `grads`), whose gradients are summed in that order: the same bits for any threads
-    /// and `max_batch`. The per-request losses are each request's own, as in a flush. `None`
+    /// and one gradient read back. On the CPU the requests go in passes of [`fused_chunk`] (in
+    /// the order of `grads`), whose gradients are summed in that order: the same bits for any
+    /// threads and `max_batch`. On a GPU they go in one pass, or passes of `max_batch`, as a
+    /// flush does. The per-request losses are each request's own, as in a flush. `None`
     /// (nothing done) where the mean is not such a mean.
     fn fused_mean(&mut self, grads: &[GradId]) -> Option<GradId> {
         if grads.len() < 2 || !self.model.fuses_means() {
@@ -782,7 +784,15 @@ impl BurnStore {
             .collect();
         self.pending = slots.into_iter().flatten().collect();
         let r = taken.len();
-        let chunk = fused_chunk(&self.model, self.batch);
+        // On the CPU the passes are fixed by the model and the minibatch, so the bits are the
+        // same for any threads and batch limit. On a GPU (whose sums are not bit-reproducible
+        // anyway) a pass is bound by launches and the read-back, not by arithmetic: the mean is
+        // one pass, or passes of `max_batch` requests, as a flush is.
+        let chunk = if self.on_cpu {
+            fused_chunk(&self.model, self.batch)
+        } else {
+            self.max_batch.unwrap_or(r)
+        };
         let chunks: Vec<&[Pending]> = taken.chunks(chunk).collect();
         let flops = r as f64 * self.batch as f64 * self.model.train_flops_per_sample();
         let parallel =

@@ -168,3 +168,45 @@ fn threads_split_a_flush_on_flex_only() {
         "wgpu: one pass for the flush"
     );
 }
+
+/// All-reduce's mean at one point is one model's gradient on the union of the minibatches on
+/// both backends, and agrees between them; on a GPU it is one pass whatever the request count
+/// (passes there cost launches and a read-back, not arithmetic), on `flex` passes of
+/// `fused_chunk` requests.
+#[test]
+fn a_fused_mean_on_wgpu_matches_flex_in_one_pass() {
+    let Some(wgpu) = wgpu() else { return };
+    let workers = dasim_models::store::FUSED_CHUNK + 5;
+    let pb = Problem::load(
+        &ModelConfig::default(),
+        &DataConfig::default(),
+        Path::new("."),
+        42,
+    )
+    .unwrap();
+    let mean = |device: Device| {
+        let mut store = pb.store(device, workers, 8, OptimizerConfig::default(), 42);
+        let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
+        let mean = store.mean_gradient(&ids);
+        let stats = store.stats();
+        assert_eq!(stats.fused_means, 1);
+        let loss = store.take_train_loss();
+        (store.gradient_host(mean), loss, stats.passes)
+    };
+    let (on_flex, flex_loss, flex_passes) = mean(Device::flex());
+    let (on_wgpu, wgpu_loss, wgpu_passes) = mean(wgpu.device.clone());
+    assert_eq!(flex_passes, 2, "flex: passes of {}", workers - 5);
+    assert_eq!(wgpu_passes, 1, "wgpu: one pass");
+    let scale = on_flex.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0);
+    for (i, (x, y)) in on_flex.iter().zip(&on_wgpu).enumerate() {
+        assert!(
+            (x - y).abs() <= 2e-4 * scale + 1e-6,
+            "coordinate {i}: flex {x}, wgpu {y}"
+        );
+    }
+    assert!(
+        (flex_loss - wgpu_loss).abs() <= 1e-4 * flex_loss.abs(),
+        "train loss: flex {flex_loss}, wgpu {wgpu_loss}"
+    );
+}
