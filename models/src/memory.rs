@@ -12,7 +12,7 @@
 //! | optimizer state | `rows · P · 4 · s`: `s` = 1 with momentum (SGD, LARS), 3 for Adam (two moments and a step count), else 0 |
 //! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
 //! | data | the training and test features, twice (host copy and device copy) |
-//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]); `R` is every worker, or the batch limit, but at least [`crate::store::fused_chunk`] (or `n`) where the model fuses means ([`Model::fuses_means`]) |
+//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]); `R` is every worker, or the batch limit, but on the CPU at least [`crate::store::fused_chunk`] (or `n`) where the model fuses means ([`Model::fuses_means`]) |
 //! | queued | `m · 72 + g · P · 4`: `m` messages still waiting behind their sender's uplink at the end of the run, [`QUEUED_MESSAGE_BYTES`] each, holding `g` model-sized buffers |
 //!
 //! The queued messages are those of an algorithm that posts without waiting for anything
@@ -96,9 +96,9 @@ impl MemoryEstimate {
         };
         let row = p * width;
         let parameters = shape.rows as u64 * row;
-        // A fused mean's passes hold `fused_chunk` requests whatever the batch limit says (so
-        // that its sums are the same bits for every limit).
-        let fused = if shape.model.fuses_means() {
+        // On the CPU a fused mean's passes hold `fused_chunk` requests whatever the batch limit
+        // says (so that its sums are the same bits for every limit); on a GPU they follow it.
+        let fused = if shape.model.fuses_means() && !shape.gpu {
             crate::store::fused_chunk(shape.model, shape.batch).min(shape.workers)
         } else {
             0
@@ -290,5 +290,37 @@ mod tests {
         );
         assert_eq!(activations(&lenet, 4, true), activations(&lenet, 4, false));
         assert_eq!(activations(&mlp, 16, true), activations(&mlp, 16, false));
+    }
+
+    /// A batch limit bounds a pass, except that on the CPU all-reduce's fused mean keeps its
+    /// passes of `fused_chunk` requests (so that its bits do not depend on the limit); on a GPU
+    /// the fused mean follows the limit as a flush does.
+    #[test]
+    fn a_batch_limit_bounds_a_pass_but_a_cpu_fused_mean() {
+        let mlp = Model::Mlp(Mlp::new(&[64, 32, 10], Activation::Relu));
+        let flush = |max_batch, gpu| {
+            let one = |requests| {
+                MemoryEstimate::new(RunShape {
+                    model: &mlp,
+                    workers: 64,
+                    rows: 64,
+                    batch: 32,
+                    optimizer_state: 1,
+                    data_floats: 0,
+                    max_batch: Some(requests),
+                    queued_messages: 0,
+                    queued_models: 0,
+                    gpu,
+                })
+            };
+            // Linear in the pass's requests, with nothing else in it.
+            let per_request = one(33).activations - one(32).activations;
+            one(max_batch).activations / per_request
+        };
+        let chunk = crate::store::fused_chunk(&mlp, 32) as u64;
+        assert_eq!(chunk, 16);
+        assert_eq!(flush(4, false), chunk, "the CPU's fused passes");
+        assert_eq!(flush(32, false), 32);
+        assert_eq!(flush(4, true), 4, "a GPU follows the limit");
     }
 }
