@@ -22,6 +22,17 @@ fn wgpu() -> Option<Backend> {
     Some(wgpu)
 }
 
+/// The quickstart's problem (the default model and data), seed 42.
+fn quickstart_problem() -> Problem {
+    Problem::load(
+        &ModelConfig::default(),
+        &DataConfig::default(),
+        Path::new("."),
+        42,
+    )
+    .unwrap()
+}
+
 /// Builds `model` on `data` on both backends with `workers` workers and compares them.
 fn compare(
     wgpu: &Backend,
@@ -141,13 +152,7 @@ fn conv_models_on_wgpu_match_flex_with_augmentation() {
 #[test]
 fn threads_split_a_flush_on_flex_only() {
     let Some(wgpu) = wgpu() else { return };
-    let pb = Problem::load(
-        &ModelConfig::default(),
-        &DataConfig::default(),
-        Path::new("."),
-        42,
-    )
-    .unwrap();
+    let pb = quickstart_problem();
     let passes = |device: Device| {
         let mut store = pb
             .store(device, 8, 4, OptimizerConfig::default(), 42)
@@ -177,13 +182,7 @@ fn threads_split_a_flush_on_flex_only() {
 fn a_fused_mean_on_wgpu_matches_flex_in_one_pass() {
     let Some(wgpu) = wgpu() else { return };
     let workers = dasim_models::store::FUSED_CHUNK + 5;
-    let pb = Problem::load(
-        &ModelConfig::default(),
-        &DataConfig::default(),
-        Path::new("."),
-        42,
-    )
-    .unwrap();
+    let pb = quickstart_problem();
     let mean = |device: Device| {
         let mut store = pb.store(device, workers, 8, OptimizerConfig::default(), 42);
         let ids: Vec<_> = (0..workers).map(|w| store.request_gradient(w)).collect();
