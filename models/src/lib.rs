@@ -343,10 +343,15 @@ fn image_shape(model: &ModelConfig, data: &DataConfig, train: &Dataset) -> Resul
                 "data.csv.shape",
                 "declare the image in [data.csv] shape = [channels, height, width]",
             )
+        } else if kind.is_synthetic() {
+            (
+                "data.synthetic.shape",
+                "generate images: [data.synthetic] shape = [channels, height, width]",
+            )
         } else {
             (
                 "data.dataset",
-                "use image data: digits (1×8×8), mnist, fashion-mnist, cifar10, cifar100, or a CSV file with a shape",
+                "use image data: digits (1×8×8), mnist, fashion-mnist, cifar10, cifar100, a CSV file or a generated dataset with a shape",
             )
         };
         ConfigError::new(

@@ -310,7 +310,7 @@ fn models_and_targets_must_fit() {
     let e = Problem::load(&ModelConfig::Lenet {}, &regression, Path::new("."), 1)
         .err()
         .unwrap();
-    assert_eq!(path(e), "data.dataset");
+    assert_eq!(path(e), "data.synthetic.shape");
     let e = Problem::load(
         &ModelConfig::Resnet {
             depth: 21,

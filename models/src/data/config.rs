@@ -181,6 +181,10 @@ pub struct SyntheticConfig {
     /// Features per sample.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dim: Option<usize>,
+    /// The features as images `[channels, height, width]` (CHW per sample), for the
+    /// convolutional models; `dim` is then their product.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<[usize; 3]>,
     /// Gaussian mixture: number of classes (components).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
@@ -409,9 +413,11 @@ impl DataConfig {
         let s = self.synthetic.clone().unwrap_or_default();
         let mixture = self.kind() == DatasetKind::GaussianMixture;
         let regression = self.kind() == DatasetKind::LinearRegression;
+        let from_shape = s.shape.map(|[c, h, w]| c * h * w);
         SyntheticConfig {
             samples: Some(s.samples.unwrap_or(DEFAULT_SYNTHETIC_SAMPLES)),
-            dim: Some(s.dim.unwrap_or(DEFAULT_SYNTHETIC_DIM)),
+            dim: Some(s.dim.or(from_shape).unwrap_or(DEFAULT_SYNTHETIC_DIM)),
+            shape: s.shape,
             classes: mixture.then(|| s.classes.unwrap_or(DEFAULT_MIXTURE_CLASSES)),
             separation: mixture.then(|| s.separation.unwrap_or(DEFAULT_MIXTURE_SEPARATION)),
             noise: regression.then(|| s.noise.unwrap_or(DEFAULT_REGRESSION_NOISE)),
@@ -425,6 +431,7 @@ impl DataConfig {
             DatasetKind::Digits => true,
             k if k.has_official_split() => true,
             DatasetKind::Csv => self.csv.as_ref().is_some_and(|c| c.shape.is_some()),
+            k if k.is_synthetic() => self.synthetic_shape().is_some(),
             _ => false,
         }
     }
@@ -627,6 +634,26 @@ impl DataConfig {
                 "dim must be at least 1",
             ));
         }
+        if let Some(shape) = s.shape {
+            if shape.contains(&0) {
+                return Err(ConfigError::new(
+                    "data.synthetic.shape",
+                    format!(
+                        "every dimension of [channels, height, width] must be at least 1, got {shape:?}"
+                    ),
+                ));
+            }
+            let len: usize = shape.iter().product();
+            if let Some(dim) = s.dim
+                && dim != len
+            {
+                return Err(ConfigError::new(
+                    "data.synthetic.dim",
+                    format!("dim is {dim}, but shape {shape:?} has {len} values per sample"),
+                )
+                .hint("leave dim out: with a shape, it is the shape's product"));
+            }
+        }
         if !mixture && s.classes.is_some() {
             return Err(ConfigError::new(
                 "data.synthetic.classes",
@@ -672,6 +699,18 @@ impl DataConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The image shape that `[data.synthetic] shape` declares.
+    pub(crate) fn synthetic_shape(&self) -> Option<ImageShape> {
+        self.synthetic
+            .as_ref()
+            .and_then(|s| s.shape)
+            .map(|[channels, height, width]| ImageShape {
+                channels,
+                height,
+                width,
+            })
     }
 
     /// The image shape that `[data.csv] shape` declares.

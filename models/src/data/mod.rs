@@ -259,11 +259,13 @@ pub fn load(cfg: &DataConfig, base_dir: &Path, seed: u64) -> Result<Split> {
         DatasetKind::Mnist | DatasetKind::FashionMnist => formats::read_mnist(&dir())?,
         DatasetKind::Cifar10 => formats::read_cifar10(&dir())?,
         DatasetKind::Cifar100 => formats::read_cifar100(&dir(), cfg.labels.unwrap_or_default())?,
-        DatasetKind::GaussianMixture | DatasetKind::LinearRegression => whole(synthetic::generate(
-            &cfg.synthetic_params(),
-            cfg.kind(),
-            seed,
-        )),
+        DatasetKind::GaussianMixture | DatasetKind::LinearRegression => {
+            let data = synthetic::generate(&cfg.synthetic_params(), cfg.kind(), seed);
+            whole(match cfg.synthetic_shape() {
+                Some(shape) => data.with_shape(shape),
+                None => data,
+            })
+        }
     };
     normalize(&mut split, cfg.normalization());
     Ok(split)
