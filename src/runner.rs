@@ -573,6 +573,7 @@ pub fn memory_estimate(
         queued_messages: queued.0,
         queued_models: queued.1,
         gpu,
+        threads: execution.threads,
     }))
 }
 

@@ -17,6 +17,7 @@ pub mod backend;
 pub mod convex;
 pub mod data;
 pub mod error;
+pub mod layers;
 pub mod lenet;
 pub mod memory;
 pub mod mlp;

@@ -12,7 +12,7 @@
 //! | optimizer state | `rows · P · 4 · s`: `s` = 1 with momentum (SGD, LARS), 3 for Adam (two moments and a step count), else 0 |
 //! | in flight | `3 · n · P · 4`: a snapshot, a message and a gradient per worker |
 //! | data | the training and test features, twice (host copy and device copy) |
-//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]); `R` is every worker, or the batch limit, but on the CPU at least [`crate::store::fused_chunk`] (or `n`) where the model fuses means ([`Model::fuses_means`]) |
+//! | flush | `R · batch · a · 4 · 3` for a flush of `R` requests, `a` floats per sample ([`Model::activations_per_sample`]): values, saved inputs and their gradients; and `2 · R · P · 4` for the stacked parameters and their gradients; on a GPU, from [`crate::lenet::IM2COL_MIN_REPLICAS`] requests, `R · batch · c · 4 · 2` for the convolutions' im2col columns and their gradients, `c` floats per sample ([`Model::im2col_floats_per_sample`]); `R` is every worker, or the batch limit, but on the CPU at least [`crate::store::fused_chunk`] (or `n`) where the model fuses means ([`Model::fuses_means`]); a convolutional model on the CPU runs its CPU program ([`Model::cpu_program`]) instead: `t · (w + batch · d) · 4` for `t` threads, each keeping the buffers of one training pass (`w` floats, [`crate::layers::CpuNet::train_floats`], reused from pass to pass and by the evaluation, which goes in chunks of a minibatch) and a minibatch's inputs (`d` floats per sample) |
 //! | queued | `m · 72 + g · P · 4`: `m` messages still waiting behind their sender's uplink at the end of the run, [`QUEUED_MESSAGE_BYTES`] each, holding `g` model-sized buffers |
 //!
 //! The queued messages are those of an algorithm that posts without waiting for anything
@@ -82,6 +82,9 @@ pub struct RunShape<'a> {
     /// Whether the gradients run on a GPU, where the convolutions of a large enough pass keep
     /// im2col's column matrices for the backward pass.
     pub gpu: bool,
+    /// Threads the CPU passes run on (`--threads`): each keeps its own buffers for a
+    /// convolutional model's CPU program.
+    pub threads: usize,
 }
 
 impl MemoryEstimate {
@@ -112,14 +115,27 @@ impl MemoryEstimate {
         } else {
             0
         };
+        let activations = match shape.model.cpu_program().filter(|_| !shape.gpu) {
+            // The CPU program: every thread keeps the maps of one training pass (reused from
+            // pass to pass, and by the evaluation's chunks of a minibatch's size) and a
+            // minibatch's inputs; a flush's gradients are among the buffers in flight.
+            Some(program) => {
+                let per_thread =
+                    program.train_floats(shape.batch) + shape.batch * program.input_len();
+                shape.threads.max(1) as u64 * per_thread as u64 * 4
+            }
+            None => {
+                flush * shape.batch as u64 * shape.model.activations_per_sample() * 4 * 3
+                    + 2 * flush * row
+                    + columns
+            }
+        };
         MemoryEstimate {
             parameters,
             optimizer: shape.optimizer_state * parameters,
             in_flight: 3 * shape.workers as u64 * row,
             data: 2 * 4 * shape.data_floats as u64,
-            activations: flush * shape.batch as u64 * shape.model.activations_per_sample() * 4 * 3
-                + 2 * flush * row
-                + columns,
+            activations,
             queued: shape
                 .queued_messages
                 .saturating_mul(QUEUED_MESSAGE_BYTES)
@@ -252,6 +268,7 @@ mod tests {
             queued_messages: 0,
             queued_models: 0,
             gpu,
+            threads: 2,
         })
     }
 
@@ -284,12 +301,34 @@ mod tests {
         // LeNet's second convolution (the first has one input channel): 6 channels · 5 · 5 taps
         // · 10 · 10 outputs per sample (28×28 images, padded by 2 on the first convolution).
         assert_eq!(lenet.im2col_floats_per_sample(), 6 * 25 * 100);
-        assert_eq!(
-            activations(&lenet, 16, true) - activations(&lenet, 16, false),
-            16 * 32 * 15_000 * 4 * 2
-        );
-        assert_eq!(activations(&lenet, 4, true), activations(&lenet, 4, false));
+        let columns = 16 * 32 * 15_000 * 4 * 2;
+        let stacked = |workers: u64| {
+            workers * 32 * lenet.activations_per_sample() * 4 * 3
+                + 2 * workers * lenet.num_params() as u64 * 4
+        };
+        assert_eq!(activations(&lenet, 16, true), stacked(16) + columns);
+        assert_eq!(activations(&lenet, 4, true), stacked(4));
         assert_eq!(activations(&mlp, 16, true), activations(&mlp, 16, false));
+    }
+
+    /// On the CPU a convolutional model runs its CPU program: every thread keeps one pass's
+    /// buffers, whatever the workers.
+    #[test]
+    fn a_cpu_program_keeps_one_pass_per_thread() {
+        let shape = ImageShape {
+            channels: 3,
+            height: 32,
+            width: 32,
+        };
+        let resnet = Model::ResNet(crate::ResNet::new(shape, 10, 20, 16));
+        let at = |workers| estimate(&resnet, workers, false).activations;
+        assert_eq!(at(16), at(1024));
+        let program = resnet.cpu_program().unwrap();
+        let per_thread = program.train_floats(32) + 32 * 3072;
+        assert_eq!(at(16), 2 * per_thread as u64 * 4);
+        // One pass of ResNet-20 at batch 32 keeps about 115 MB of maps and gradients.
+        let mib = (program.train_floats(32) * 4) >> 20;
+        assert!((90..140).contains(&mib), "{mib} MiB");
     }
 
     /// A batch limit bounds a pass, except that on the CPU all-reduce's fused mean keeps its
@@ -311,6 +350,7 @@ mod tests {
                     queued_messages: 0,
                     queued_models: 0,
                     gpu,
+                    threads: 2,
                 })
             };
             // Linear in the pass's requests, with nothing else in it.

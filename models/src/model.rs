@@ -17,6 +17,7 @@
 //! network: it runs on the exact reference store of `dasim-sim` (see [`crate::quadratic`]).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use dasim_sim::ConfigError;
 use dasim_sim::engine::rng::Stream;
 
+use crate::layers::CpuNet;
 use crate::lenet::LeNet;
 use crate::mlp::{Activation, Mlp};
 use crate::resnet::ResNet;
@@ -491,6 +493,17 @@ impl Model {
         match self {
             Model::Mlp(_) | Model::Softmax { .. } | Model::Linear { .. } => true,
             Model::LeNet(_) | Model::ResNet(_) | Model::Quadratic(_) | Model::Timing(_) => false,
+        }
+    }
+
+    /// The model's CPU program, where it has one: the convolutional models, whose layers the
+    /// layer kit runs by hand on `flex` ([`crate::layers`]) far faster than burn's
+    /// convolutions there. The store takes it on `flex` for every gradient and evaluation.
+    pub fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
+        match self {
+            Model::LeNet(m) => Some(Arc::new(crate::lenet::cpu::LeNetCpu::new(m))),
+            Model::ResNet(m) => Some(Arc::new(crate::resnet::cpu::ResNetCpu::new(m))),
+            _ => None,
         }
     }
 

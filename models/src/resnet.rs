@@ -52,7 +52,6 @@
 
 use std::ops::Range;
 
-use burn::tensor::module::{batch_norm, batch_norm_train};
 use burn::tensor::ops::PadMode;
 use burn::tensor::{Tensor, activation, s};
 use rand::Rng;
@@ -61,22 +60,12 @@ use rand_distr::StandardNormal;
 use dasim_sim::engine::rng::Stream;
 
 use crate::data::ImageShape;
-use crate::lenet::{Conv, Linear, ParamRows, from_groups, to_groups};
+use crate::layers::conv::Conv;
+use crate::layers::linear::Linear;
+use crate::layers::norm::Norm;
+use crate::layers::{ParamRows, from_groups, to_groups};
 
-/// Batch-norm ε, PyTorch's default.
-const EPS: f64 = 1e-5;
-/// Weight of the new minibatch statistics in the running statistics, PyTorch's default.
-const MOMENTUM: f64 = 0.1;
-
-/// A batch-norm layer in the flat layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Norm {
-    /// Offset of the weight `[C]`; the bias `[C]` follows.
-    affine: usize,
-    /// Offset of the running mean `[C]`; the running variance `[C]` follows.
-    stats: usize,
-    channels: usize,
-}
+pub(crate) mod cpu;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
@@ -101,12 +90,6 @@ pub struct ResNet {
     fc: Linear,
     trainable: usize,
     params: usize,
-}
-
-/// Stateful pieces of the forward pass: the mode and the updated statistics collected so far.
-struct Pass {
-    train: bool,
-    state: Vec<Tensor<2>>,
 }
 
 impl ResNet {
@@ -383,15 +366,13 @@ impl ResNet {
 
     fn run(&self, params: &ParamRows, x: Tensor<3>, train: bool) -> (Tensor<3>, Option<Tensor<2>>) {
         let r = params.replicas();
-        let mut pass = Pass {
-            train,
-            state: Vec::new(),
-        };
+        // In training mode, the updated statistics of every batch-norm layer in order.
+        let mut state = train.then(Vec::new);
         let h = to_groups(x, self.shape);
         let h = self.stem.forward(params, h);
-        let mut h = activation::relu(self.norm(params, &self.stem_bn, h, &mut pass));
+        let mut h = activation::relu(self.stem_bn.forward(params, h, state.as_mut()));
         for b in &self.blocks {
-            h = self.block(params, b, h, &mut pass);
+            h = Self::block(params, b, h, state.as_mut());
         }
         let [batch, rc, mh, mw] = h.dims();
         let pooled = h
@@ -399,55 +380,20 @@ impl ResNet {
             .mean_dim(2)
             .reshape([batch, rc, 1, 1]);
         let logits = self.fc.forward(params, from_groups(pooled, r));
-        let state = train.then(|| Tensor::cat(pass.state, 1));
-        (logits, state)
+        (logits, state.map(|s| Tensor::cat(s, 1)))
     }
 
-    fn block(&self, params: &ParamRows, b: &Block, x: Tensor<4>, pass: &mut Pass) -> Tensor<4> {
+    fn block(
+        params: &ParamRows,
+        b: &Block,
+        x: Tensor<4>,
+        mut state: Option<&mut Vec<Tensor<2>>>,
+    ) -> Tensor<4> {
         let h = b.conv1.forward(params, x.clone());
-        let h = activation::relu(self.norm(params, &b.bn1, h, pass));
+        let h = activation::relu(b.bn1.forward(params, h, state.as_deref_mut()));
         let h = b.conv2.forward(params, h);
-        let h = self.norm(params, &b.bn2, h, pass);
+        let h = b.bn2.forward(params, h, state);
         activation::relu(h + shortcut(x, params.replicas(), b.conv1))
-    }
-
-    /// Batch norm of `[B, R·C, H, W]`, channel `(r, c)` with row `r`'s parameters.
-    fn norm(&self, params: &ParamRows, n: &Norm, x: Tensor<4>, pass: &mut Pass) -> Tensor<4> {
-        let r = params.replicas();
-        let c = n.channels;
-        let halves = |block: Tensor<2>| {
-            (
-                block.clone().slice_dim(1, 0..c).reshape([r * c]),
-                block.slice_dim(1, c..2 * c).reshape([r * c]),
-            )
-        };
-        let (gamma, beta) = halves(params.get(n.affine, 2 * c));
-        if !pass.train {
-            let (mean, var) = halves(params.get(n.stats, 2 * c));
-            return batch_norm(x, gamma, beta, mean, var, EPS);
-        }
-        let [batch, _, h, w] = x.dims();
-        let m = batch * h * w;
-        let unbias = if m > 1 {
-            m as f64 / (m - 1) as f64
-        } else {
-            1.0
-        };
-        let out = batch_norm_train(x, gamma, beta, EPS);
-        let old = params.get(n.stats, 2 * c).without_autodiff();
-        let batch_stats = Tensor::cat(
-            vec![
-                out.mean.without_autodiff().reshape([r, c]),
-                out.variance
-                    .without_autodiff()
-                    .reshape([r, c])
-                    .mul_scalar(unbias),
-            ],
-            1,
-        );
-        pass.state
-            .push(old.mul_scalar(1.0 - MOMENTUM) + batch_stats.mul_scalar(MOMENTUM));
-        out.output
     }
 }
 

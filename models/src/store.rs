@@ -69,6 +69,7 @@ use dasim_sim::params::{
 
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
+use crate::layers::{CpuNet, Targets as HostTargets, with_inner_parallelism};
 use crate::model::{Loss, Model};
 use crate::rows::{
     Blocks, Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
@@ -313,6 +314,55 @@ impl DeviceData {
     }
 }
 
+/// A thread's buffers for gathering a minibatch on the CPU path.
+#[derive(Default)]
+struct CpuScratch {
+    params: Vec<f32>,
+    x: Vec<f32>,
+    labels: Vec<u32>,
+    values: Vec<f32>,
+}
+
+/// Where the store keeps a split: on the device for burn's passes, or on the host for a
+/// model's CPU program ([`CpuNet`], on `flex`), which reads it in place.
+enum Held {
+    Device(Box<DeviceData>),
+    Host(Dataset),
+}
+
+impl Held {
+    fn new(data: &Dataset, device: &Device, host: bool) -> Self {
+        if host {
+            Held::Host(data.clone())
+        } else {
+            Held::Device(Box::new(DeviceData::upload(data, device)))
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Held::Device(d) => d.len,
+            Held::Host(d) => d.len(),
+        }
+    }
+
+    /// The split on the device, for burn's passes.
+    fn device(&self) -> &DeviceData {
+        match self {
+            Held::Device(d) => d,
+            Held::Host(_) => unreachable!("burn's passes run off the CPU path only"),
+        }
+    }
+
+    /// The split on the host, for the CPU programs.
+    fn host(&self) -> &Dataset {
+        match self {
+            Held::Host(d) => d,
+            Held::Device(_) => unreachable!("the CPU programs run on flex only"),
+        }
+    }
+}
+
 /// What a checkpoint keeps of a [`BurnStore`], borrowed for writing ([`BurnState`] reads it
 /// back): everything that changes while a run goes on. The model, the data on the device and
 /// the configuration are rebuilt with the store.
@@ -352,8 +402,11 @@ pub struct BurnStore {
     optimizer: OptimizerConfig,
     /// The model's layers' parameter ranges (LARS's trust ratio is per layer).
     layers: Vec<Range<usize>>,
-    train: DeviceData,
-    test: DeviceData,
+    train: Held,
+    test: Held,
+    /// The model's CPU program, on `flex` where the model has one: every gradient and
+    /// evaluation runs there instead of on burn.
+    cpu: Option<Arc<dyn CpuNet>>,
     dim: usize,
     batch: usize,
     samplers: Vec<Sampler>,
@@ -423,6 +476,7 @@ impl BurnStore {
         );
         let device = device.without_autodiff();
         let on_cpu = crate::backend::is_flex(&device);
+        let cpu = if on_cpu { model.cpu_program() } else { None };
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
         let rows = Rows::new(init, workers, &optimizer);
@@ -432,8 +486,9 @@ impl BurnStore {
             TargetKind::Real => Loss::SquaredError,
         };
         BurnStore {
-            train: DeviceData::upload(&split.train, &device),
-            test: DeviceData::upload(&split.test, &device),
+            train: Held::new(&split.train, &device, cpu.is_some()),
+            test: Held::new(&split.test, &device, cpu.is_some()),
+            cpu,
             dim: split.train.dim,
             samplers: shards
                 .into_iter()
@@ -625,10 +680,18 @@ impl BurnStore {
         let p = &self.pending[k];
         let features = match &p.features {
             Some(f) => f.clone(),
-            None => {
-                let (x, _) = self.minibatches(1, &p.batch, None);
-                x.into_data().try_into_vec().expect("f32 features")
-            }
+            None => match &self.train {
+                Held::Host(train) => p
+                    .batch
+                    .iter()
+                    .flat_map(|&i| &train.features[i * train.dim..(i + 1) * train.dim])
+                    .copied()
+                    .collect(),
+                Held::Device(_) => {
+                    let (x, _) = self.minibatches(1, &p.batch, None);
+                    x.into_data().try_into_vec().expect("f32 features")
+                }
+            },
         };
         (p.batch.clone(), features)
     }
@@ -704,6 +767,11 @@ impl BurnStore {
         } else {
             self.threads
         };
+        if let Some(cpu) = self.cpu.clone() {
+            self.cpu_flush(&*cpu, pending, threads);
+            self.stats.gradient_wall += started.elapsed();
+            return;
+        }
         let groups = r.div_ceil(self.max_batch.unwrap_or(r)).max(threads.min(r));
         let bounds = dasim_sim::params::blocks(r, groups);
         let results: Vec<(ReadBack, Vec<f32>)> = if groups > 1 && threads > 1 {
@@ -923,6 +991,47 @@ impl BurnStore {
         (indices, features)
     }
 
+    /// A flush on the CPU path: each request's gradient through the model's CPU program,
+    /// into a spare buffer of the rows, the requests spread over `threads` threads one by one
+    /// (a replica's pass is single-threaded and the same whichever thread runs it).
+    fn cpu_flush(&mut self, cpu: &dyn CpuNet, pending: Vec<Pending>, threads: usize) {
+        let r = pending.len();
+        let mut grads: Vec<Vec<f32>> = (0..r).map(|_| self.rows.buffer()).collect();
+        // A replica per thread where the requests fill the threads evenly enough; otherwise
+        // one request after another, each spreading its layers over the threads.
+        let by_request = threads > 1 && (r == threads || r >= 2 * threads);
+        let run = |(q, g): (&Pending, &mut Vec<f32>)| {
+            let (batch, features) = (&q.batch, q.features.as_deref());
+            with_inner_parallelism(!by_request, || {
+                self.cpu_gradient(cpu, &q.snapshot, q.scale, batch, features, g)
+            })
+        };
+        let losses: Vec<f32> = if by_request {
+            pending
+                .par_iter()
+                .zip(grads.par_iter_mut())
+                .map(run)
+                .collect()
+        } else {
+            pending.iter().zip(grads.iter_mut()).map(run).collect()
+        };
+        let state = self.model.trainable().end..self.model.num_params();
+        for ((q, mut g), loss) in pending.into_iter().zip(grads).zip(losses) {
+            if q.scale != 1.0 {
+                // The state delta in the row's units (see `flush`).
+                for v in &mut g[state.clone()] {
+                    *v = (f64::from(*v) / q.scale) as f32;
+                }
+            }
+            self.ready.insert(q.id, Ready::Host(Arc::new(g)));
+            self.rows.recycle(q.snapshot);
+            self.train_loss += f64::from(loss);
+        }
+        self.stats.passes += r as u64;
+        self.stats.flushes += 1;
+        self.train_loss_count += r;
+    }
+
     /// Gradients and losses `[R]` of a group of requests, read back in one transfer.
     fn group_gradients(&self, group: &[Pending]) -> (ReadBack, Vec<f32>) {
         let (indices, features) = self.requests_batches(group);
@@ -971,12 +1080,13 @@ impl BurnStore {
             Some(f) => Tensor::from_data(TensorData::new(f, [r, b, self.dim]), &self.device),
             None => self
                 .train
+                .device()
                 .x
                 .clone()
                 .select(0, idx.clone())
                 .reshape([r, b, self.dim]),
         };
-        (x, self.train.select(idx, r, b))
+        (x, self.train.device().select(idx, r, b))
     }
 
     /// The objective of each of `R` models on its own minibatch, `[R]` (mean loss plus the L2
@@ -1079,6 +1189,142 @@ impl BurnStore {
         (parts, losses.without_autodiff())
     }
 
+    /// The gradient of the row `row` read at `scale` on the minibatch `batch` (training
+    /// indices, or the augmented `features` when there are any) through the model's CPU
+    /// program, into `grad` (`P`), with the state delta on the state suffix as
+    /// [`BurnStore::batched_gradient`]'s; returns the minibatch's mean loss. The minibatch is
+    /// gathered into this thread's scratch buffers.
+    fn cpu_gradient(
+        &self,
+        cpu: &dyn CpuNet,
+        row: &[f32],
+        scale: f64,
+        batch: &[usize],
+        features: Option<&[f32]>,
+        grad: &mut [f32],
+    ) -> f32 {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<CpuScratch> = Default::default();
+        }
+        let train = self.train.host();
+        let dim = train.dim;
+        SCRATCH.with(|scratch| {
+            let CpuScratch {
+                params,
+                x,
+                labels,
+                values,
+            } = &mut *scratch.borrow_mut();
+            let params: &[f32] = if scale == 1.0 {
+                row
+            } else {
+                let s = scale as f32;
+                params.clear();
+                params.extend(row.iter().map(|&v| v * s));
+                params
+            };
+            x.clear();
+            match features {
+                Some(f) => x.extend_from_slice(f),
+                None => {
+                    for &i in batch {
+                        x.extend_from_slice(&train.features[i * dim..(i + 1) * dim]);
+                    }
+                }
+            }
+            let targets = match train.target {
+                TargetKind::Classes(_) => {
+                    labels.clear();
+                    labels.extend(batch.iter().map(|&i| train.labels[i]));
+                    HostTargets::Classes(labels)
+                }
+                TargetKind::Real => {
+                    values.clear();
+                    values.extend(batch.iter().map(|&i| train.values[i]));
+                    HostTargets::Real(values)
+                }
+            };
+            let b = batch.len();
+            let per_sample = cpu.train(params, x, targets, 1.0 / b as f32, grad);
+            // The state part holds the new state: its change from the state read.
+            for k in self.model.trainable().end..self.model.num_params() {
+                grad[k] -= params[k];
+            }
+            let sum: f64 = per_sample.iter().map(|&l| f64::from(l)).sum();
+            (sum / b as f64) as f32
+        })
+    }
+
+    /// Held-out loss and accuracy of `model` on the CPU path: the test split in chunks of a
+    /// minibatch's size (spread over the store's threads; each reuses its thread's buffers of
+    /// a training pass), each sample's loss summed in sample order in `f64`.
+    fn cpu_evaluate(&self, cpu: &dyn CpuNet, model: &[f32]) -> Evaluation {
+        let test = self.test.host();
+        let n = test.len();
+        let k = cpu.outputs();
+        let chunk = |range: Range<usize>| -> Vec<(f64, bool)> {
+            let x = &test.features[range.start * test.dim..range.end * test.dim];
+            // The last chunk is padded with zero images to a whole minibatch, so that it runs
+            // on the same buffers; evaluation treats each sample on its own.
+            let padded;
+            let x = if range.len() < self.batch {
+                padded = [x, &vec![0.0; (self.batch - range.len()) * test.dim]].concat();
+                &padded[..]
+            } else {
+                x
+            };
+            let mut out = vec![0.0f32; self.batch * k];
+            cpu.infer(model, x, &mut out);
+            range
+                .enumerate()
+                .map(|(j, i)| {
+                    let o = &out[j * k..(j + 1) * k];
+                    match test.target {
+                        TargetKind::Classes(_) => {
+                            let label = test.labels[i] as usize;
+                            let max = o.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                            let log_sum =
+                                o.iter().map(|&v| (v - max).exp()).sum::<f32>().ln() + max;
+                            let best = o
+                                .iter()
+                                .enumerate()
+                                .fold(0, |b, (c, &v)| if v > o[b] { c } else { b });
+                            (f64::from(log_sum - o[label]), best == label)
+                        }
+                        TargetKind::Real => {
+                            let e = f64::from(o[0]) - f64::from(test.values[i]);
+                            (0.5 * e * e, false)
+                        }
+                    }
+                })
+                .collect()
+        };
+        let ranges: Vec<Range<usize>> = (0..n)
+            .step_by(self.batch)
+            .map(|s| s..(s + self.batch).min(n))
+            .collect();
+        let parts: Vec<Vec<(f64, bool)>> = if self.threads > 1 && ranges.len() > 1 {
+            ranges
+                .into_par_iter()
+                .map(|r| with_inner_parallelism(false, || chunk(r)))
+                .collect()
+        } else {
+            ranges.into_iter().map(chunk).collect()
+        };
+        let (mut loss, mut correct) = (0.0f64, 0usize);
+        for (l, c) in parts.into_iter().flatten() {
+            loss += l;
+            correct += usize::from(c);
+        }
+        Evaluation {
+            loss: loss / n as f64,
+            accuracy: match test.target {
+                TargetKind::Classes(_) => correct as f64 / n as f64,
+                TargetKind::Real => f64::NAN,
+            },
+        }
+    }
+
     /// Reads a batch's gradient blocks and losses back in one transfer, with no concatenation
     /// on the device.
     fn read_gradients(
@@ -1114,6 +1360,16 @@ impl BurnStore {
     ) -> (Vec<Vec<f32>>, Vec<f32>) {
         let p = self.model.num_params();
         let scaled: Vec<(&[f32], f64)> = rows.iter().map(|r| (&r[..], 1.0)).collect();
+        if let Some(cpu) = &self.cpu {
+            let mut grads = Vec::with_capacity(rows.len());
+            let mut losses = Vec::with_capacity(rows.len());
+            for (row, batch) in rows.iter().zip(batches) {
+                let mut g = vec![0.0; p];
+                losses.push(self.cpu_gradient(&**cpu, row, 1.0, batch, None, &mut g));
+                grads.push(g);
+            }
+            return (grads, losses);
+        }
         let blocks = self.block_tensors(&scaled);
         let (parts, losses) = self.batched_gradient(blocks, &batches.concat(), None);
         let (read, losses) = Self::read_gradients(parts, losses);
@@ -1131,6 +1387,9 @@ impl BurnStore {
     /// [`BurnStore::gradients_host`] differentiates: training mode, batch statistics), without
     /// autodiff.
     pub fn losses_host(&self, rows: &[Vec<f32>], batches: &[Vec<usize>]) -> Vec<f32> {
+        if self.cpu.is_some() {
+            return self.gradients_host(rows, batches).1;
+        }
         let params = self.host_rows(rows);
         let (x, y) = self.minibatches(rows.len(), &batches.concat(), None);
         self.losses(params, x, y, true)
@@ -1209,10 +1468,15 @@ impl BurnStore {
     /// transfer.
     fn evaluate_model(&mut self, model: Vec<f32>) -> Evaluation {
         let started = Instant::now();
+        self.stats.evaluations += 1;
+        if let Some(cpu) = &self.cpu {
+            let evaluation = self.cpu_evaluate(&**cpu, &model);
+            self.stats.eval_wall += started.elapsed();
+            return evaluation;
+        }
         let p = model.len();
         let model: Tensor<2> = Tensor::from_data(TensorData::new(model, [1, p]), &self.device);
-        self.stats.evaluations += 1;
-        let n = self.test.len;
+        let n = self.test.len();
         let mut loss_sum: Option<Tensor<1>> = None;
         let mut correct: Option<Tensor<1>> = None;
         let add = |acc: &mut Option<Tensor<1>>, t: Tensor<1>| {
@@ -1222,7 +1486,7 @@ impl BurnStore {
             });
         };
         for start in (0..n).step_by(EVAL_CHUNK) {
-            let (x, y) = self.test.rows(start..(start + EVAL_CHUNK).min(n));
+            let (x, y) = self.test.device().rows(start..(start + EVAL_CHUNK).min(n));
             let (out, _) = self.model.forward(model.clone(), x, false);
             match y {
                 BatchTargets::Classes(y) => {
@@ -1275,7 +1539,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn train_size(&self) -> usize {
-        self.train.len
+        self.train.len()
     }
 
     fn layers(&self) -> Vec<dasim_sim::params::Layer> {
