@@ -128,6 +128,7 @@ scenario_tests! {
     lap_sgd_scenario_runs_without_deadlock => "lap-sgd.toml",
     lpp_sgd_scenario_runs_without_deadlock => "lpp-sgd.toml",
     lenet_scenario_runs_without_deadlock => "lenet.toml",
+    resnet_scenario_runs_without_deadlock => "resnet.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
     softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
 }
