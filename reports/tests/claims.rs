@@ -6,7 +6,7 @@ mod common;
 
 use dasim_reports::claims::expr::parse;
 use dasim_reports::claims::{
-    Bound, Claim, ClaimError, Expect, Facts, Op, Over, Quantities, RunView, Seeds,
+    Bound, Claim, ClaimError, Expect, Facts, Op, Over, Quantities, RunView, STOPPED_EARLY, Seeds,
 };
 use dasim_reports::rundir::{
     AlgorithmStaleness, AlgorithmSummary, CheckResult, CheckRow, IntStats, MetricRow, SeriesRow,
@@ -502,6 +502,18 @@ fn seeds_mean_judges_the_means() {
     let rows = claim.aggregate_mean(&[(1, seed(0.5)), (2, missing)]);
     assert_eq!(rows[0].result, CheckResult::Fail);
     assert!(rows[0].reason.as_deref().unwrap().contains("seed 2"));
+    // A seed whose run stopped early (diverged) fails the mean, whatever its numbers: here its
+    // value would pull the mean under the bound.
+    let mut diverged = seed(0.1);
+    diverged[0].result = CheckResult::Fail;
+    diverged[0].reason = Some(format!("{STOPPED_EARLY}: the loss diverged"));
+    let rows = claim.aggregate_mean(&[(1, seed(1.2)), (2, diverged), (3, seed(1.0))]);
+    assert_eq!(rows[0].result, CheckResult::Fail, "{:?}", rows[0]);
+    let reason = rows[0].reason.as_deref().unwrap();
+    assert!(
+        reason.contains("seed 2") && reason.contains("diverged"),
+        "{reason}"
+    );
 }
 
 #[test]

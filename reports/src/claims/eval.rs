@@ -197,6 +197,18 @@ impl Quantities {
     }
 }
 
+/// How a row's reason begins when its run stopped early (diverged, or no step completed).
+pub const STOPPED_EARLY: &str = "the run stopped early";
+
+/// Whether a row failed because its run stopped early ([`Claim::evaluate`]).
+fn stopped_early(row: &CheckRow) -> bool {
+    row.result == CheckResult::Fail
+        && row
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(STOPPED_EARLY))
+}
+
 impl Claim {
     /// The value of the bound for algorithm `label` of `run`.
     pub fn bound_value(&self, run: &RunView<'_>, quantities: &Quantities, label: &str) -> Reading {
@@ -244,7 +256,7 @@ impl Claim {
                     if let Some(r) = stopped {
                         row.result = CheckResult::Fail;
                         row.reason = Some(format!(
-                            "the run stopped early: {}",
+                            "{STOPPED_EARLY}: {}",
                             r.stop_reason.as_deref().unwrap_or("see summary.json")
                         ));
                     }
@@ -303,7 +315,8 @@ impl Claim {
     /// each seed, the rows [`Claim::evaluate`] gave. One row per algorithm: the mean of the
     /// observed values against the mean of the bounds (the bound differs between seeds only
     /// when it names another algorithm's metric or a seed-dependent quantity, such as the gap
-    /// of a random graph). A seed whose value could not be read fails the row.
+    /// of a random graph). A seed whose value could not be read, or whose run stopped early
+    /// (it diverged or stalled: its numbers are no result), fails the row.
     pub fn aggregate_mean(&self, per_seed: &[(u64, Vec<CheckRow>)]) -> Vec<CheckRow> {
         let Some((_, first)) = per_seed.first() else {
             return Vec::new();
@@ -321,6 +334,10 @@ impl Claim {
             let mut missing = Vec::new();
             for (seed, rows) in per_seed {
                 match rows.iter().find(|r| &r.algorithm == label) {
+                    Some(r) if stopped_early(r) => missing.push(format!(
+                        "seed {seed}: {}",
+                        r.reason.as_deref().unwrap_or(STOPPED_EARLY)
+                    )),
                     Some(CheckRow {
                         observed: Some(o),
                         bound: Some(b),

@@ -69,7 +69,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use eval::{Quantities, RunView};
+pub use eval::{Quantities, RunView, STOPPED_EARLY};
 pub use metrics::{METRICS, MetricDef, MetricRef, Needs, Shape};
 
 use crate::rundir::{CheckResult, CheckRow};
