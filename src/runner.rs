@@ -332,11 +332,10 @@ pub fn quantities(loaded: &Loaded, problem: &Problem, claims: &[Claim]) -> Resul
                 .map(|w| cluster.base_step_time(w).as_secs_f64())
                 .fold(f64::INFINITY, f64::min);
             out.set("step_s", step);
+            // A time-varying schedule's: the most peers a node has in any iteration of it, its
+            // `peers_schedule` phases included (where they fall does not matter here).
             let degree = if topology.is_time_varying() {
-                (0..n)
-                    .map(|i| topology.schedule().out_peers(i, 0).len())
-                    .max()
-                    .unwrap_or(0)
+                topology.training_schedule(1, 1).max_out_peers()
             } else {
                 topology.degree_stats().max
             };

@@ -207,14 +207,7 @@ impl Scenario {
                 }
             }
         }
-        let time_varying = |t: &TopologyConfig| {
-            matches!(
-                t,
-                TopologyConfig::OnePeerExponential {}
-                    | TopologyConfig::TwoPeerExponential {}
-                    | TopologyConfig::RandomPeer {}
-            )
-        };
+        let time_varying = TopologyConfig::is_time_varying;
         let why = |t: &TopologyConfig| {
             format!(
                 "the {} topology is a time-varying schedule, which has no single mixing matrix",

@@ -641,3 +641,60 @@ value = "{}"
     // tau is the algorithm's own; with one Overlap-SGP entry it is also everyone's.
     assert_eq!(q.get("tau", "allreduce"), Some(3.0));
 }
+
+/// `gap` and `degree` of a time-varying schedule are decided before anything runs: `gap` is
+/// refused for every time-varying kind (the bidirectional exponential graph of SGP's reference
+/// included), and `degree` is the most peers a node has in any iteration, over the whole
+/// schedule, `peers_schedule` phases included (not iteration 0's).
+#[test]
+fn gap_and_degree_of_a_time_varying_schedule_are_decided_before_the_run() {
+    use dasim::Loaded;
+    use dasim::runner::{claims, load_problem, quantities};
+
+    let scenario = |value: &str| {
+        format!(
+            r#"[cluster]
+workers = 8
+step_time_ms = 10.0
+
+[topology]
+kind = "bidirectional-exponential"
+peers = 1
+peers_schedule = [[2, 3]]
+
+[model]
+kind = "quadratic"
+dim = 4
+
+[run]
+sim_time_s = 0.1
+
+[[algorithms]]
+kind = "sgp"
+
+[[expect]]
+metric = "bytes"
+op = ">="
+value = "{value}"
+"#
+        )
+    };
+    let err = Loaded::from_str(Path::new("g.toml"), scenario("gap"))
+        .err()
+        .expect("gap of a time-varying schedule is refused when the scenario loads")
+        .to_string();
+    assert!(
+        err.contains("g.toml:23:10") && err.contains("time-varying"),
+        "{err}"
+    );
+    let text = scenario("degree");
+    let loaded = Loaded::from_str(Path::new("d.toml"), text).unwrap_or_else(|e| panic!("{e}"));
+    let problem = load_problem(&loaded).unwrap();
+    let claims = claims(&loaded, &problem).unwrap();
+    let q = quantities(&loaded, &problem, &claims).unwrap();
+    assert_eq!(
+        q.get("degree", "sgp"),
+        Some(3.0),
+        "three peers per iteration from epoch 2"
+    );
+}

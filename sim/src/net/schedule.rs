@@ -342,6 +342,32 @@ impl PeerSchedule {
         self.strong_components(self.check_window()).len() <= 1
     }
 
+    /// The most peers a node sends to in one iteration, over the whole schedule: a static
+    /// graph's largest degree; a rotating schedule's over a period of each of its phases (and of
+    /// the count before the first); 1 for the random peer.
+    pub fn max_out_peers(&self) -> usize {
+        let per_period = |s: &PeerSchedule| {
+            (0..s.period().unwrap_or(1))
+                .map(|k| {
+                    let mut peers = s.out_peers(0, k);
+                    peers.sort_unstable();
+                    peers.dedup();
+                    peers.len()
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        match &self.kind {
+            Kind::Fixed(nb) => nb.iter().map(Vec::len).max().unwrap_or(0),
+            Kind::Rotating { per, phases, .. } => std::iter::once(*per)
+                .chain(phases.iter().map(|&(_, p)| p))
+                .map(|p| per_period(&self.phase_schedule(p)))
+                .max()
+                .unwrap_or(0),
+            Kind::Random { .. } => usize::from(self.n >= 2),
+        }
+    }
+
     /// This rotating schedule with `per` peers per iteration throughout and no phases.
     pub fn phase_schedule(&self, per: usize) -> PeerSchedule {
         let mut s = self.clone();

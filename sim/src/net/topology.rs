@@ -144,6 +144,19 @@ impl Default for TopologyConfig {
 }
 
 impl TopologyConfig {
+    /// Whether this is a time-varying schedule (its peers change with the iteration), which has
+    /// no single mixing matrix: SGP's one- and two-peer exponential schedules, the reference's
+    /// bidirectional exponential graph, and the random peer. The one list of them.
+    pub fn is_time_varying(&self) -> bool {
+        matches!(
+            self,
+            TopologyConfig::OnePeerExponential {}
+                | TopologyConfig::TwoPeerExponential {}
+                | TopologyConfig::BidirectionalExponential { .. }
+                | TopologyConfig::RandomPeer {}
+        )
+    }
+
     /// The `kind` tag.
     pub fn kind(&self) -> &'static str {
         match self {
