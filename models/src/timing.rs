@@ -59,11 +59,12 @@ impl Preset {
     }
 
     /// Trainable parameters (the torchvision and Hugging Face reference implementations' counts
-    /// for the published architectures).
+    /// for the published architectures; for ResNet-20, the paper's option-A shortcuts, as
+    /// [`crate::ResNet`]).
     pub fn params(self) -> u64 {
         match self {
             Preset::Resnet50 => 25_557_032,
-            Preset::Resnet20 => 272_474,
+            Preset::Resnet20 => 269_722,
             Preset::Vgg16 => 138_357_544,
             Preset::BertBase => 109_482_240,
             Preset::Gpt2Small => 124_439_808,
@@ -76,8 +77,8 @@ impl Preset {
             // He et al. 2016, Table 1: 3.8 × 10⁹ (torchvision measures 4.09 × 10⁹).
             Preset::Resnet50 => 4_090_000_000,
             // The 3 × 3 convolutions of 3 stages of 3 blocks on 32/16/8-pixel maps, plus the
-            // classifier: 40.8 × 10⁶.
-            Preset::Resnet20 => 40_810_000,
+            // classifier, with the paper's option-A shortcuts (no projection): 40.55 × 10⁶.
+            Preset::Resnet20 => 40_551_040,
             // Simonyan & Zisserman 2015, configuration D; torchvision: 15.47 × 10⁹.
             Preset::Vgg16 => 15_470_000_000,
             // N·L for the 85 M weights outside the embeddings and L = 128 tokens, plus the
@@ -406,6 +407,22 @@ impl ReplicaStore for TimingStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resnet20_preset_counts_the_papers_resnet20() {
+        // He et al. 2016, §4.2 uses option A (parameter-free shortcuts), as dasim's ResNet: the
+        // preset carries that model's size and cost (the running statistics are state, not
+        // parameters, and ride in no message of a timing run).
+        let shape = crate::ImageShape {
+            channels: 3,
+            height: 32,
+            width: 32,
+        };
+        let net = crate::ResNet::new(shape, 10, 20, 16);
+        let trainable = (net.num_params() - net.state_len()) as u64;
+        assert_eq!(Preset::Resnet20.params(), trainable);
+        assert_eq!(2 * Preset::Resnet20.forward_macs(), net.forward_flops());
+    }
 
     #[test]
     fn presets_resolve_and_keys_are_checked() {
