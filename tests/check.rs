@@ -698,3 +698,35 @@ value = "{value}"
         "three peers per iteration from epoch 2"
     );
 }
+
+/// The book's Overlap-SGP example (`testing-claims.md`) holds as written, and still holds under
+/// a straggler: it claims the delay bound of the paper's Algorithm 2, which sends at every
+/// iteration. (Under the default `send = "after-mix"` a 2× straggler breaks it.)
+#[test]
+fn the_books_overlap_sgp_example_holds_under_a_straggler() {
+    let chapter = common::manifest_dir().join("book/src/testing-claims.md");
+    let text = std::fs::read_to_string(&chapter).unwrap();
+    let at = text
+        .find("For instance, Overlap-SGP's delay bound")
+        .expect("the example's introduction");
+    let block = &text[at..];
+    let start = block.find("```toml\n").expect("the example's block") + "```toml\n".len();
+    let end = start + block[start..].find("```").expect("the block's end");
+    let example = &block[start..end];
+    let straggler = example.replace(
+        "[topology]",
+        "[[cluster.stragglers]]\nworkers = [7]\nfactor = 2.0\n\n[topology]",
+    );
+    assert_ne!(straggler, example, "the example has a [topology] table");
+    for (name, scenario) in [("as-written.toml", example), ("straggler.toml", &straggler)] {
+        let (_dir, path) = common::scenario(scenario, name);
+        let o = check(&[path.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}: {}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+    }
+}
