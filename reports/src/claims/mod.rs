@@ -270,11 +270,11 @@ pub const QUANTITIES: &[(&str, &str)] = &[
     ),
     (
         "gap",
-        "spectral gap of the static topology's Metropolis mixing matrix, one minus its second-largest eigenvalue modulus, as `dasim inspect topology` prints it",
+        "spectral gap of the static topology's Metropolis mixing matrix, one minus its second-largest eigenvalue modulus, as `dasim inspect topology` prints it; refused (when the scenario loads) for a time-varying schedule, which has no single mixing matrix",
     ),
     (
         "degree",
-        "the largest degree of the graph; for a time-varying schedule, the most peers a node sends to in one iteration",
+        "the largest degree of the graph; for a time-varying schedule, the most peers a node sends to in one iteration, over the whole schedule (a `peers_schedule`'s later phases included)",
     ),
     ("P", "parameters per replica"),
     ("batch", "minibatch size (`data.batch_size`)"),
