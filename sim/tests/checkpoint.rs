@@ -233,7 +233,9 @@ fn dpsgd_resumes_exactly() {
 
 #[test]
 fn adpsgd_resumes_exactly() {
+    // Both averaging modes: the default communication thread, and one average per step.
     check("kind = \"adpsgd\"", true);
+    check("kind = \"adpsgd\"\naveraging = \"per-step\"", true);
     check("kind = \"adpsgd\"\naveraging = \"thread\"", false);
 }
 
