@@ -679,10 +679,10 @@ value = "{value}"
 "#
         )
     };
-    let err = Loaded::from_str(Path::new("g.toml"), scenario("gap"))
-        .err()
-        .expect("gap of a time-varying schedule is refused when the scenario loads")
-        .to_string();
+    let Err(err) = Loaded::from_str(Path::new("g.toml"), scenario("gap")) else {
+        panic!("gap of a time-varying schedule is refused when the scenario loads");
+    };
+    let err = err.to_string();
     assert!(
         err.contains("g.toml:23:10") && err.contains("time-varying"),
         "{err}"
