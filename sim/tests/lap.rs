@@ -5,10 +5,12 @@
 
 mod common;
 
+use std::ops::Range;
+
 use common::*;
 use dasim_sim::algorithms::lap::{LapSgd, partial_step_cost};
 use dasim_sim::engine::{Collect, run_inspect};
-use dasim_sim::params::Layer;
+use dasim_sim::params::{Evaluation, GradId, Layer, MsgId, ReferenceStore, Slot};
 use dasim_sim::prelude::*;
 
 const SEED: u64 = 5;
@@ -275,4 +277,149 @@ fn each_process_steps_with_its_own_momentum_buffer() {
         // The state row's parameters are never used: still the initial model.
         close(store.params(second)[0], 0.0, "the state row's parameters");
     }
+}
+
+/// The reference store with the last `S` coordinates declared state (as a batch-normalized
+/// model's running statistics), recording every gradient application's row and block.
+struct WithState {
+    inner: ReferenceStore,
+    state: usize,
+    applied: Vec<(usize, Range<usize>)>,
+}
+
+impl ReplicaStore for WithState {
+    fn workers(&self) -> usize {
+        self.inner.workers()
+    }
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+    fn num_params(&self) -> usize {
+        self.inner.num_params()
+    }
+    fn batch_size(&self) -> usize {
+        self.inner.batch_size()
+    }
+    fn train_size(&self) -> usize {
+        self.inner.train_size()
+    }
+    fn layers(&self) -> Vec<Layer> {
+        self.inner.layers()
+    }
+    fn state(&self) -> Range<usize> {
+        let p = self.num_params();
+        p - self.state..p
+    }
+    fn add_rows(&mut self, count: usize) -> usize {
+        self.inner.add_rows(count)
+    }
+    fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
+        self.inner.request_gradient_scaled(worker, scale)
+    }
+    fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
+        self.inner.mean_gradient(grads)
+    }
+    fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
+        self.applied.push((row, block.clone()));
+        self.inner.apply_gradient_block(row, grad, lr, block)
+    }
+    fn release_gradient(&mut self, grad: GradId) {
+        self.inner.release_gradient(grad)
+    }
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.inner.swap_optimizer_state(a, b)
+    }
+    fn average(&mut self, rows: &[usize]) {
+        self.inner.average(rows)
+    }
+    fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
+        self.inner.mix(dst, terms)
+    }
+    fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
+        self.inner.new_msg(terms)
+    }
+    fn release_msg(&mut self, msg: MsgId) {
+        self.inner.release_msg(msg)
+    }
+    fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
+        self.inner.copy_block(dst, src, block)
+    }
+    fn evaluate(&mut self) -> Evaluation {
+        self.inner.evaluate()
+    }
+    fn evaluate_mix(&mut self, terms: &[(usize, f64)]) -> Evaluation {
+        self.inner.evaluate_mix(terms)
+    }
+    fn take_train_loss(&mut self) -> f64 {
+        self.inner.take_train_loss()
+    }
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        self.inner.consensus_distance(scales)
+    }
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        self.inner.suboptimality(terms)
+    }
+}
+
+/// LPP-SGD's partial steps keep their change to the running statistics (in the reference every
+/// forward pass in training mode updates them, whatever block the step then updates): the
+/// blocks split the trainable coordinates only, and every step of every process applies the
+/// state. (Before, the blocks split the whole row, state included, so only the last process's
+/// partial steps reached the statistics.)
+#[test]
+fn lpp_sgd_partial_steps_keep_the_running_statistics() {
+    let (n, p, state) = (2, 2, 4);
+    let c = LapSgdConfig {
+        processes: p,
+        h: 1000,
+        pre_partial_epochs: 0,
+        ..Default::default()
+    };
+    let mut store = WithState {
+        inner: quadratic_store(n, SEED),
+        state,
+        applied: Vec::new(),
+    };
+    let (_, alg) = run_lap(
+        &c,
+        true,
+        &cluster(n, &[]),
+        &mut store,
+        &stop_at(0.2),
+        &mut |_, _, _| {},
+    );
+    let params = 16;
+    let stats = params - state..params;
+    let steps: u64 = (0..n)
+        .flat_map(|i| (0..p).map(move |q| (i, q)))
+        .map(|(i, q)| alg.process_steps(i, q))
+        .sum();
+    assert!(steps >= 8, "{steps} steps");
+    // Every application to a node row: full steps (the whole row), partial steps (a block of
+    // the trainable coordinates, then the state).
+    let to_nodes: Vec<&Range<usize>> = store
+        .applied
+        .iter()
+        .filter(|(row, _)| *row < n)
+        .map(|(_, b)| b)
+        .collect();
+    let trainable_blocks: Vec<&&Range<usize>> = to_nodes
+        .iter()
+        .filter(|b| b.len() < params && b.start < stats.start)
+        .collect();
+    assert!(!trainable_blocks.is_empty(), "no partial step");
+    for b in &trainable_blocks {
+        assert!(
+            b.end <= stats.start,
+            "a partial block {b:?} reaches into the state"
+        );
+    }
+    let touching_state = to_nodes
+        .iter()
+        .filter(|b| b.start <= stats.start && b.end >= stats.end)
+        .count() as u64;
+    assert_eq!(
+        touching_state, steps,
+        "every step applies the statistics' change"
+    );
 }

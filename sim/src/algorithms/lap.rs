@@ -55,7 +55,10 @@
 //! each other's updates only between steps (lock-free, Hogwild-style).
 //!
 //! **LPP-SGD's partial steps.** The blocks are the `P` near-equal contiguous blocks of the
-//! parameters ([`blocks`]); process `p` owns block `p`. Once the node's counter is past
+//! trainable parameters ([`blocks`]); process `p` owns block `p`. The state (batch norm's
+//! running statistics) is no process's block: a partial step's forward pass runs in training
+//! mode on the whole model, as every pass of the reference does, so every step, full or
+//! partial, keeps its change to the statistics. Once the node's counter is past
 //! `pre_partial_epochs` epochs (the reference's `--prepassmepochs`, default 10), each process
 //! alternates: after each of its steps it switches between full and partial. A partial step
 //! requests the gradient as a full step does (the store computes whole gradients) and applies
@@ -485,7 +488,9 @@ impl Algorithm for LapSgd {
         let n = self.nodes.len();
         let p = self.nodes[0].processes.len();
         let store = &mut cx.world.store;
-        self.blocks = blocks(store.num_params(), p);
+        // The blocks split the trainable coordinates; the state (batch norm's running
+        // statistics) is no process's: every training pass updates it.
+        self.blocks = blocks(store.state().start, p);
         if self.partitioned {
             let layers = store.layers();
             self.partial_cost = self
@@ -537,6 +542,17 @@ impl Algorithm for LapSgd {
                 cx.world
                     .store
                     .apply_gradient_block_with_state(node, state, g, lr, block);
+                if partial {
+                    // A partial step's forward pass ran in training mode on the whole model,
+                    // as every pass of the reference does: its change to the running
+                    // statistics is kept, whatever the block.
+                    let stats = cx.world.store.state();
+                    if !stats.is_empty() {
+                        cx.world
+                            .store
+                            .apply_gradient_block_with_state(node, state, g, lr, stats);
+                    }
+                }
                 cx.world.store.release_gradient(g);
                 cx.step_done(node);
                 // The counter before this minibatch says the epoch, as in the reference.
