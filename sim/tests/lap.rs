@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use common::*;
 use dasim_sim::algorithms::lap::{LapSgd, partial_step_cost};
+use dasim_sim::cluster::stragglers::JitterConfig;
 use dasim_sim::engine::{Collect, run_inspect};
 use dasim_sim::params::{Evaluation, GradId, Layer, MsgId, ReferenceStore, Slot};
 use dasim_sim::prelude::*;
@@ -28,13 +29,34 @@ fn run_lap(
     stop: &RunConfig,
     inspect: &mut dyn FnMut(&LapSgd, &World<'_>, SimTime),
 ) -> (Outcome, LapSgd) {
+    run_lap_on(
+        &net(10.0, 5.0),
+        c,
+        partitioned,
+        cluster_cfg,
+        store,
+        stop,
+        inspect,
+    )
+}
+
+/// [`run_lap`] on the network `net_cfg`.
+fn run_lap_on(
+    net_cfg: &NetworkConfig,
+    c: &LapSgdConfig,
+    partitioned: bool,
+    cluster_cfg: &ClusterConfig,
+    store: &mut dyn ReplicaStore,
+    stop: &RunConfig,
+    inspect: &mut dyn FnMut(&LapSgd, &World<'_>, SimTime),
+) -> (Outcome, LapSgd) {
     let n = cluster_cfg.workers;
     let opt = optimizer(0.05, 0.5);
     let cfg = lap(c);
     let mut world = world(
         &cfg,
         cluster_cfg,
-        &net(10.0, 5.0),
+        net_cfg,
         TopologyConfig::Ring {},
         store,
         &opt,
@@ -114,6 +136,64 @@ fn the_fastest_node_triggers_and_every_node_contributes_what_it_has() {
     assert!(at.windows(2).all(|w| w[1] - w[0] == 4), "{at:?}");
     // The straggler contributed with far fewer minibatches than H per round.
     assert!(lag > 50, "{lag}");
+}
+
+#[test]
+fn every_poll_round_is_decided_once_on_its_own_counters() {
+    // Counters' all-reduces slower than a minibatch, and jittered steps: a node finishes its
+    // poll and opens the next one while the others are still in the old one. The round a node
+    // completes decides that round, and no other: each round once, on the maximum counter its
+    // own nodes contributed, and every decided round is averaged by every node.
+    let n = 8;
+    let c = LapSgdConfig {
+        processes: 2,
+        h: 2,
+        ..Default::default()
+    };
+    let jittered = ClusterConfig::new(n)
+        .with_step_time_ms(10.0)
+        .with_straggler(StragglerConfig::new(
+            WorkerSet::All,
+            StragglerModel::Jitter(JitterConfig {
+                distribution: Distribution::Gamma,
+                mean: 1.0,
+                cv: Some(0.5),
+                shape: None,
+            }),
+        ));
+    let mut store = quadratic_store(n, SEED);
+    let mut max_seen = Vec::new();
+    let (_, alg) = run_lap_on(
+        &net(10.0, 3000.0),
+        &c,
+        false,
+        &jittered,
+        &mut store,
+        &stop_at(2.0),
+        &mut |alg: &LapSgd, _, _| {
+            let max = (0..n).map(|i| alg.counter(i)).max().unwrap();
+            if alg.decided_at().len() > max_seen.len() {
+                max_seen.push(max);
+            }
+        },
+    );
+    let at = alg.decided_at();
+    assert!(at.len() >= 10, "{at:?}");
+    assert_eq!(alg.rounds(), at.len() as u64);
+    // Each decision is on counters no larger than the maximum at the time, and later rounds
+    // are decided on later counters, H apart at least once past the warm-up.
+    assert!(
+        at.iter().zip(&max_seen).all(|(a, m)| a <= m),
+        "{at:?} vs {max_seen:?}"
+    );
+    assert!(at.windows(2).all(|w| w[1] > w[0]), "{at:?}");
+    // Every node averaged every decided round but the last one or two, still in flight.
+    let rounds = alg.rounds();
+    let averaged = alg.averagings();
+    assert!(
+        averaged <= rounds * n as u64 && averaged + 2 * n as u64 >= rounds * n as u64,
+        "{averaged} node-averagings for {rounds} rounds of {n} nodes"
+    );
 }
 
 #[test]

@@ -237,8 +237,10 @@ pub struct LapSgd {
     ring: Option<Ring>,
     /// The maximum counter at the last averaging decision.
     last: u64,
-    /// The poll opened and not yet decided: the maximum counter contributed to it so far.
-    poll: Option<u64>,
+    /// The poll opened and not yet decided: its round of the counters' all-reduce and the
+    /// maximum counter contributed to it so far. The nodes still finishing an older round
+    /// (already decided) do not touch it.
+    poll: Option<(u64, u64)>,
     /// The mean of the snapshots of a round, with how many nodes have yet to apply it.
     avg: Option<(u64, MsgId, usize)>,
     averagings: u64,
@@ -375,7 +377,9 @@ impl LapSgd {
         if max < self.last + every {
             return;
         }
-        self.poll = Some(0);
+        // Round r of the counters' all-reduce decides averaging round r: the rounds decided so
+        // far number the one opened now.
+        self.poll = Some((self.rounds, 0));
         for node in 0..self.nodes.len() {
             if self.nodes[node].thread == Thread::Idle {
                 self.join_poll(node, cx);
@@ -385,18 +389,24 @@ impl LapSgd {
 
     fn join_poll(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
         let counter = self.nodes[node].counter;
-        if let Some(max) = &mut self.poll {
+        let polls = self.polls.as_mut().expect("started");
+        if let Some((round, max)) = &mut self.poll {
+            debug_assert_eq!(polls.round(node), *round, "a node joins the open poll");
             *max = (*max).max(counter);
         }
         self.nodes[node].thread = Thread::Polling;
-        let polls = self.polls.as_mut().expect("started");
         // The processes keep computing: the averaging thread's wait is not the node's activity.
         let _ = polls.ready_all(node, cx, Event::PollDone);
     }
 
     fn polled(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
-        if let Some(max) = self.poll.take() {
+        let completed = self.polls.as_ref().expect("started").round(node) - 1;
+        if let Some((round, max)) = self.poll
+            && round == completed
+        {
             // The first node to learn the maximum: the decision every node reaches with it.
+            // The others finish this round later, while the next poll may be open already.
+            self.poll = None;
             self.last = max;
             self.rounds += 1;
             self.decided_at.push(max);
