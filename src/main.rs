@@ -281,6 +281,26 @@ fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
                 report.plots.len(),
                 dir.join(dasim::sweep::merge::PLOTS).display()
             );
+            if !report.left_out.is_empty() {
+                eprintln!(
+                    "{} run(s) left out of the plots, stopped early (sweep.csv's stopped column):",
+                    report.left_out.len()
+                );
+                for (point, algorithm, why) in &report.left_out {
+                    eprintln!("  {why:<10} {point} ({algorithm})");
+                }
+            }
+            if report.ran_by.len() > 1 {
+                eprintln!(
+                    "warning: the points ran by different builds of dasim or on different \
+                     backends, so their results may not be comparable (`dasim sweep` runs again \
+                     those of another build or --backend):"
+                );
+                for (by, points) in &report.ran_by {
+                    eprintln!("  {by}: {}", dasim::sweep::exec::count_points(points.len()));
+                    eprintln!("    {}", points.join(", "));
+                }
+            }
             if report.missing.is_empty() {
                 return Ok(());
             }
@@ -310,13 +330,16 @@ fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
                 dasim::sweep::exec::exit_with_parent();
             }
             let threads = thread_pool(threads)?;
+            let requested = backend_name(backend);
             let backend = dasim_models::backend::select(backend)?;
             eprintln!("backend: {backend}, {threads} thread(s)");
             let execution = Execution {
                 threads,
                 max_batch: None,
             };
-            on_pool(|| dasim::sweep::run_point(&scenario, &name, &out, backend, execution))
+            on_pool(|| {
+                dasim::sweep::run_point(&scenario, &name, &out, (requested, backend), execution)
+            })
         }
         None => {
             let (Some(scenario), Some(out)) = (cmd.scenario, cmd.out) else {
@@ -365,12 +388,20 @@ fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
             }
             let report = dasim::sweep::run_sweep(&opts)?;
             println!(
-                "{}{}: {} run now, {} complete already, {} failed; results in {}",
+                "{}{}: {} run now{}, {} complete already, {} failed; results in {}",
                 dasim::sweep::exec::count_points(report.selected),
                 opts.shard
                     .map(|s| format!(" (shard {s} of {} in all)", report.total))
                     .unwrap_or_default(),
                 report.done,
+                if report.rerun.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({} again: another build or --backend had run them)",
+                        report.rerun.len()
+                    )
+                },
                 report.skipped,
                 report.failed.len(),
                 opts.out.display()

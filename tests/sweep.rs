@@ -627,3 +627,109 @@ fn the_emitted_job_files_run_every_shard() {
     ok(&merge(&k8s), "merge k8s");
     assert_eq!(read(k8s.join("sweep.csv")), expected);
 }
+
+/// Runs that diverged have no result to average: `merge` keeps them in `sweep.csv`, marked,
+/// and leaves them out of the plots, saying so in every plot and on the terminal.
+#[test]
+fn merge_leaves_runs_that_stopped_early_out_of_the_plots() {
+    let (dir, path) = scenario(
+        &with_sweep("\"optimizer.lr\" = [0.05, 0.1, 1000.0]\n"),
+        "lr.toml",
+    );
+    let out = dir.path().join("out");
+    ok(&sweep_cmd(&path, &out, &["--jobs", "2"]), "sweep");
+    let m = merge(&out);
+    ok(&m, "merge");
+    let err = stderr(&m);
+    assert!(
+        err.contains("2 run(s) left out of the plots, stopped early"),
+        "{err}"
+    );
+    assert!(err.contains("diverged   lr=1000 (allreduce)"), "{err}");
+    let csv_text = read(out.join("sweep.csv"));
+    let mut reader = csv::Reader::from_reader(csv_text.as_bytes());
+    let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    for r in reader.records().map(|r| r.unwrap()) {
+        let diverged = &r[col("optimizer.lr")] == "1000.0";
+        assert_eq!(&r[col("status")], "done");
+        assert_eq!(&r[col("stopped")] == "diverged", diverged, "{r:?}");
+        assert_eq!(&r[col("backend")], "flex");
+        assert_eq!(&r[col("dasim_version")], env!("CARGO_PKG_VERSION"));
+    }
+    // The plot against the rate has the two rates that trained, and says what it left out.
+    let svg = read(out.join("plots/final_loss-vs-lr.svg"));
+    assert!(
+        svg.contains("left out: 2 runs that stopped early"),
+        "the plot's note"
+    );
+}
+
+/// A point is reused only when this build of dasim ran it with this `--backend`; `merge` says
+/// when the points' builds or backends differ.
+#[test]
+fn points_run_by_another_build_or_backend_are_run_again() {
+    let (dir, path) = scenario(&with_sweep("seed = [1, 2]\n"), "prov.toml");
+    let out = dir.path().join("out");
+    ok(&sweep_cmd(&path, &out, &[]), "sweep");
+    let status = out.join("points/seed=1/point.json");
+    let text = read(&status);
+    assert!(
+        text.contains(&format!(
+            "\"dasim_version\": \"{}\"",
+            env!("CARGO_PKG_VERSION")
+        )) && text.contains("\"backend\": \"flex\""),
+        "{text}"
+    );
+    // As if an older dasim had run seed=1: it runs again, seed=2 does not.
+    let old = text.replace(
+        &format!("\"dasim_version\": \"{}\"", env!("CARGO_PKG_VERSION")),
+        "\"dasim_version\": \"0.0.1\"",
+    );
+    std::fs::write(&status, old).unwrap();
+    let o = sweep_cmd(&path, &out, &[]);
+    ok(&o, "sweep again");
+    let err = stderr(&o);
+    assert!(
+        err.contains("rerun  seed=1 (ran by dasim 0.0.1 (git "),
+        "{err}"
+    );
+    assert!(err.contains("done   seed=1 "), "{err}");
+    assert!(!err.contains("seed=2"), "{err}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 complete already"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Another --backend runs every point again.
+    let o = dasim(&[
+        "sweep",
+        path.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--backend",
+        "auto",
+    ]);
+    ok(&o, "sweep --backend auto");
+    assert!(
+        stderr(&o).contains("2 points complete by another build or backend"),
+        "{}",
+        stderr(&o)
+    );
+    // As if seed=2 had run on a GPU: merge says the results are mixed, in the plots too.
+    let summary = out.join("points/seed=2/summary.json");
+    let text = read(&summary);
+    std::fs::write(
+        &summary,
+        text.replace("\"backend\": \"flex\"", "\"backend\": \"wgpu\""),
+    )
+    .unwrap();
+    let m = merge(&out);
+    ok(&m, "merge");
+    let err = stderr(&m);
+    assert!(
+        err.contains("warning: the points ran by different builds"),
+        "{err}"
+    );
+    assert!(err.contains(") on wgpu: 1 point"), "{err}");
+}

@@ -22,8 +22,8 @@ use dasim_reports::rundir::sha256_hex;
 
 use crate::runner::{RunOptions, run_scenario};
 use crate::sweep::layout::{
-    Manifest, POINT_LOCK, POINT_LOG, POINT_TOML, PointStatus, State, is_complete, log_tail,
-    point_dir, write_unique,
+    Completeness, Manifest, POINT_LOCK, POINT_LOG, POINT_TOML, PointStatus, RanBy, State,
+    completeness, log_tail, point_dir, write_unique,
 };
 use crate::sweep::spec::{Point, Sweep};
 use crate::{Error, Loaded, Result};
@@ -94,6 +94,9 @@ pub struct SweepReport {
     pub selected: usize,
     /// Points found complete, not run again.
     pub skipped: usize,
+    /// Points complete, but by another build of dasim or with another `--backend`, so run
+    /// again: name and what had run them.
+    pub rerun: Vec<(String, String)>,
     /// Points run to completion now.
     pub done: usize,
     /// Points that failed: name and error.
@@ -152,6 +155,7 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
         ..SweepReport::default()
     };
     let mut queue = VecDeque::new();
+    let current = RanBy::current(&opts.backend);
     for (point, loaded) in &points {
         if opts.shard.is_some_and(|s| !s.holds(point.index)) {
             continue;
@@ -159,10 +163,13 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
         report.selected += 1;
         let dir = point_dir(&opts.out, &point.name);
         let sha = sha256_hex(point.text.as_bytes());
-        if is_complete(&dir, &sha, loaded.scenario.algorithms.len()) {
-            report.skipped += 1;
-        } else {
-            queue.push_back(point.clone());
+        match completeness(&dir, &sha, loaded.scenario.algorithms.len(), &current) {
+            Completeness::Complete => report.skipped += 1,
+            Completeness::Incomplete => queue.push_back(point.clone()),
+            Completeness::RanByOther(other) => {
+                report.rerun.push((point.name.clone(), other));
+                queue.push_back(point.clone());
+            }
         }
     }
     let jobs = opts
@@ -182,6 +189,15 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
             queue.len(),
             opts.threads
         );
+        if !report.rerun.is_empty() {
+            eprintln!(
+                "{} complete by another build or backend, run again with {current}:",
+                count_points(report.rerun.len())
+            );
+            for (name, other) in &report.rerun {
+                eprintln!("  rerun  {name} (ran by {other})");
+            }
+        }
     }
 
     let bar = if opts.progress {
@@ -261,6 +277,7 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
                                 name: point.name.clone(),
                                 state: State::Failed,
                                 sha256: sha256_hex(point.text.as_bytes()),
+                                ran_by: Some(current.clone()),
                                 error: Some(error.clone()),
                             }
                             .write(&dir)?;
@@ -327,13 +344,14 @@ pub fn exit_with_parent() {
 }
 
 /// Runs point `name` of the sweep of `scenario` into `out` (the body of `dasim sweep point`):
-/// waits for any other process running it, skips it when complete, else runs it (replacing
-/// a partial run) and records how it ended in `point.json`.
+/// waits for any other process running it, skips it when complete (by this build, with this
+/// `--backend`, named `requested`), else runs it (replacing a partial run or one by another
+/// build or backend) and records how it ended, and what ran it, in `point.json`.
 pub fn run_point(
     scenario: &Path,
     name: &str,
     out: &Path,
-    backend: Backend,
+    (requested, backend): (&str, Backend),
     execution: Execution,
 ) -> Result<()> {
     std::fs::create_dir_all(out).map_err(io(format!("cannot create {}", out.display())))?;
@@ -350,9 +368,16 @@ pub fn run_point(
         )));
     };
     let sha = sha256_hex(point.text.as_bytes());
-    if is_complete(out, &sha, loaded.scenario.algorithms.len()) {
-        eprintln!("{name}: complete already");
-        return Ok(());
+    let current = RanBy::current(requested);
+    match completeness(out, &sha, loaded.scenario.algorithms.len(), &current) {
+        Completeness::Complete => {
+            eprintln!("{name}: complete already");
+            return Ok(());
+        }
+        Completeness::RanByOther(other) => {
+            eprintln!("{name}: its results are by {other}; running it again with {current}");
+        }
+        Completeness::Incomplete => {}
     }
     let _ = std::fs::remove_file(out.join(crate::sweep::layout::POINT_STATUS));
     write_unique(&out.join(POINT_TOML), point.text.as_bytes())?;
@@ -380,6 +405,7 @@ pub fn run_point(
             State::Failed
         },
         sha256: sha,
+        ran_by: Some(current),
         error: result.as_ref().err().map(|e| e.to_string()),
     };
     status.write(out)?;

@@ -140,6 +140,42 @@ pub enum State {
     Failed,
 }
 
+/// Which dasim ran a point, and with which `--backend`: a result of another build or backend
+/// is not reused as this sweep's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RanBy {
+    /// dasim's version.
+    pub dasim_version: String,
+    /// The git revision dasim was built from (`unknown` outside a git checkout).
+    pub git_revision: String,
+    /// The `--backend` the point was run with (`auto`, `flex` or `wgpu`), as asked: `auto`
+    /// may have found a GPU on one machine and none on another, which `dasim sweep merge`
+    /// reports from the summaries.
+    pub backend: String,
+}
+
+impl RanBy {
+    /// This executable, running points with `--backend backend`.
+    pub fn current(backend: &str) -> RanBy {
+        RanBy {
+            dasim_version: env!("CARGO_PKG_VERSION").to_owned(),
+            git_revision: crate::outputs::GIT_REVISION.to_owned(),
+            backend: backend.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for RanBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let git: String = self.git_revision.chars().take(12).collect();
+        write!(
+            f,
+            "dasim {} (git {git}) with --backend {}",
+            self.dasim_version, self.backend
+        )
+    }
+}
+
 /// `point.json`: how a point's run ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PointStatus {
@@ -150,6 +186,10 @@ pub struct PointStatus {
     /// SHA-256 of the point's scenario text it ran, in hex: a result of another scenario is
     /// not this point's.
     pub sha256: String,
+    /// Which dasim ran it, with which backend; absent in points written before it was
+    /// recorded (they are run again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran_by: Option<RanBy>,
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -175,18 +215,38 @@ pub fn point_dir(out: &Path, name: &str) -> PathBuf {
     out.join(POINTS).join(name)
 }
 
+/// Whether a point's results in its directory can stand as this sweep's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Completeness {
+    /// It ran this very scenario to the end, by this dasim with this `--backend`.
+    Complete,
+    /// It has no complete results of this scenario.
+    Incomplete,
+    /// It ran this scenario to the end, but by another build of dasim or with another
+    /// `--backend`: what ran it, in words. It is run again.
+    RanByOther(String),
+}
+
 /// Whether the point whose scenario text hashes to `sha256` is complete in `dir`: its
-/// `point.json` says it ran that very scenario to the end, and its `summary.json` holds
-/// `algorithms` runs.
-pub fn is_complete(dir: &Path, sha256: &str, algorithms: usize) -> bool {
+/// `point.json` says it ran that very scenario to the end, by `current` (the same build of
+/// dasim, with the same `--backend`), and its `summary.json` holds `algorithms` runs.
+pub fn completeness(dir: &Path, sha256: &str, algorithms: usize, current: &RanBy) -> Completeness {
     let Some(status) = PointStatus::read(dir) else {
-        return false;
+        return Completeness::Incomplete;
     };
     if status.state != State::Done || status.sha256 != sha256 {
-        return false;
+        return Completeness::Incomplete;
     }
-    dir.join(files::SUMMARY).is_file()
-        && read_summary(dir).is_ok_and(|s| s.is_some_and(|s| s.runs.len() == algorithms))
+    let summarized = dir.join(files::SUMMARY).is_file()
+        && read_summary(dir).is_ok_and(|s| s.is_some_and(|s| s.runs.len() == algorithms));
+    if !summarized {
+        return Completeness::Incomplete;
+    }
+    match status.ran_by {
+        Some(r) if &r == current => Completeness::Complete,
+        Some(r) => Completeness::RanByOther(r.to_string()),
+        None => Completeness::RanByOther("a dasim that did not record its version".into()),
+    }
 }
 
 /// The last `lines` non-empty lines of `dir/log.txt`, joined (empty when there is none).

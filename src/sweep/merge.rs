@@ -2,8 +2,14 @@
 //!
 //! `sweep.csv` has one row per point and algorithm: the point's name and swept values, the
 //! algorithm, the point's status (`done`, or `failed`, `incomplete`, `not-run` on a row of its
-//! own with the error), the summary's metrics, and the verdicts of the `[[expect]]` claims.
-//! Every point of `sweep.json` has a row: a point without results is listed, not dropped.
+//! own with the error), why the run stopped early if it did, the dasim build and backend that
+//! ran it, the summary's metrics, and the verdicts of the `[[expect]]` claims. Every point of
+//! `sweep.json` has a row: a point without results is listed, not dropped.
+//!
+//! The plots draw only the runs that ended normally: a run that diverged, stalled or completed
+//! no step has no result to average in, so it is left out, and every plot's note and the
+//! report say how many were. Points run by different builds of dasim or on different backends
+//! are merged, and the report says so.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +146,12 @@ pub struct MergeReport {
     pub rows: usize,
     /// The points without results: name, status (`failed`, `incomplete`, `not-run`), error.
     pub missing: Vec<(String, String, String)>,
+    /// The runs left out of the plots because they stopped early: point, algorithm, why
+    /// (`diverged`, `stalled`, `no-steps`).
+    pub left_out: Vec<(String, String, String)>,
+    /// What ran the complete points (the dasim build and the backend, in words), each with the
+    /// points it ran, in the sweep's order; more than one entry means the results are mixed.
+    pub ran_by: Vec<(String, Vec<String>)>,
     /// `sweep.csv`.
     pub csv: PathBuf,
     /// The plot files written (PNG and SVG).
@@ -173,7 +185,18 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
 
     let mut header: Vec<String> = vec!["point".into()];
     header.extend(manifest.keys.iter().cloned());
-    header.extend(["algorithm", "kind", "status", "stopped"].map(String::from));
+    header.extend(
+        [
+            "algorithm",
+            "kind",
+            "status",
+            "stopped",
+            "dasim_version",
+            "git_revision",
+            "backend",
+        ]
+        .map(String::from),
+    );
     header.extend(METRICS.iter().map(|(n, _)| (*n).to_owned()));
     header.extend(["checks_passed", "checks_failed", "checks_skipped"].map(String::from));
     for k in &expects {
@@ -193,19 +216,29 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
         ..MergeReport::default()
     };
     let mut rows: Vec<Row> = Vec::new();
-    let blank_metrics = METRICS.len() + 3 + 2 * expects.len();
+    // The blank cells of a point without results, after its status: `stopped`, the build and
+    // backend, the metrics, the check counts and the claims' verdicts.
+    let blank_metrics = 3 + METRICS.len() + 3 + 2 * expects.len();
     for (point, result) in manifest.points.iter().zip(&results) {
         let mut lead = vec![point.name.clone()];
         lead.extend(point.values.iter().cloned());
         match result {
             PointResult::Done(summary) => {
                 report.complete += 1;
+                let by = ran_by(summary);
+                match report.ran_by.iter_mut().find(|(b, _)| *b == by) {
+                    Some((_, points)) => points.push(point.name.clone()),
+                    None => report.ran_by.push((by, vec![point.name.clone()])),
+                }
                 for run in &summary.runs {
                     let mut record = lead.clone();
                     record.push(run.algorithm.clone());
                     record.push(run.kind.clone());
                     record.push("done".into());
                     record.push(run.stopped.map(|s| s.name().to_owned()).unwrap_or_default());
+                    record.push(summary.dasim_version.clone());
+                    record.push(summary.git_revision.clone().unwrap_or_default());
+                    record.push(run.backend.clone());
                     for (_, get) in METRICS {
                         record.push(get(run).map(num).unwrap_or_default());
                     }
@@ -230,6 +263,15 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
                     record.push(String::new());
                     out.write_record(&record).map_err(csv_err)?;
                     report.rows += 1;
+                    if let Some(stopped) = run.stopped {
+                        // No result to average in: a diverged loss, or a stalled or empty run.
+                        report.left_out.push((
+                            point.name.clone(),
+                            run.algorithm.clone(),
+                            stopped.name().to_owned(),
+                        ));
+                        continue;
+                    }
                     rows.push(Row {
                         values: &point.values,
                         algorithm: &run.algorithm,
@@ -277,8 +319,37 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
             _ => String::new(),
         }
     };
-    report.plots = plots(dir, &manifest, &rows, opts, &what)?;
+    let mut caveats = Vec::new();
+    if !report.left_out.is_empty() {
+        let n = report.left_out.len();
+        caveats.push(format!(
+            "left out: {n} run{} that stopped early (sweep.csv's stopped column)",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    if report.ran_by.len() > 1 {
+        caveats.push(format!(
+            "points ran by {} different builds or backends",
+            report.ran_by.len()
+        ));
+    }
+    report.plots = plots(dir, &manifest, &rows, opts, &what, &caveats)?;
     Ok(report)
+}
+
+/// The dasim build and backend that ran a point, in words.
+fn ran_by(summary: &Summary) -> String {
+    let git: String = summary
+        .git_revision
+        .as_deref()
+        .unwrap_or("unknown")
+        .chars()
+        .take(12)
+        .collect();
+    format!(
+        "dasim {} (git {git}) on {}",
+        summary.dasim_version, summary.backend
+    )
 }
 
 /// A swept value as a number, when it is one.
@@ -293,6 +364,7 @@ fn plots(
     rows: &[Row],
     opts: &MergeOptions,
     what: &str,
+    caveats: &[String],
 ) -> Result<Vec<PathBuf>> {
     let numeric = |k: usize| {
         manifest
@@ -363,11 +435,12 @@ fn plots(
                 .flat_map(|l| l.points.iter().map(|p| p.count))
                 .max()
                 .unwrap_or(1);
-            let note = if repeats > 1 {
-                format!("line: mean over {repeats} seeds; band: min to max")
-            } else {
-                String::new()
-            };
+            let mut notes = Vec::new();
+            if repeats > 1 {
+                notes.push(format!("line: mean over {repeats} seeds; band: min to max"));
+            }
+            notes.extend(caveats.iter().cloned());
+            let note = notes.join("; ");
             let title = format!("{metric} against {}{what}", manifest.keys[x]);
             let stem = format!("{metric}-vs-{}", manifest.short[x]).replace(['[', ']', '/'], "_");
             let (png, svg) = sweep_plot(
