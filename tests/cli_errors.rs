@@ -103,6 +103,42 @@ fn adpsgd_needs_a_bipartite_graph() {
     );
 }
 
+/// AD-PSGD's reference rotation needs the reference's graph and its gossip thread; the host
+/// time of an averaging is a duration.
+#[test]
+fn adpsgd_schedule_and_overhead_are_checked_where_they_are_written() {
+    expect_error(
+        &SMALL.replace(
+            "kind = \"adpsgd\"",
+            "kind = \"adpsgd\"\npartner = \"schedule\"",
+        ),
+        &[
+            "bad.toml:39:11",
+            "algorithms[1].partner",
+            "odd workers active",
+            "bipartite-exponential",
+        ],
+    );
+    expect_error(
+        &SMALL.replace(
+            "kind = \"adpsgd\"",
+            "kind = \"adpsgd\"\npartner = \"schedule\"\naveraging = \"per-step\"",
+        ),
+        &["algorithms[1].partner", "averaging = \"thread\""],
+    );
+    expect_error(
+        &SMALL.replace(
+            "kind = \"adpsgd\"",
+            "kind = \"adpsgd\"\naveraging_overhead_us = -5",
+        ),
+        &[
+            "bad.toml:39:25",
+            "algorithms[1].averaging_overhead_us",
+            "zero or a positive number",
+        ],
+    );
+}
+
 /// Checks that need the model (here, its 1,210 parameters) are made by `dasim validate` and
 /// before the first algorithm starts: the allreduce entry before the bad one never runs, and
 /// nothing is written.

@@ -164,15 +164,18 @@ fn sections(algorithm: &str, crash_and_loss: bool) -> Sections {
 }
 
 fn check(algorithm: &str, crash_and_loss: bool) {
-    let s = sections(algorithm, crash_and_loss);
+    check_sections(&sections(algorithm, crash_and_loss), algorithm);
+}
+
+fn check_sections(s: &Sections, algorithm: &str) {
     let every = SimTime::from_millis_f64(70.0);
     let mut whole = Seen::default();
     let ckpt = Checkpointing {
         every: Some(every),
         ..Default::default()
     };
-    let expected = run(&s, 0, &mut whole, ckpt).unwrap();
-    let plain = run(&s, 0, &mut Seen::default(), Checkpointing::default()).unwrap();
+    let expected = run(s, 0, &mut whole, ckpt).unwrap();
+    let plain = run(s, 0, &mut Seen::default(), Checkpointing::default()).unwrap();
     assert_eq!(
         format!("{expected:?}"),
         format!("{plain:?}"),
@@ -195,7 +198,7 @@ fn check(algorithm: &str, crash_and_loss: bool) {
             resume: Some(bytes),
             ..Default::default()
         };
-        let outcome = run(&s, 0, &mut resumed, ckpt).unwrap();
+        let outcome = run(s, 0, &mut resumed, ckpt).unwrap();
         let at = format!("{algorithm}, resumed from checkpoint {k}");
         assert_eq!(
             resumed.points,
@@ -237,6 +240,13 @@ fn adpsgd_resumes_exactly() {
     check("kind = \"adpsgd\"", true);
     check("kind = \"adpsgd\"\naveraging = \"per-step\"", true);
     check("kind = \"adpsgd\"\naveraging = \"thread\"", false);
+    // The reference's rotation, with the host time of each averaging (messages leave later),
+    // on the reference's graph.
+    let schedule = "kind = \"adpsgd\"\npartner = \"schedule\"\naveraging_overhead_us = 30.0";
+    let mut s = sections(schedule, false);
+    s.topology = TopologyConfig::BipartiteExponential {};
+    check_sections(&s, schedule);
+    check("kind = \"adpsgd\"\naveraging_overhead_us = 30.0", true);
 }
 
 #[test]

@@ -5,7 +5,14 @@
 //! ([`crate::net::topology::Topology::bipartition`]); only active workers initiate averaging, always
 //! with a passive neighbour, so no two averagings contend for the same pair in a cycle. The
 //! averaging partner is drawn uniformly from the active worker's neighbours (`partner =
-//! "uniform"`, from the worker's algorithm stream) or taken in turn (`partner = "cycle"`).
+//! "uniform"`, from the worker's algorithm stream) or taken in turn (`partner = "cycle"`), or
+//! the reference's rotation sets it (`partner = "schedule"`, thread mode on the bipartite
+//! exponential graph): in round `k` every worker sends to `i + o_k` and hears from `i − o_k`
+//! only ([`phone_book`]), a passive worker takes a request only in its own round, and an active
+//! worker's round ends when its passive has taken its model and the model it hears has come.
+//! `averaging_overhead_us` charges the host time of an averaging at each end: a request leaves
+//! that long after its averaging starts, a reply that long after its request arrives (one at a
+//! time per passive worker).
 //!
 //! Two ways to schedule the averaging (`averaging`):
 //!
@@ -120,6 +127,32 @@ pub enum Partner {
     Uniform,
     /// Its neighbours in turn, in increasing order.
     Cycle,
+    /// The reference's fixed rotation over the bipartite exponential graph
+    /// (`DynamicBipartiteExponentialGraph` with `BilatPushPull`): in round `k` every worker
+    /// sends to `i + o_k` and hears from `i − o_k` only, `o_k` the `k`-th offset of the phone
+    /// book in turn ([`phone_book`]); a round of an active worker ends when its passive has
+    /// taken its model and the reply it is scheduled to hear has come.
+    Schedule,
+}
+
+/// The reference's phone book of the bipartite exponential graph on `n` workers, as offsets
+/// modulo `n` in the order it rotates through them: `+1, −1, +(1 + 2^i), −(1 + 2^i)` for
+/// `i = 1 ..= floor(log2(n − 1))`, each offset once (`_add_peers` skips a peer already listed).
+pub fn phone_book(n: usize) -> Vec<usize> {
+    let mut book = Vec::new();
+    let mut add = |off: usize| {
+        if !book.contains(&off) {
+            book.push(off);
+        }
+    };
+    let mut m = 0;
+    while m < usize::BITS && (1usize << m) < n {
+        let d = if m == 0 { 1 } else { 1 + (1usize << m) } % n;
+        add(d);
+        add((n - d) % n);
+        m += 1;
+    }
+    book
 }
 
 /// When averaging happens.
@@ -214,6 +247,13 @@ pub struct AdPsgdConfig {
     /// on an idle network, `8·(S/B + α)`). Unused without faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partner_timeout_ms: Option<f64>,
+    /// Host time of one averaging besides its transfers, microseconds (default 0): the
+    /// reference's gossip loop copies the model into its send buffer under a lock, and mixes
+    /// the reply back, every iteration. An active worker's request leaves this long after its
+    /// averaging starts; a passive worker's reply leaves this long after the request arrives,
+    /// one request at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub averaging_overhead_us: Option<f64>,
 }
 
 impl Default for AdPsgdConfig {
@@ -224,11 +264,18 @@ impl Default for AdPsgdConfig {
             max_averagings_per_step: Bound::UNBOUNDED,
             max_steps_per_averaging: one(),
             partner_timeout_ms: None,
+            averaging_overhead_us: None,
         }
     }
 }
 
 impl AdPsgdConfig {
+    /// The host time of one averaging ([`AdPsgdConfig::averaging_overhead_us`]; 0 by default).
+    pub fn averaging_overhead(&self) -> SimTime {
+        self.averaging_overhead_us
+            .map_or(SimTime::ZERO, SimTime::from_micros_f64)
+    }
+
     /// The partner timeout on `world`'s network: the option, else `8·(S/B + α)` (at least
     /// 1 µs).
     pub fn partner_timeout(&self, world: &World<'_>) -> SimTime {
@@ -281,6 +328,115 @@ pub enum Event {
         /// The request.
         attempt: u64,
     },
+    /// `msg` leaves `from` now that its host has done the averaging's work
+    /// (`averaging_overhead_us`).
+    Depart {
+        /// The sender.
+        from: usize,
+        /// The message.
+        msg: Outgoing,
+    },
+    /// `partner = "schedule"`: the model of active `from` reached passive `to`, its request of
+    /// round `round`.
+    ScheduleRequest {
+        /// Active worker.
+        from: usize,
+        /// Passive worker.
+        to: usize,
+        /// The active worker's model, taken when its round started.
+        snap: MsgId,
+        /// The round.
+        round: u64,
+    },
+    /// `partner = "schedule"`: the model a passive worker had when it took its request of
+    /// round `round` reached active `to`, the worker scheduled to hear it.
+    ScheduleReply {
+        /// Active worker.
+        to: usize,
+        /// The passive worker's model, before it mixed in the request.
+        model: MsgId,
+        /// The round.
+        round: u64,
+    },
+}
+
+/// A message of an averaging, sent when its sender's host is done with it.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Outgoing {
+    /// An active worker's averaging request ([`Event::AverageRequest`]).
+    Request {
+        /// Passive worker.
+        to: usize,
+        /// The snapshot sent (thread mode, or under faults).
+        snap: Option<MsgId>,
+        /// The request number.
+        attempt: u64,
+    },
+    /// A passive worker's reply ([`Event::AverageReply`]).
+    Reply {
+        /// Active worker.
+        to: usize,
+        /// `avg − snap` (thread mode, or under faults).
+        delta: Option<MsgId>,
+        /// The request it answers.
+        attempt: u64,
+    },
+    /// [`Event::ScheduleRequest`].
+    ScheduleRequest {
+        /// Passive worker.
+        to: usize,
+        /// The active worker's model.
+        snap: MsgId,
+        /// The round.
+        round: u64,
+    },
+    /// [`Event::ScheduleReply`].
+    ScheduleReply {
+        /// Active worker.
+        to: usize,
+        /// The passive worker's model before mixing.
+        model: MsgId,
+        /// The round.
+        round: u64,
+    },
+}
+
+/// `partner = "schedule"`: where each worker is in the reference's rotation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Schedule {
+    /// The phone book's offsets ([`phone_book`]).
+    book: Vec<usize>,
+    /// Rounds completed: an active worker's exchanges, a passive worker's requests taken.
+    round: Vec<u64>,
+    /// Active: its model when its current round started, for the reply's correction.
+    own: Vec<Option<MsgId>>,
+    /// Active: its passive has taken its request of the current round.
+    taken: Vec<bool>,
+    /// Active: the reply of its current round, once here.
+    reply: Vec<Option<MsgId>>,
+    /// Active: replies of rounds it has not started yet.
+    early_replies: Vec<BTreeMap<u64, MsgId>>,
+    /// Passive: requests of rounds it has not reached yet, with their sender.
+    early_requests: Vec<BTreeMap<u64, (usize, MsgId)>>,
+}
+
+impl Schedule {
+    fn new(n: usize) -> Self {
+        Schedule {
+            book: phone_book(n),
+            round: vec![0; n],
+            own: vec![None; n],
+            taken: vec![false; n],
+            reply: vec![None; n],
+            early_replies: vec![BTreeMap::new(); n],
+            early_requests: vec![BTreeMap::new(); n],
+        }
+    }
+
+    /// The offset of round `k`.
+    fn offset(&self, k: u64) -> usize {
+        self.book[(k % self.book.len() as u64) as usize]
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -334,6 +490,12 @@ pub struct AdPsgd {
     in_flight: VecDeque<MsgId>,
     /// Under faults: the partner timeout (`None`: no faults, no timeouts).
     timeout: Option<SimTime>,
+    /// `averaging_overhead_us`.
+    overhead: SimTime,
+    /// When each worker's gossip loop is done with the replies it has to send.
+    busy_until: Vec<SimTime>,
+    /// `partner = "schedule"`.
+    schedule: Option<Schedule>,
     timeouts: u64,
     late_replies: u64,
     replies_lost: u64,
@@ -373,6 +535,9 @@ impl AdPsgd {
                 .collect(),
             in_flight: VecDeque::new(),
             timeout: None,
+            overhead: cfg.averaging_overhead(),
+            busy_until: vec![SimTime::ZERO; sides.len()],
+            schedule: (cfg.partner == Partner::Schedule).then(|| Schedule::new(sides.len())),
             timeouts: 0,
             late_replies: 0,
             replies_lost: 0,
@@ -406,6 +571,12 @@ impl AdPsgd {
         (st.started, st.completed)
     }
 
+    /// `partner = "schedule"`: the rounds `worker` has completed (an active worker's exchanges,
+    /// a passive worker's requests taken); `None` under another partner rule.
+    pub fn rounds_of(&self, worker: usize) -> Option<u64> {
+        self.schedule.as_ref().map(|s| s.round[worker])
+    }
+
     /// Thread mode: whether `worker`'s computation holds a finished gradient until the
     /// averaging in flight completes.
     pub fn holds_gradient(&self, worker: usize) -> bool {
@@ -426,12 +597,16 @@ impl AdPsgd {
 
     fn pick(&mut self, w: usize, peers: &[usize]) -> usize {
         let j = self.draw(w, peers);
+        self.count_pair(w, j);
+        j
+    }
+
+    fn count_pair(&mut self, w: usize, j: usize) {
         let pairs = &mut self.workers[w].pairs;
         match pairs.binary_search_by_key(&j, |&(p, _)| p) {
             Ok(k) => pairs[k].1 += 1,
             Err(k) => pairs.insert(k, (j, 1)),
         }
-        j
     }
 
     fn draw(&mut self, w: usize, peers: &[usize]) -> usize {
@@ -447,6 +622,7 @@ impl AdPsgd {
                     others[rng.random_range(0..others.len())]
                 }
             },
+            Partner::Schedule => unreachable!("the schedule draws no partner"),
             Partner::Cycle => {
                 let mut j = peers[st.next_partner % peers.len()];
                 st.next_partner += 1;
@@ -487,8 +663,172 @@ impl AdPsgd {
         }
         let st = &mut self.workers[w];
         st.started_since_step = st.started_since_step.saturating_add(1);
+        if self.schedule.is_some() {
+            self.schedule_round(w, cx);
+            return;
+        }
         let snap = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
         self.request_average(w, Some(snap), cx);
+    }
+
+    /// `partner = "schedule"`: active `w` starts its next round `k`: its model goes to
+    /// `w + o_k`, and it waits for that passive to take it and for the model of `w − o_k`.
+    fn schedule_round(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let sched = self.schedule.as_mut().expect("schedule");
+        let n = sched.round.len();
+        let k = sched.round[w];
+        let off = sched.offset(k);
+        let (to, hears) = ((w + off) % n, (w + n - off) % n);
+        let store = &mut cx.world.store;
+        sched.own[w] = Some(store.new_msg(&[(Slot::Row(w), 1.0)]));
+        let snap = store.new_msg(&[(Slot::Row(w), 1.0)]);
+        sched.taken[w] = false;
+        sched.reply[w] = sched.early_replies[w].remove(&k);
+        let st = &mut self.workers[w];
+        st.waiting_for = Some(hears);
+        st.attempt += 1;
+        st.started += 1;
+        self.count_pair(w, to);
+        self.depart(
+            w,
+            self.overhead,
+            Outgoing::ScheduleRequest { to, snap, round: k },
+            cx,
+        );
+    }
+
+    /// `partner = "schedule"`: passive `p` takes the request of round `k` from active `a`: its
+    /// model before mixing goes to `p + o_k`, and it mixes in `a`'s.
+    fn serve(&mut self, p: usize, a: usize, snap: MsgId, k: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let sched = self.schedule.as_mut().expect("schedule");
+        let n = sched.round.len();
+        let to = (p + sched.offset(k)) % n;
+        debug_assert_eq!(
+            sched.round[a], k,
+            "an active worker waits in the round it asked for"
+        );
+        let store = &mut cx.world.store;
+        let model = store.new_msg(&[(Slot::Row(p), 1.0)]);
+        store.mix(p, &[(Slot::Row(p), 0.5), (Slot::Msg(snap), 0.5)]);
+        store.release_msg(snap);
+        sched.round[p] += 1;
+        sched.taken[a] = true;
+        let delay = self.reply_delay(p, cx.now());
+        self.depart(
+            p,
+            delay,
+            Outgoing::ScheduleReply {
+                to,
+                model,
+                round: k,
+            },
+            cx,
+        );
+        self.try_complete(a, cx);
+    }
+
+    /// `partner = "schedule"`: active `a`'s round ends once its passive took its model and the
+    /// model it hears has come: `x_a ← x_a + (model − own)/2`, which is `(own + model)/2` plus
+    /// the steps `a` applied meanwhile.
+    fn try_complete(&mut self, a: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let sched = self.schedule.as_mut().expect("schedule");
+        if !sched.taken[a] || sched.reply[a].is_none() {
+            return;
+        }
+        let model = sched.reply[a].take().expect("checked");
+        let own = sched.own[a].take().expect("a round under way");
+        sched.taken[a] = false;
+        sched.round[a] += 1;
+        let store = &mut cx.world.store;
+        store.mix(
+            a,
+            &[
+                (Slot::Row(a), 1.0),
+                (Slot::Msg(model), 0.5),
+                (Slot::Msg(own), -0.5),
+            ],
+        );
+        store.release_msg(model);
+        store.release_msg(own);
+        self.wait_over(a, cx);
+    }
+
+    /// The delay before passive `p`'s reply leaves, from `now`: its gossip loop does one
+    /// averaging's host work at a time.
+    fn reply_delay(&mut self, p: usize, now: SimTime) -> SimTime {
+        if self.overhead == SimTime::ZERO {
+            return SimTime::ZERO;
+        }
+        let leaves = self.busy_until[p].max(now) + self.overhead;
+        self.busy_until[p] = leaves;
+        leaves - now
+    }
+
+    /// Sends `msg` from `from` after `delay` (at once when it is zero).
+    fn depart(&mut self, from: usize, delay: SimTime, msg: Outgoing, cx: &mut Ctx<'_, '_, Event>) {
+        if delay == SimTime::ZERO {
+            self.post(from, msg, cx);
+        } else {
+            cx.after(delay, Event::Depart { from, msg });
+        }
+    }
+
+    /// Puts `msg` on the network from `from`.
+    fn post(&mut self, from: usize, msg: Outgoing, cx: &mut Ctx<'_, '_, Event>) {
+        let bytes = cx.world.model_bytes;
+        match msg {
+            Outgoing::Request { to, snap, attempt } => {
+                let sent = cx.send(
+                    from,
+                    to,
+                    bytes,
+                    Event::AverageRequest {
+                        from,
+                        to,
+                        snap,
+                        attempt,
+                    },
+                );
+                if let Some(timeout) = self.timeout {
+                    if sent.lost.is_some()
+                        && let Some(m) = snap
+                    {
+                        cx.world.store.release_msg(m);
+                    }
+                    cx.after(
+                        timeout,
+                        Event::Timeout {
+                            worker: from,
+                            attempt,
+                        },
+                    );
+                }
+            }
+            Outgoing::Reply { to, delta, attempt } => {
+                let sent = cx.send(from, to, bytes, Event::AverageReply { to, delta, attempt });
+                if sent.lost.is_some()
+                    && let Some(m) = delta
+                {
+                    self.reply_lost(m, cx);
+                }
+            }
+            Outgoing::ScheduleRequest { to, snap, round } => {
+                cx.send(
+                    from,
+                    to,
+                    bytes,
+                    Event::ScheduleRequest {
+                        from,
+                        to,
+                        snap,
+                        round,
+                    },
+                );
+            }
+            Outgoing::ScheduleReply { to, model, round } => {
+                cx.send(from, to, bytes, Event::ScheduleReply { to, model, round });
+            }
+        }
     }
 
     /// Active `w` picks a passive neighbour, sends it its model and waits for the reply;
@@ -500,26 +840,16 @@ impl AdPsgd {
         st.attempt += 1;
         st.started += 1;
         let attempt = st.attempt;
-        let bytes = cx.world.model_bytes;
-        let sent = cx.send(
+        self.depart(
             w,
-            j,
-            bytes,
-            Event::AverageRequest {
-                from: w,
+            self.overhead,
+            Outgoing::Request {
                 to: j,
                 snap,
                 attempt,
             },
+            cx,
         );
-        if let Some(timeout) = self.timeout {
-            if sent.lost.is_some()
-                && let Some(m) = snap
-            {
-                cx.world.store.release_msg(m);
-            }
-            cx.after(timeout, Event::Timeout { worker: w, attempt });
-        }
     }
 
     /// Per-step mode: `w` has its gradient and averages before applying it (under faults with a
@@ -651,7 +981,6 @@ impl Algorithm for AdPsgd {
                     attempt,
                 },
             ) => {
-                let bytes = cx.world.model_bytes;
                 let delta = match snap {
                     None => {
                         cx.world.store.average(&[from, to]);
@@ -666,20 +995,60 @@ impl Algorithm for AdPsgd {
                         Some(delta)
                     }
                 };
-                let sent = cx.send(
+                let delay = self.reply_delay(to, cx.now());
+                self.depart(
                     to,
-                    from,
-                    bytes,
-                    Event::AverageReply {
+                    delay,
+                    Outgoing::Reply {
                         to: from,
                         delta,
                         attempt,
                     },
+                    cx,
                 );
-                if sent.lost.is_some()
-                    && let Some(m) = delta
-                {
-                    self.reply_lost(m, cx);
+            }
+            (_, Event::Depart { from, msg }) if cx.world.faults().is_down(from) => {
+                // Its sender crashed before the message left.
+                match msg {
+                    Outgoing::Request { snap: Some(m), .. } => cx.world.store.release_msg(m),
+                    Outgoing::Reply { delta: Some(m), .. } => self.reply_lost(m, cx),
+                    _ => {}
+                }
+            }
+            (_, Event::Depart { from, msg }) => self.post(from, msg, cx),
+            (
+                _,
+                Event::ScheduleRequest {
+                    from,
+                    to,
+                    snap,
+                    round,
+                },
+            ) => {
+                let sched = self.schedule.as_mut().expect("schedule");
+                if sched.round[to] < round {
+                    // It listens to the active worker of its current round only.
+                    sched.early_requests[to].insert(round, (from, snap));
+                    return;
+                }
+                self.serve(to, from, snap, round, cx);
+                loop {
+                    let sched = self.schedule.as_mut().expect("schedule");
+                    let next = sched.round[to];
+                    let Some((a, snap)) = sched.early_requests[to].remove(&next) else {
+                        break;
+                    };
+                    self.serve(to, a, snap, next, cx);
+                }
+            }
+            (_, Event::ScheduleReply { to, model, round }) => {
+                let sched = self.schedule.as_mut().expect("schedule");
+                if sched.round[to] == round && sched.own[to].is_some() {
+                    sched.reply[to] = Some(model);
+                    self.try_complete(to, cx);
+                } else {
+                    // A reply of a round `to` has not started yet.
+                    sched.early_replies[to].insert(round, model);
                 }
             }
             (_, Event::AverageReply { to, delta, attempt }) => {
@@ -752,8 +1121,26 @@ impl Algorithm for AdPsgd {
                          down for good or behind a link that stays down"
                     ));
                 }
-                s.waiting_for
-                    .map(|j| format!("{what} {w} waits for the averaging reply of worker {j}"))
+                let j = s.waiting_for?;
+                if let Some(sched) = &self.schedule {
+                    let n = sched.round.len();
+                    let k = sched.round[w];
+                    let to = (w + sched.offset(k)) % n;
+                    let mut wants = Vec::new();
+                    if !sched.taken[w] {
+                        wants.push(format!("worker {to} to take its model"));
+                    }
+                    if sched.reply[w].is_none() {
+                        wants.push(format!("the model of worker {j}"));
+                    }
+                    return Some(format!(
+                        "{what} {w} waits in round {k} of the schedule for {}",
+                        wants.join(" and ")
+                    ));
+                }
+                Some(format!(
+                    "{what} {w} waits for the averaging reply of worker {j}"
+                ))
             })
             .collect()
     }
@@ -765,6 +1152,58 @@ impl AdPsgd {
         self.replies_lost += 1;
         self.landed(delta);
         cx.world.store.release_msg(delta);
+    }
+}
+
+impl AdPsgdConfig {
+    /// `partner = "schedule"` needs the thread and the reference's graph: the odd workers
+    /// active, and every pair the rotation schedules an edge.
+    fn check_schedule(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        let at = setup.at("partner");
+        if self.averaging != Averaging::Thread {
+            return Err(ConfigError::new(
+                &at,
+                "partner = \"schedule\" is the reference's gossip loop: it needs averaging = \"thread\"",
+            )
+            .hint("per-step averaging draws a partner per step: use partner = \"uniform\" or \"cycle\""));
+        }
+        let topology = setup.topology;
+        let n = topology.len();
+        let hint = "the schedule is the reference's rotation over its bipartite exponential graph: \
+                    set [topology] kind = \"bipartite-exponential\" (or this entry's topology)";
+        let sides = topology.bipartition();
+        let odd_active = sides
+            .as_ref()
+            .is_some_and(|s| s.iter().enumerate().all(|(i, &a)| a == (i % 2 == 1)));
+        if n % 2 == 1 || !odd_active {
+            return Err(ConfigError::new(
+                &at,
+                format!(
+                    "partner = \"schedule\" ({}) needs the odd workers active and the even ones \
+                     passive, as in the reference; this topology ({n} workers) splits them otherwise",
+                    setup.path
+                ),
+            )
+            .hint(hint));
+        }
+        for off in phone_book(n) {
+            for a in (1..n).step_by(2) {
+                for (i, j) in [(a, (a + off) % n), ((a + n - off) % n, a)] {
+                    if !topology.neighbors(i).contains(&j) {
+                        return Err(ConfigError::new(
+                            &at,
+                            format!(
+                                "partner = \"schedule\" ({}) pairs workers {i} and {j}, which this \
+                                 topology does not link",
+                                setup.path
+                            ),
+                        )
+                        .hint(hint));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -809,6 +1248,15 @@ impl AlgorithmSpec for AdPsgdConfig {
                 ));
             }
         }
+        if let Some(us) = self.averaging_overhead_us {
+            SimTime::checked_from_f64(us, TimeUnit::Micros, &setup.at("averaging_overhead_us"))
+                .map_err(|e| {
+                    e.hint("the host time of one averaging besides its transfers; 0 (the default) charges none")
+                })?;
+        }
+        if self.partner == Partner::Schedule {
+            self.check_schedule(setup)?;
+        }
         if let Some(ms) = self.partner_timeout_ms {
             let at = setup.at("partner_timeout_ms");
             if !(ms.is_finite() && ms > 0.0) {
@@ -827,7 +1275,17 @@ impl AlgorithmSpec for AdPsgdConfig {
         Ok(())
     }
 
-    fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        if self.partner == Partner::Schedule
+            && !matches!(fault, FaultKind::Delay | FaultKind::Duplicate)
+        {
+            return Err(
+                "with partner = \"schedule\" every round waits for the workers scheduled in it, \
+                 as in the reference, which has no failure handling: one worker down or one \
+                 message lost stops the rotation of every worker for good (delayed and \
+                 duplicated messages are fine)",
+            );
+        }
         // Every kind: see the module's "Under faults".
         Ok(())
     }
