@@ -713,7 +713,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         .map(|e| {
             SimTime::checked_nonzero_from_f64(
                 e,
-                dasim_sim::engine::time::TimeUnit::Seconds,
+                dasim_sim::clock::time::TimeUnit::Seconds,
                 "--checkpoint-every",
             )
             .map_err(|e| Error::Usage(e.to_string()))

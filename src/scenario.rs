@@ -125,7 +125,7 @@ impl Scenario {
                 alg.validate(&topology, &path, None)?;
             }
             alg.check_optimizer(self.optimizer_of(i), &path)?;
-            dasim_sim::fault::check_support(alg, &self.faults, &path)?;
+            alg.check_fault_support(&self.faults, &path)?;
         }
         Faults::new(&self.faults, self.cluster.workers, env)?;
         Ok(())

@@ -26,7 +26,7 @@ use std::time::Instant;
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::{Activation, ImageShape, LeNet, Mlp, ResNet};
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 use divan::Bencher;
 use divan::counter::ItemsCount;
 use rand::Rng;
@@ -188,7 +188,7 @@ fn bench_gradient(
     });
 }
 
-fn init(f: impl FnOnce(&mut dasim_sim::engine::rng::Stream) -> Vec<f32>) -> Vec<f32> {
+fn init(f: impl FnOnce(&mut dasim_sim::clock::rng::Stream) -> Vec<f32>) -> Vec<f32> {
     f(&mut stream(1, StreamKind::Init, 0))
 }
 

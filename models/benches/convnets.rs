@@ -25,7 +25,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::layers::{Targets, isa, with_inner_parallelism};
 use dasim_models::{ImageShape, LeNet, Model, ResNet};
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 use divan::Bencher;
 use rand::Rng;
 use rayon::prelude::*;

@@ -59,7 +59,7 @@ use burn::tensor::Tensor;
 use burn::tensor::module::max_pool2d;
 use burn::tensor::ops::MaxPoolOptions;
 
-use dasim_sim::engine::rng::Stream;
+use dasim_sim::clock::rng::Stream;
 
 use crate::data::ImageShape;
 use crate::layers::conv::Conv;

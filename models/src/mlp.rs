@@ -12,7 +12,7 @@ use burn::tensor::{Tensor, activation};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use dasim_sim::engine::rng::Stream;
+use dasim_sim::clock::rng::Stream;
 
 /// Hidden-layer nonlinearity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

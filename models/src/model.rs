@@ -23,7 +23,7 @@ use burn::tensor::Tensor;
 use serde::{Deserialize, Serialize};
 
 use dasim_sim::ConfigError;
-use dasim_sim::engine::rng::Stream;
+use dasim_sim::clock::rng::Stream;
 
 use crate::layers::CpuNet;
 use crate::lenet::LeNet;

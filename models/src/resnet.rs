@@ -57,7 +57,7 @@ use burn::tensor::{Tensor, activation, s};
 use rand::Rng;
 use rand_distr::StandardNormal;
 
-use dasim_sim::engine::rng::Stream;
+use dasim_sim::clock::rng::Stream;
 
 use crate::data::ImageShape;
 use crate::layers::conv::Conv;

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 use burn::tensor::{Device, Int, Tensor, TensorData, Transaction, activation};
 use rayon::prelude::*;
 
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 use dasim_sim::params::{
     Evaluation, GradId, HandleMap, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
 };

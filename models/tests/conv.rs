@@ -8,7 +8,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::lenet::IM2COL_MIN_REPLICAS;
 use dasim_models::{Activation, ImageShape, LeNet, ResNet};
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 use rand::Rng;
 
 fn shape(channels: usize, height: usize, width: usize) -> ImageShape {

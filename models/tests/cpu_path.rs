@@ -11,7 +11,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::layers::Targets;
 use dasim_models::{ImageShape, LeNet, Model, ResNet};
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 use rand::Rng;
 
 fn shape(channels: usize, height: usize, width: usize) -> ImageShape {

@@ -9,7 +9,7 @@ use dasim_models::data::{
     ImageShape, Normalize, PartitionConfig, Sampler, SyntheticConfig, TargetKind, synthetic,
 };
 use dasim_models::{Error, ModelConfig, Problem};
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 use rand::Rng;
 
 // ---------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::{EventQueue, SimTime};
 use crate::cluster::Cluster;
-use crate::engine::{EventQueue, SimTime};
 use crate::fault::{Faults, LossCause, Sent, WorkerFault};
 use crate::net::Network;
 use crate::net::topology::Topology;

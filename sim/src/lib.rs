@@ -96,13 +96,13 @@
 //! message was sent.
 //!
 //! The state is what the algorithm must remember between events: here, each worker's random
-//! stream for its choice of neighbour ([`engine::rng::stream`], one stream per worker, so what
+//! stream for its choice of neighbour ([`clock::rng::stream`], one stream per worker, so what
 //! worker 0 draws does not depend on anyone else), the steps each worker has completed and the
 //! number of copies in flight.
 //!
 //! ```
 //! use dasim_sim::algorithm::Ctx;
-//! use dasim_sim::engine::rng::{Stream, StreamKind, stream};
+//! use dasim_sim::clock::rng::{Stream, StreamKind, stream};
 //! use dasim_sim::params::{GradId, MsgId};
 //!
 //! /// The events of gossip SGD.
@@ -157,7 +157,7 @@
 //!
 //! ```
 //! # use dasim_sim::algorithm::Ctx;
-//! # use dasim_sim::engine::rng::Stream;
+//! # use dasim_sim::clock::rng::Stream;
 //! # use dasim_sim::params::{GradId, MsgId};
 //! # #[derive(Debug)]
 //! # enum Event {
@@ -266,7 +266,7 @@
 //!
 //! ```
 //! # use dasim_sim::algorithm::{Algorithm, Ctx};
-//! # use dasim_sim::engine::rng::{Stream, StreamKind, stream};
+//! # use dasim_sim::clock::rng::{Stream, StreamKind, stream};
 //! # use dasim_sim::params::{GradId, MsgId, ReplicaStore, Slot};
 //! # use rand::Rng;
 //! # #[derive(Debug)]
@@ -402,7 +402,7 @@
 //! - Events are delivered in `(time, sequence)` order, the sequence being assigned when the event
 //!   is scheduled ([`engine::EventQueue`]). Nothing else breaks ties.
 //! - Every random draw comes from a stream seeded by (scenario seed,
-//!   [`StreamKind`](engine::rng::StreamKind), entity id), so worker `i`'s `k`-th step takes the
+//!   [`StreamKind`](clock::rng::StreamKind), entity id), so worker `i`'s `k`-th step takes the
 //!   same time under every algorithm.
 //! - Control flow never depends on floating-point values computed from parameters, so the event
 //!   timeline is the same on every backend.
@@ -424,6 +424,7 @@
 
 pub mod algorithm;
 pub mod algorithms;
+pub mod clock;
 pub mod cluster;
 pub mod engine;
 pub mod env;
@@ -434,7 +435,8 @@ pub mod params;
 mod raw;
 pub mod record;
 
-pub use error::{ConfigError, Error, Result};
+pub use engine::error::{Error, Result};
+pub use error::ConfigError;
 
 /// The names most programs need.
 pub mod prelude {

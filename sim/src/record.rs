@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::time::SimTime;
+use crate::clock::time::SimTime;
 use crate::error::ConfigError;
 use crate::net::LinkStats;
 

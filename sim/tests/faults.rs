@@ -682,11 +682,13 @@ fn an_algorithm_refuses_a_fault_it_does_not_handle() {
         "[[faults]]\nkind = \"delay\"\nmean_ms = 1.0\n[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 1.0\nrejoin_after_s = 1.0",
     );
     let allreduce: AlgorithmConfig = AllReduceConfig::default().into();
-    let e = dasim_sim::fault::check_support(&allreduce, &f, "algorithms[0]").unwrap_err();
+    let e = allreduce
+        .check_fault_support(&f, "algorithms[0]")
+        .unwrap_err();
     assert_eq!(e.path.to_string(), "faults[1].kind");
     assert!(e.message.contains("allreduce (algorithms[0], `allreduce`) does not handle crash with rejoin_after_s faults"), "{}", e.message);
     let sgp: AlgorithmConfig = SgpConfig::default().into();
-    dasim_sim::fault::check_support(&sgp, &f, "algorithms[0]").unwrap();
+    sgp.check_fault_support(&f, "algorithms[0]").unwrap();
 }
 
 /// A world of `n` workers on `topology` with the plain network and the given faults, for `alg`.
@@ -1200,7 +1202,8 @@ fn which_algorithms_refuse_which_faults() {
          [[faults]]\nkind = \"loss\"\nprobability = 0.1",
     );
     let check = |alg: AlgorithmConfig| {
-        dasim_sim::fault::check_support(&alg, &f, "algorithms[0]").map_err(|e| e.path.to_string())
+        alg.check_fault_support(&f, "algorithms[0]")
+            .map_err(|e| e.path.to_string())
     };
     // Every kind: the asynchronous ones and push-sum.
     check(AdPsgdConfig::default().into()).unwrap();
@@ -1220,11 +1223,13 @@ fn which_algorithms_refuse_which_faults() {
         AlgorithmConfig::from(DpsgdConfig::default()),
         AlgorithmKind::LocalSgd(LocalSgdConfig::default()).into(),
     ] {
-        dasim_sim::fault::check_support(&alg, loss_only, "algorithms[0]").unwrap();
+        alg.check_fault_support(loss_only, "algorithms[0]").unwrap();
     }
     // LAP-SGD refuses all three, saying why.
     let lap: AlgorithmConfig = AlgorithmKind::LapSgd(LapSgdConfig::default()).into();
-    let e = dasim_sim::fault::check_support(&lap, loss_only, "algorithms[0]").unwrap_err();
+    let e = lap
+        .check_fault_support(loss_only, "algorithms[0]")
+        .unwrap_err();
     assert!(e.message.contains("silent degradation"), "{}", e.message);
 }
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use dasim_sim::Error;
 use dasim_sim::algorithm::Ctx;
-use dasim_sim::engine::time::TimeUnit;
+use dasim_sim::clock::time::TimeUnit;
 use dasim_sim::prelude::*;
 
 /// The sections of a scenario file the engine owns (the model and data sections belong to

@@ -42,7 +42,7 @@ use std::path::Path;
 
 use rand::seq::SliceRandom;
 
-use dasim_sim::engine::rng::{StreamKind, stream};
+use dasim_sim::clock::rng::{StreamKind, stream};
 
 use crate::error::{Error, Result};
 

@@ -28,7 +28,7 @@ use rand::seq::SliceRandom;
 use rand_distr::{Distribution, Gamma};
 
 use dasim_sim::ConfigError;
-use dasim_sim::engine::rng::{Stream, StreamKind, stream};
+use dasim_sim::clock::rng::{Stream, StreamKind, stream};
 
 use crate::error::Result;
 

@@ -4,7 +4,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use dasim_sim::engine::rng::{Stream, StreamKind, stream};
+use dasim_sim::clock::rng::{Stream, StreamKind, stream};
 
 use super::Dataset;
 

@@ -20,7 +20,7 @@
 use rand::Rng;
 use rand_distr::StandardNormal;
 
-use dasim_sim::engine::rng::{Stream, StreamKind, stream};
+use dasim_sim::clock::rng::{Stream, StreamKind, stream};
 
 use super::config::{DatasetKind, SyntheticConfig};
 use super::{Dataset, TargetKind};

@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use burn::tensor::Tensor;
 
-use dasim_sim::engine::rng::Stream;
+use dasim_sim::clock::rng::Stream;
 
 use super::cpu::{Geom, Maps};
 use super::{ParamRows, uniform};

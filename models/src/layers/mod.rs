@@ -21,7 +21,7 @@ use std::ops::Range;
 use burn::tensor::{Tensor, activation};
 use rand::Rng;
 
-use dasim_sim::engine::rng::Stream;
+use dasim_sim::clock::rng::Stream;
 
 use crate::data::ImageShape;
 use crate::mlp::Activation;

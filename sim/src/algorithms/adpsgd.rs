@@ -109,9 +109,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::clock::rng::{Stream, StreamKind, stream};
+use crate::clock::time::TimeUnit;
 use crate::engine::SimTime;
-use crate::engine::rng::{Stream, StreamKind, stream};
-use crate::engine::time::TimeUnit;
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};

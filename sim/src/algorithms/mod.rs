@@ -352,6 +352,39 @@ impl AlgorithmConfig {
         self.algorithm.spec().extra_nodes()
     }
 
+    /// Checks that this algorithm handles every kind of `faults`: an error at the first entry
+    /// whose kind it does not handle, saying why (`faults[1].kind`), naming the algorithm (at
+    /// `path`, e.g. `algorithms[0]`). Delayed and duplicated messages every algorithm handles.
+    pub fn check_fault_support(
+        &self,
+        faults: &[crate::fault::FaultConfig],
+        path: &str,
+    ) -> Result<(), ConfigError> {
+        use crate::fault::FaultKind;
+        for (i, f) in faults.iter().enumerate() {
+            let kind = f.kind();
+            if matches!(kind, FaultKind::Delay | FaultKind::Duplicate) {
+                continue;
+            }
+            if let Err(why) = self.algorithm.spec().fault_support(self.kind(), kind) {
+                return Err(ConfigError::new(
+                    &format!("faults[{i}].kind"),
+                    format!(
+                        "{} ({path}, `{}`) does not handle {} faults: {why}",
+                        self.kind(),
+                        self.label(),
+                        kind.name()
+                    ),
+                )
+                .hint(
+                    "remove this fault, or run it with an algorithm that handles it (see the \
+                     algorithm's chapter of the book, \"Under faults\")",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the entry against `topology` (the graph it runs on: its own, built from
     /// [`AlgorithmConfig::topology`], else the scenario's) and, when `params` is known, the model;
     /// `path` is where it sits, e.g. `algorithms[1]`. An error about the entry's own topology or

@@ -141,7 +141,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::time::TimeUnit;
+use crate::clock::time::TimeUnit;
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, SimTime, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};

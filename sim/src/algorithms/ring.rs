@@ -40,7 +40,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::algorithm::Ctx;
-use crate::engine::time::{SimTime, num};
+use crate::clock::time::{SimTime, num};
 use crate::record::Activity;
 
 /// What a worker's full contribution to its round means for its wait.

@@ -246,8 +246,8 @@ struct Gossip {
 /// The state machine of SGP and Overlap-SGP.
 #[derive(Serialize, Deserialize)]
 pub struct Sgp {
-    #[serde(with = "crate::engine::checkpoint::static_str")]
-    kind: crate::engine::checkpoint::StaticStr,
+    #[serde(with = "crate::raw::static_str")]
+    kind: crate::raw::StaticStr,
     tau: u64,
     /// `send = "after-mix"` (only `overlap-sgp`).
     after_mix: bool,

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::time::{CLOCK_HINT, SimTime, TimeUnit, num};
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::{CLOCK_HINT, SimTime, TimeUnit, num};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 

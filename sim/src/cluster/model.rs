@@ -4,10 +4,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::clock::time::{CLOCK_HINT, SimTime, num};
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::slowdown::ModelState;
 use crate::cluster::stragglers::{StragglerModel, TraceData, TraceEnd, load_trace};
-use crate::engine::time::{CLOCK_HINT, SimTime, num};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 

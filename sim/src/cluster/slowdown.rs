@@ -5,11 +5,11 @@ use rand::Rng;
 use rand_distr::{Distribution as _, Exp, Gamma, Geometric, LogNormal, Pareto, Uniform};
 use serde::{Deserialize, Serialize};
 
+use crate::clock::rng::{self, Stream, StreamKind, stream};
+use crate::clock::time::SimTime;
 use crate::cluster::stragglers::{
     Clock, Distribution, MarkovStart, StragglerModel, markov_clock, positive, window_bounds,
 };
-use crate::engine::rng::{self, Stream, StreamKind, stream};
-use crate::engine::time::SimTime;
 use crate::error::ConfigError;
 
 /// A validated distribution, ready to sample.

@@ -23,7 +23,7 @@
 //! ## Determinism
 //!
 //! Every random model of entry `m` draws, for worker `i`, from sub-stream `1 + m` of worker `i`'s
-//! compute stream ([`StreamKind::Compute`](crate::engine::rng::StreamKind::Compute), id `i`), exactly once per step (step-clocked) or once
+//! compute stream ([`StreamKind::Compute`](crate::clock::rng::StreamKind::Compute), id `i`), exactly once per step (step-clocked) or once
 //! per sojourn (time-clocked), and from nothing else. So the `k`-th step of worker `i` takes a
 //! duration that depends only on the seed, `i`, `k` and, for `window` entries and time-clocked
 //! `markov` entries, on the simulated time `t` at which the step starts. Two algorithms run on
@@ -37,8 +37,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::clock::time::{SimTime, TimeUnit, num};
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::{SimTime, TimeUnit, num};
 use crate::error::ConfigError;
 use crate::raw::{Raw, lift};
 
@@ -468,7 +468,7 @@ pub(crate) fn window_bounds(
     w: &WindowConfig,
     at: &dyn Fn(&str) -> String,
 ) -> Result<(SimTime, SimTime), ConfigError> {
-    crate::engine::time::window(w.start_s, w.end_s, at)
+    crate::clock::time::window(w.start_s, w.end_s, at)
 }
 
 impl StragglerModel {

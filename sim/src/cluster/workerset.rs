@@ -24,7 +24,7 @@ use rand::seq::index;
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::engine::rng::{Stream, StreamKind, stream};
+use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::error::ConfigError;
 
 /// A set of workers: a list, a range, all, or a random subset.

@@ -28,8 +28,8 @@ use std::sync::atomic::AtomicBool;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::engine::time::SimTime;
-use crate::error::{Error, Result};
+use crate::clock::time::SimTime;
+use crate::engine::error::{Error, Result};
 
 /// The first bytes of every checkpoint of the engine.
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
@@ -83,37 +83,4 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
 /// The error of a checkpoint that cannot be written or read.
 pub fn checkpoint_error(message: impl Into<String>) -> Error {
     Error::Checkpoint(message.into())
-}
-
-/// A `&'static str` field read back through [`static_str`]. (Serde's derive sees a `&str`
-/// field by its spelling and would borrow it from the input; behind this alias it does not.)
-pub(crate) type StaticStr = &'static str;
-
-/// Serde for `&'static str` fields (a schedule's name, an algorithm's kind): written as a
-/// string, read back as one of the names the engine uses, leaked only when it is none of them
-/// (a few bytes, once per resume).
-pub(crate) mod static_str {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    const KNOWN: &[&str] = &[
-        "sgp",
-        "overlap-sgp",
-        "static",
-        "one-peer-exponential",
-        "two-peer-exponential",
-        "bidirectional-exponential",
-    ];
-
-    pub(crate) fn serialize<S: Serializer>(s: &&'static str, out: S) -> Result<S::Ok, S::Error> {
-        out.serialize_str(s)
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<&'static str, D::Error> {
-        let s = String::deserialize(d)?;
-        Ok(KNOWN
-            .iter()
-            .copied()
-            .find(|k| *k == s)
-            .unwrap_or_else(|| Box::leak(s.into_boxed_str())))
-    }
 }

@@ -38,10 +38,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World, WorldState};
+use crate::clock::time::{TimeUnit, num};
+use crate::clock::{EventQueue, SimTime};
 use crate::engine::checkpoint::{self, Checkpointing, checkpoint_error};
-use crate::engine::time::{TimeUnit, num};
-use crate::engine::{EventQueue, SimTime};
-use crate::error::{ConfigError, Error, Result};
+use crate::engine::error::{Error, Result};
+use crate::error::ConfigError;
 use crate::fault::{FaultStats, RejoinState, Stall, WorkerFault};
 use crate::net::NetworkStats;
 use crate::params::{Evaluation, ReplicaStore};

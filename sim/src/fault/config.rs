@@ -23,10 +23,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::time::{SimTime, TimeUnit, window};
 use crate::cluster::slowdown::Variate;
 use crate::cluster::stragglers::Distribution;
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::{SimTime, TimeUnit, window};
 use crate::error::ConfigError;
 use crate::net::config::LinkSpec;
 

@@ -24,7 +24,8 @@
 //!   FIFO), so a later message can be held up behind a delayed one.
 //!
 //! Which kinds an algorithm accepts, and what it does under each, is its own documented rule
-//! ([`crate::algorithms::AlgorithmSpec::fault_support`]); a scenario that pairs an algorithm with
+//! ([`crate::algorithms::AlgorithmSpec::fault_support`], checked by
+//! [`crate::algorithms::AlgorithmConfig::check_fault_support`]); a scenario that pairs an algorithm with
 //! a kind it does not handle is refused at validation. Delay and duplication are invisible to
 //! algorithms and accepted by all.
 //!
@@ -49,9 +50,9 @@ pub use config::{
     RejoinState,
 };
 
+use crate::clock::rng::{Stream, StreamKind, sojourn, stream};
+use crate::clock::time::{SimTime, window};
 use crate::cluster::slowdown::Variate;
-use crate::engine::rng::{Stream, StreamKind, sojourn, stream};
-use crate::engine::time::{SimTime, window};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 
@@ -502,40 +503,8 @@ impl std::fmt::Display for Stall {
         write!(
             f,
             "stalled at simulated time {} s: no event can wake the waiting workers: {}",
-            crate::engine::time::num(self.time.as_secs_f64()),
+            crate::clock::time::num(self.time.as_secs_f64()),
             self.waiting.join("; ")
         )
     }
-}
-
-/// Checks that algorithm `alg` handles every kind of `faults`: an error at the first entry
-/// whose kind it does not handle, saying why (`faults[1].kind`), naming the algorithm (at
-/// `alg_path`, e.g. `algorithms[0]`).
-pub fn check_support(
-    alg: &crate::algorithms::AlgorithmConfig,
-    faults: &[FaultConfig],
-    alg_path: &str,
-) -> Result<(), ConfigError> {
-    for (i, f) in faults.iter().enumerate() {
-        let kind = f.kind();
-        if matches!(kind, FaultKind::Delay | FaultKind::Duplicate) {
-            continue;
-        }
-        if let Err(why) = alg.algorithm.spec().fault_support(alg.kind(), kind) {
-            return Err(ConfigError::new(
-                &format!("faults[{i}].kind"),
-                format!(
-                    "{} ({alg_path}, `{}`) does not handle {} faults: {why}",
-                    alg.kind(),
-                    alg.label(),
-                    kind.name()
-                ),
-            )
-            .hint(
-                "remove this fault, or run it with an algorithm that handles it (see the \
-                 algorithm's chapter of the book, \"Under faults\")",
-            ));
-        }
-    }
-    Ok(())
 }

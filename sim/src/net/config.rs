@@ -36,8 +36,8 @@ use std::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::clock::time::{SimTime, TimeUnit, num, window};
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::time::{SimTime, TimeUnit, num, window};
 use crate::error::ConfigError;
 
 /// Bandwidth when neither `bandwidth_gbps` nor a preset is given (the `10gbe` preset).

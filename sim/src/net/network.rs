@@ -64,9 +64,9 @@ use serde::{Deserialize, Serialize};
 use rand::Rng;
 use rand_distr::Exp;
 
+use crate::clock::rng::{Stream, StreamKind, sojourn, stream};
+use crate::clock::time::{SimTime, window};
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::rng::{Stream, StreamKind, sojourn, stream};
-use crate::engine::time::{SimTime, window};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 use crate::net::config::{LinkSpec, NetworkConfig};

@@ -35,7 +35,7 @@ use std::ops::Range;
 use petgraph::graph::{DiGraph, NodeIndex};
 use rand::Rng;
 
-use crate::engine::rng::{StreamKind, splitmix64, stream};
+use crate::clock::rng::{StreamKind, splitmix64, stream};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Kind {
@@ -45,8 +45,8 @@ enum Kind {
     /// iteration `s` on, `per` is the phase's and the rotation restarts: `book[(per·(k − s) + j)
     /// mod L]`.
     Rotating {
-        #[serde(with = "crate::engine::checkpoint::static_str")]
-        name: crate::engine::checkpoint::StaticStr,
+        #[serde(with = "crate::raw::static_str")]
+        name: crate::raw::StaticStr,
         book: Vec<usize>,
         per: usize,
         /// `(first iteration, peers per iteration)`, first iterations increasing; empty: one

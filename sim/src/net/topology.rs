@@ -31,7 +31,7 @@
 //! | `two-peer-exponential` | SGP, two peers per iteration |
 //! | `random-peer` | one uniformly random peer per node and iteration |
 //!
-//! Random graphs draw from the topology stream ([`crate::engine::rng::StreamKind::Topology`], id 0), so a
+//! Random graphs draw from the topology stream ([`crate::clock::rng::StreamKind::Topology`], id 0), so a
 //! scenario's graph depends on its seed and `n` only.
 //!
 //! ## Validation
@@ -55,8 +55,8 @@ use petgraph::graph::{NodeIndex, UnGraph};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::cluster::workerset::WorkerSet;
-use crate::engine::rng::{Stream, StreamKind, stream};
 use crate::env::BuildEnv;
 use crate::error::ConfigError;
 use crate::net::schedule::PeerSchedule;

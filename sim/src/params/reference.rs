@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::engine::rng::{Stream, StreamKind, stream};
+use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::params::{
     Evaluation, GradId, HandleMap, Layer, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
 };

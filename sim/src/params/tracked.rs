@@ -79,7 +79,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
-use crate::engine::time::SimTime;
+use crate::clock::time::SimTime;
 use crate::params::handles::HandleMap;
 use crate::params::{Evaluation, GradId, MsgId, ReplicaStore, Slot};
 use crate::record::{GradientRecord, Histogram};

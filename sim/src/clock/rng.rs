@@ -6,7 +6,7 @@
 //! worker draws: algorithms are compared on common random numbers.
 //!
 //! ```
-//! use dasim_sim::engine::rng::{stream, StreamKind};
+//! use dasim_sim::clock::rng::{stream, StreamKind};
 //! use rand::Rng;
 //!
 //! let a: u64 = stream(7, StreamKind::Compute, 3).random();
@@ -19,7 +19,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::engine::time::SimTime;
+use crate::clock::time::SimTime;
 
 /// The random number generator of every stream: ChaCha with 8 rounds, portable and reproducible
 /// across platforms and versions of this crate.

@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use dasim_sim::engine::EventQueue;
-//! use dasim_sim::engine::time::SimTime;
+//! use dasim_sim::clock::time::SimTime;
 //!
 //! let mut q = EventQueue::new();
 //! q.push(SimTime::from_nanos(5), "late");
@@ -20,7 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::time::SimTime;
+use crate::clock::time::SimTime;
 
 /// Buckets of the radix heap: one for the current time, one per bit of the time.
 const BUCKETS: usize = 65;
