@@ -1,4 +1,4 @@
-//! Adam and LARS end to end (flex): a run on the digits MLP trains and is byte-reproducible, and
+//! Adam, AdamW and LARS end to end (flex): a run on the digits MLP trains and is byte-reproducible, and
 //! their keys are checked at their fields, in an algorithm's own `optimizer` table too.
 
 mod common;
@@ -44,6 +44,40 @@ fn adam_trains_the_digits_mlp_and_is_byte_reproducible() {
 }
 
 #[test]
+fn adamw_trains_the_digits_mlp_and_its_decay_is_decoupled() {
+    // With a decay of 0.1 at rate 0.01 every step shrinks x by 0.1%; folded into the gradient
+    // as Adam's L2 term it would instead be normalized away by the second moment.
+    let run = |kind: &str| {
+        let text = with_optimizer(&format!(
+            "[optimizer]\nkind = \"{kind}\"\nlr = 0.01\nweight_decay = 0.1\nbeta2 = 0.99\n"
+        ));
+        let (dir, path) = scenario(&text, "adamw.toml");
+        let a = dir.path().join("a");
+        run_flex(&path, &a);
+        let resolved = std::fs::read_to_string(a.join("scenario.toml")).unwrap();
+        assert!(
+            resolved.contains(&format!("kind = \"{kind}\"")),
+            "{resolved}"
+        );
+        read_summary(&a).unwrap().expect("summary.json")
+    };
+    let (adamw, adam) = (run("adamw"), run("adam"));
+    for (w, l2) in adamw.runs.iter().zip(&adam.runs) {
+        assert!(
+            w.final_loss < 1.5,
+            "{}: final loss {}",
+            w.algorithm,
+            w.final_loss
+        );
+        assert_ne!(
+            w.final_loss, l2.final_loss,
+            "{}: AdamW ran as Adam",
+            w.algorithm
+        );
+    }
+}
+
+#[test]
 fn lars_trains_the_digits_mlp() {
     let text =
         with_optimizer("[optimizer]\nkind = \"lars\"\nlr = 2.0\nmomentum = 0.9\neta = 0.02\n");
@@ -81,6 +115,15 @@ fn adam_and_lars_keys_are_checked_at_their_fields() {
             "[optimizer]\nkind = \"lars\"\neta = -1.0\n",
             "optimizer.eta",
         ),
+        (
+            "[optimizer]\nkind = \"adamw\"\nmomentum = 0.9\n",
+            "optimizer.momentum",
+        ),
+        (
+            "[optimizer]\nkind = \"adamw\"\nbeta2 = 1.0\n",
+            "optimizer.beta2",
+        ),
+        ("[optimizer]\nkind = \"sgd\"\neps = 1e-6\n", "optimizer.eps"),
         ("[optimizer]\nbeta1 = 0.5\n", "optimizer.beta1"),
         (
             "[optimizer]\nkind = \"lars\"\nmomentum = 0.9\nnesterov = true\n",

@@ -323,7 +323,7 @@ impl Rows {
     pub fn new(init: Vec<f32>, count: usize, optimizer: &OptimizerConfig) -> Self {
         let p = init.len();
         let first: Row = Arc::new(init);
-        let adam = optimizer.kind == OptimizerKind::Adam;
+        let adam = optimizer.kind.is_adam();
         Rows {
             p,
             params: (0..count)
@@ -707,7 +707,7 @@ impl Rows {
         self.settle(r);
         match opt.kind {
             OptimizerKind::Sgd => self.sgd_step(r, g, lr, block, opt),
-            OptimizerKind::Adam => self.adam_step(r, g, lr, block, opt),
+            OptimizerKind::Adam | OptimizerKind::AdamW => self.adam_step(r, g, lr, block, opt),
             OptimizerKind::Lars => self.lars_step(r, g, lr, block, opt, layers),
         }
     }
@@ -849,8 +849,14 @@ impl Rows {
         // Bias corrections, computed in f64 once per distinct step count (all coordinates of a
         // block usually share one).
         let mut cached: Option<(u32, f32, f32)> = None;
+        // AdamW: the moments see the gradient alone; the decay shrinks x beside the step.
+        let (l2, decay) = if opt.kind == OptimizerKind::AdamW {
+            (0.0, lrf * wd)
+        } else {
+            (wd, 0.0)
+        };
         for k in 0..x.len() {
-            let d = g[k] + x[k] * wd;
+            let d = g[k] + x[k] * l2;
             t_r[k] += 1;
             let tk = t_r[k];
             let (c1, c2) = match cached {
@@ -866,6 +872,7 @@ impl Rows {
             v_r[k] = b2f * v_r[k] + (1.0 - b2f) * d * d;
             let m_hat = m_r[k] / c1;
             let v_hat = v_r[k] / c2;
+            x[k] -= x[k] * decay;
             x[k] -= lrf * m_hat / (v_hat.sqrt() + eps);
         }
         self.velocity = Some(m);

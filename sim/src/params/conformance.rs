@@ -195,6 +195,7 @@ macro_rules! testgen_replica_store {
             row_operations_leave_optimizer_state,
             adam_step_follows_the_rule,
             adam_with_weight_decay_step_follows_the_rule,
+            adamw_step_follows_the_rule,
             lars_step_follows_the_rule,
             adam_and_lars_state_is_per_row_and_never_mixed,
             optimizer_states_swap_and_step_other_rows,
@@ -1323,6 +1324,17 @@ fn any_rule_step(
     let wd = opt.weight_decay;
     match opt.kind {
         OptimizerKind::Sgd => rule_step(opt, x, &mut st.v, g, lr),
+        OptimizerKind::AdamW => {
+            let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
+            for k in 0..x.len() {
+                st.t[k] += 1;
+                st.v[k] = b1 * st.v[k] + (1.0 - b1) * g[k];
+                st.s[k] = b2 * st.s[k] + (1.0 - b2) * g[k] * g[k];
+                let m_hat = st.v[k] / (1.0 - b1.powi(st.t[k]));
+                let s_hat = st.s[k] / (1.0 - b2.powi(st.t[k]));
+                x[k] -= lr * wd * x[k] + lr * m_hat / (s_hat.sqrt() + eps);
+            }
+        }
         OptimizerKind::Adam => {
             let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
             for k in 0..x.len() {
@@ -1428,6 +1440,19 @@ pub fn adam_with_weight_decay_step_follows_the_rule<F: Fixture>(f: &F) {
         ..adam(0.01)
     };
     check_any_rule(f, opt, "Adam, weight decay 0.01");
+}
+
+/// AdamW: Adam's moments of the gradient alone, and the decay decoupled from them,
+/// `x ← x − η·λ·x − η·m̂/(√v̂ + ε)` (a large λ, so that a decay folded into the gradient as
+/// Adam's L2 term would fail).
+pub fn adamw_step_follows_the_rule<F: Fixture>(f: &F) {
+    let opt = OptimizerConfig {
+        kind: OptimizerKind::AdamW,
+        weight_decay: 0.5,
+        beta2: Some(0.99),
+        ..Default::default()
+    };
+    check_any_rule(f, opt, "AdamW, weight decay 0.5");
 }
 
 /// LARS: per layer of [`ReplicaStore::layers`], `τ = η_T‖x‖/(‖g‖ + λ‖x‖)`,

@@ -3,7 +3,7 @@
 //! # The optimizer step
 //!
 //! The store applies the `[optimizer]` section's local update ([`OptimizerConfig`]); the
-//! algorithm passes the learning rate in force ([`crate::algorithm::World::lr_at`]). Three rules
+//! algorithm passes the learning rate in force ([`crate::algorithm::World::lr_at`]). Four rules
 //! exist (`kind`); each keeps its state **per row** (per replica), and no operation but the step
 //! itself reads or writes that state: averaging, mixing, message buffers and block copies move
 //! parameters only, never moments, momentum buffers or step counts. (Only
@@ -45,6 +45,22 @@
 //! one count, the row's number of optimizer steps. A row added by
 //! [`crate::params::ReplicaStore::add_rows`] starts at `t = 0`.
 //!
+//! ## `kind = "adamw"` (Loshchilov & Hutter 2019, DiLoCo's inner optimizer)
+//!
+//! Adam with the weight decay decoupled from the gradient: the moments see the gradient alone,
+//! and the decay shrinks the parameters beside the Adam step, scaled by the rate in force as in
+//! PyTorch's `AdamW` (which DiLoCo's implementations use):
+//!
+//! ```text
+//! t ← t + 1
+//! m ← β₁·m + (1 − β₁)·g
+//! v ← β₂·v + (1 − β₂)·g²
+//! x ← x − η·λ·x − η · (m / (1 − β₁ᵗ)) / (√(v / (1 − β₂ᵗ)) + ε)
+//! ```
+//!
+//! The step counts, the bias correction and the state per row are Adam's. With `λ = 0` the two
+//! rules are the same.
+//!
 //! ## `kind = "lars"` (You, Gitman & Ginsburg 2017, as in LAP-SGD's large-batch baselines)
 //!
 //! Layer-wise adaptive rate scaling. For each layer `l` of the model
@@ -84,6 +100,9 @@ pub enum OptimizerKind {
     Sgd,
     /// Adam, with bias correction by the row's own step count.
     Adam,
+    /// AdamW: Adam with weight decay decoupled from the gradient (Loshchilov & Hutter 2019).
+    #[serde(rename = "adamw")]
+    AdamW,
     /// LARS: layer-wise trust ratio, momentum and weight decay as You et al. (2017) define them.
     Lars,
 }
@@ -94,8 +113,14 @@ impl OptimizerKind {
         match self {
             OptimizerKind::Sgd => "sgd",
             OptimizerKind::Adam => "adam",
+            OptimizerKind::AdamW => "adamw",
             OptimizerKind::Lars => "lars",
         }
+    }
+
+    /// Adam or AdamW: the rules that keep two moments and a step count.
+    pub fn is_adam(self) -> bool {
+        matches!(self, OptimizerKind::Adam | OptimizerKind::AdamW)
     }
 
     fn is_sgd(&self) -> bool {
@@ -120,7 +145,7 @@ pub const DEFAULT_ETA: f64 = 0.001;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
-    /// The update rule: `sgd` (default), `adam` or `lars`.
+    /// The update rule: `sgd` (default), `adam`, `adamw` or `lars`.
     #[serde(default, skip_serializing_if = "OptimizerKind::is_sgd")]
     pub kind: OptimizerKind,
     /// Base learning rate η.
@@ -132,7 +157,8 @@ pub struct OptimizerConfig {
     /// Nesterov momentum (needs `momentum > 0`; `sgd` only).
     #[serde(default, skip_serializing_if = "crate::raw::is_false")]
     pub nesterov: bool,
-    /// L2 weight decay λ (added to the gradient; in LARS's trust ratio too).
+    /// Weight decay λ: an L2 term added to the gradient (`sgd`, `adam`; in LARS's trust ratio
+    /// too), or decoupled from it (`adamw`: `x ← x − η·λ·x` beside the Adam step).
     #[serde(default)]
     pub weight_decay: f64,
     /// Adam's first-moment decay β₁ in `[0, 1)` (default 0.9; `adam` only).
@@ -198,7 +224,7 @@ impl OptimizerConfig {
     pub fn has_momentum_buffer(&self) -> bool {
         match self.kind {
             OptimizerKind::Sgd | OptimizerKind::Lars => self.momentum > 0.0,
-            OptimizerKind::Adam => true,
+            OptimizerKind::Adam | OptimizerKind::AdamW => true,
         }
     }
 
@@ -206,34 +232,37 @@ impl OptimizerConfig {
     /// with momentum (else 0), Adam 3 (two moments and a step count).
     pub fn state_per_param(&self) -> u64 {
         match self.kind {
-            OptimizerKind::Adam => 3,
+            OptimizerKind::Adam | OptimizerKind::AdamW => 3,
             _ => u64::from(self.has_momentum_buffer()),
         }
     }
 
     /// Checks every value.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let only = |field: &str, value: Option<f64>, kind: OptimizerKind| {
-            if value.is_some() && self.kind != kind {
+        let only = |field: &str, value: Option<f64>, kinds: &[OptimizerKind]| {
+            if value.is_some() && !kinds.contains(&self.kind) {
+                let names: Vec<String> =
+                    kinds.iter().map(|k| format!("\"{}\"", k.name())).collect();
                 return Err(ConfigError::new(
                     &format!("optimizer.{field}"),
                     format!(
-                        "`{field}` applies to kind = \"{}\" only, and this optimizer is \"{}\"",
-                        kind.name(),
+                        "`{field}` applies to kind = {} only, and this optimizer is \"{}\"",
+                        names.join(" or "),
                         self.kind.name()
                     ),
                 )
                 .hint(format!(
-                    "remove {field}, or set optimizer.kind = \"{}\"",
-                    kind.name()
+                    "remove {field}, or set optimizer.kind = {}",
+                    names.join(" or ")
                 )));
             }
             Ok(())
         };
-        only("beta1", self.beta1, OptimizerKind::Adam)?;
-        only("beta2", self.beta2, OptimizerKind::Adam)?;
-        only("eps", self.eps, OptimizerKind::Adam)?;
-        only("eta", self.eta, OptimizerKind::Lars)?;
+        let adam = &[OptimizerKind::Adam, OptimizerKind::AdamW];
+        only("beta1", self.beta1, adam)?;
+        only("beta2", self.beta2, adam)?;
+        only("eps", self.eps, adam)?;
+        only("eta", self.eta, &[OptimizerKind::Lars])?;
         for (field, value) in [("beta1", self.beta1()), ("beta2", self.beta2())] {
             if !(0.0..1.0).contains(&value) {
                 return Err(ConfigError::new(
@@ -250,7 +279,7 @@ impl OptimizerConfig {
                 ));
             }
         }
-        if self.kind == OptimizerKind::Adam && self.momentum != 0.0 {
+        if self.kind.is_adam() && self.momentum != 0.0 {
             return Err(ConfigError::new(
                 "optimizer.momentum",
                 "Adam has no momentum of its own: its first-moment decay is beta1",

@@ -70,11 +70,7 @@ impl ReferenceStore {
     /// `workers` replicas, all starting at zero.
     pub fn new(problem: Quadratic, workers: usize, optimizer: OptimizerConfig, seed: u64) -> Self {
         let dim = problem.curvature.len();
-        let adam = if optimizer.kind == OptimizerKind::Adam {
-            dim
-        } else {
-            0
-        };
+        let adam = if optimizer.kind.is_adam() { dim } else { 0 };
         ReferenceStore {
             workers,
             state: ReferenceState {
@@ -288,17 +284,25 @@ impl ReplicaStore for ReferenceStore {
                     x[k] -= lr * step;
                 }
             }
-            OptimizerKind::Adam => {
+            OptimizerKind::Adam | OptimizerKind::AdamW => {
                 let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
+                let decoupled = opt.kind == OptimizerKind::AdamW;
                 let (s, t) = (&mut self.state.second[row], &mut self.state.steps[row]);
                 for k in block {
-                    let d = g[k] + weight_decay * x[k];
+                    let d = if decoupled {
+                        g[k]
+                    } else {
+                        g[k] + weight_decay * x[k]
+                    };
                     t[k] += 1;
                     v[k] = b1 * v[k] + (1.0 - b1) * d;
                     s[k] = b2 * s[k] + (1.0 - b2) * d * d;
                     let tk = t[k] as i32;
                     let m_hat = v[k] / (1.0 - b1.powi(tk));
                     let s_hat = s[k] / (1.0 - b2.powi(tk));
+                    if decoupled {
+                        x[k] -= lr * weight_decay * x[k];
+                    }
                     x[k] -= lr * m_hat / (s_hat.sqrt() + eps);
                 }
             }
