@@ -30,6 +30,7 @@
 use std::sync::OnceLock;
 
 use crate::data::{Dataset, TargetKind};
+use crate::linalg::cholesky_solve;
 
 /// Samples per chunk of a full-batch sum (the unit of work of a host thread).
 pub const CHUNK: usize = 256;
@@ -384,43 +385,6 @@ fn two_loop(g: &[f64], history: &[(Vec<f64>, Vec<f64>, f64)]) -> Vec<f64> {
         *v = -*v;
     }
     q
-}
-
-/// Solves `A·x = b` for a symmetric positive-definite `A` (`m × m`, lower triangle used,
-/// overwritten by its Cholesky factor). `None` if `A` is not numerically positive definite.
-pub(crate) fn cholesky_solve(a: &mut [f64], mut b: Vec<f64>, m: usize) -> Option<Vec<f64>> {
-    let trace: f64 = (0..m).map(|p| a[p * m + p]).sum();
-    for p in 0..m {
-        for q in 0..=p {
-            let mut s = a[p * m + q];
-            for k in 0..q {
-                s -= a[p * m + k] * a[q * m + k];
-            }
-            if p == q {
-                if s <= 1e-12 * trace {
-                    return None;
-                }
-                a[p * m + p] = s.sqrt();
-            } else {
-                a[p * m + q] = s / a[q * m + q];
-            }
-        }
-    }
-    for p in 0..m {
-        let mut s = b[p];
-        for k in 0..p {
-            s -= a[p * m + k] * b[k];
-        }
-        b[p] = s / a[p * m + p];
-    }
-    for p in (0..m).rev() {
-        let mut s = b[p];
-        for k in p + 1..m {
-            s -= a[k * m + p] * b[k];
-        }
-        b[p] = s / a[p * m + p];
-    }
-    Some(b)
 }
 
 /// `f` over `items` on up to `available_parallelism` host threads, results in item order.

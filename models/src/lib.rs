@@ -19,6 +19,7 @@ pub mod data;
 pub mod error;
 pub mod layers;
 pub mod lenet;
+mod linalg;
 pub mod memory;
 pub mod mlp;
 pub mod model;
@@ -27,6 +28,7 @@ pub mod resnet;
 pub mod rows;
 pub mod store;
 pub mod timing;
+pub mod timing_store;
 
 pub use backend::{Backend, BackendChoice};
 pub use data::{
@@ -41,7 +43,8 @@ pub use model::{Loss, Model, ModelConfig};
 pub use quadratic::QuadraticStore;
 pub use resnet::ResNet;
 pub use store::{BurnStore, Execution, RunStore, StoreStats};
-pub use timing::{Preset, TimedAs, TimingShape, TimingStore};
+pub use timing::{Preset, TimedAs, TimingShape};
+pub use timing_store::TimingStore;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -158,7 +158,7 @@ pub fn least_squares(data: &Dataset) -> Option<LeastSquares> {
             }
         }
     }
-    let mut b = crate::convex::cholesky_solve(&mut a, b, m)?;
+    let mut b = crate::linalg::cholesky_solve(&mut a, b, m)?;
     let mut sq = 0.0;
     for (i, x) in data.features.chunks_exact(d).enumerate() {
         let pred: f64 = x
