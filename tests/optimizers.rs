@@ -1,4 +1,4 @@
-//! Adam, AdamW and LARS end to end (flex): a run on the digits MLP trains and is byte-reproducible, and
+//! Adam, AdamW, LARS and gradient clipping end to end (flex): a run on the digits MLP trains and is byte-reproducible, and
 //! their keys are checked at their fields, in an algorithm's own `optimizer` table too.
 
 mod common;
@@ -78,6 +78,33 @@ fn adamw_trains_the_digits_mlp_and_its_decay_is_decoupled() {
 }
 
 #[test]
+fn clipped_sgd_trains_the_digits_mlp_and_clips() {
+    let run = |clip: &str| {
+        let text = with_optimizer(&format!("[optimizer]\nlr = 0.05\nmomentum = 0.9\n{clip}"));
+        let (dir, path) = scenario(&text, "clip.toml");
+        let a = dir.path().join("a");
+        run_flex(&path, &a);
+        read_summary(&a).unwrap().expect("summary.json")
+    };
+    // A bound of 0.2 clips most steps of the digits MLP: the runs train (the untrained loss is
+    // 2.32, about ln 10), more slowly than unclipped, and differently.
+    let (clipped, free) = (run("clip_norm = 0.2\n"), run(""));
+    for (c, f) in clipped.runs.iter().zip(&free.runs) {
+        assert!(
+            c.final_loss < 2.25,
+            "{}: final loss {}",
+            c.algorithm,
+            c.final_loss
+        );
+        assert_ne!(
+            c.final_loss, f.final_loss,
+            "{}: clip_norm changed nothing",
+            c.algorithm
+        );
+    }
+}
+
+#[test]
 fn lars_trains_the_digits_mlp() {
     let text =
         with_optimizer("[optimizer]\nkind = \"lars\"\nlr = 2.0\nmomentum = 0.9\neta = 0.02\n");
@@ -124,6 +151,8 @@ fn adam_and_lars_keys_are_checked_at_their_fields() {
             "optimizer.beta2",
         ),
         ("[optimizer]\nkind = \"sgd\"\neps = 1e-6\n", "optimizer.eps"),
+        ("[optimizer]\nclip_norm = 0.0\n", "optimizer.clip_norm"),
+        ("[optimizer]\nclip_norm = -1.0\n", "optimizer.clip_norm"),
         ("[optimizer]\nbeta1 = 0.5\n", "optimizer.beta1"),
         (
             "[optimizer]\nkind = \"lars\"\nmomentum = 0.9\nnesterov = true\n",

@@ -421,6 +421,10 @@ pub struct BurnStore {
     /// The rows that computed each live gradient (a mean's: its inputs' workers), sorted: the
     /// only rows its state part is added to.
     owners: BTreeMap<GradId, Vec<usize>>,
+    /// Under `clip_norm`: the clipped copies of the live gradients that needed clipping, made
+    /// at their first step ([`BurnStore::clipped`]; not checkpointed: they follow from the
+    /// gradients).
+    clipped: BTreeMap<GradId, Row>,
     /// Message buffers by handle: made, read and released several times per averaging (a
     /// hash probe each, where a `BTreeMap` walked its nodes).
     msgs: HandleMap<Row>,
@@ -509,6 +513,7 @@ impl BurnStore {
             ready: BTreeMap::new(),
             unread: Vec::new(),
             owners: BTreeMap::new(),
+            clipped: BTreeMap::new(),
             msgs: HandleMap::new(),
             next_id: 0,
             train_loss: 0.0,
@@ -694,6 +699,37 @@ impl BurnStore {
             },
         };
         (p.batch.clone(), features)
+    }
+
+    /// Gradient `id` as a step applies it: clipped by `clip_norm` over its trainable part
+    /// `..split` (the state delta after it is not a gradient, and is kept as it is). The
+    /// clipped copy is made once per gradient and kept until the gradient is released, so the
+    /// rows a mean is applied to share it.
+    fn clipped(&mut self, id: GradId, split: usize) -> Arc<Vec<f32>> {
+        let g = self.gradient(id);
+        if self.optimizer.clip_norm.is_none() {
+            return g;
+        }
+        if let Some(c) = self.clipped.get(&id) {
+            return Arc::clone(c);
+        }
+        let norm = g[..split]
+            .iter()
+            .map(|v| f64::from(*v) * f64::from(*v))
+            .sum::<f64>()
+            .sqrt();
+        let c = self.optimizer.clip_factor(norm);
+        if c >= 1.0 {
+            return g;
+        }
+        let mut scaled = self.rows.buffer();
+        for (s, v) in scaled[..split].iter_mut().zip(&g[..split]) {
+            *s = (f64::from(*v) * c) as f32;
+        }
+        scaled[split..].copy_from_slice(&g[split..]);
+        let scaled = Arc::new(scaled);
+        self.clipped.insert(id, Arc::clone(&scaled));
+        scaled
     }
 
     fn gradient(&mut self, id: GradId) -> Arc<Vec<f32>> {
@@ -1631,6 +1667,7 @@ impl ReplicaStore for BurnStore {
             .is_some_and(|o| o.binary_search(&row).is_ok());
         if owner
             && self.optimizer.kind == OptimizerKind::Sgd
+            && self.optimizer.clip_norm.is_none()
             && let Some(Ready::Read(read, i)) = self.ready.get(&grad)
         {
             // A worker applying the gradient it computed, straight from the read-back blocks
@@ -1660,7 +1697,7 @@ impl ReplicaStore for BurnStore {
                 .step_from_blocks(row, &blocks, &steps, lr, &self.optimizer);
             return;
         }
-        let g = self.gradient(grad);
+        let g = self.clipped(grad, split);
         // The state part of the block: the state delta, added only to a row that computed the
         // gradient (the state rule of `ReplicaStore::apply_gradient_block`).
         let state = block.start.max(split)..block.end;
@@ -1691,6 +1728,9 @@ impl ReplicaStore for BurnStore {
 
     fn release_gradient(&mut self, grad: GradId) {
         self.owners.remove(&grad);
+        if let Some(c) = self.clipped.remove(&grad) {
+            self.rows.recycle(c);
+        }
         match self.ready.remove(&grad) {
             Some(Ready::Host(g)) => self.rows.recycle(g),
             Some(Ready::Read(..)) => {}

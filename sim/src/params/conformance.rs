@@ -196,6 +196,7 @@ macro_rules! testgen_replica_store {
             adam_step_follows_the_rule,
             adam_with_weight_decay_step_follows_the_rule,
             adamw_step_follows_the_rule,
+            clipped_steps_follow_the_rule,
             lars_step_follows_the_rule,
             adam_and_lars_state_is_per_row_and_never_mixed,
             optimizer_states_swap_and_step_other_rows,
@@ -1322,6 +1323,9 @@ fn any_rule_step(
     lr: f64,
 ) {
     let wd = opt.weight_decay;
+    let c = opt.clip_factor(g.iter().map(|v| v * v).sum::<f64>().sqrt());
+    let clipped: Vec<f64> = g.iter().map(|v| v * c).collect();
+    let g = &clipped[..];
     match opt.kind {
         OptimizerKind::Sgd => rule_step(opt, x, &mut st.v, g, lr),
         OptimizerKind::AdamW => {
@@ -1453,6 +1457,25 @@ pub fn adamw_step_follows_the_rule<F: Fixture>(f: &F) {
         ..Default::default()
     };
     check_any_rule(f, opt, "AdamW, weight decay 0.5");
+}
+
+/// `clip_norm`: the gradient a step applies is scaled by `min(1, c/‖g‖)` first, for every rule
+/// (a bound well under the first gradient's norm, so that the steps are clipped).
+pub fn clipped_steps_follow_the_rule<F: Fixture>(f: &F) {
+    let g = first_gradients(f, WORKERS, 1).remove(0);
+    let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+    assert!(norm > 0.0, "a zero gradient cannot show clipping");
+    for (opt, name) in [
+        (optimizer(0.9, true, 0.01), "SGD"),
+        (adam(0.0), "Adam"),
+        (lars(), "LARS"),
+    ] {
+        let opt = OptimizerConfig {
+            clip_norm: Some(norm / 4.0),
+            ..opt
+        };
+        check_any_rule(f, opt, &format!("{name}, clipped to a quarter of the norm"));
+    }
 }
 
 /// LARS: per layer of [`ReplicaStore::layers`], `τ = η_T‖x‖/(‖g‖ + λ‖x‖)`,

@@ -10,6 +10,15 @@
 //! [`crate::params::ReplicaStore::swap_optimizer_state`] moves states between rows, for an
 //! algorithm that keeps several states for one set of parameters: LPP-SGD's processes.)
 //!
+//! ## Gradient clipping (`clip_norm`)
+//!
+//! With `clip_norm = c`, every rule first scales the gradient it applies by `min(1, c/‖g‖)`,
+//! `‖g‖` the Euclidean norm of the gradient's trainable coordinates (PyTorch's
+//! `clip_grad_norm_` over the model's parameters). It is the gradient the step applies that is
+//! clipped: a worker's own, or the mean all-reduce applies (as data-parallel training clips
+//! after the all-reduce); and its whole norm, also for a step on a block (a parameter-server
+//! shard, an LPP-SGD block), so that every block of one gradient is scaled alike.
+//!
 //! ## `kind = "sgd"` (the default)
 //!
 //! For row `x`, its momentum buffer `v`, gradient `g`, rate `η`, momentum `μ`, weight decay `λ`,
@@ -173,6 +182,11 @@ pub struct OptimizerConfig {
     /// LARS's trust coefficient η_T, positive (default 0.001; `lars` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta: Option<f64>,
+    /// Gradient clipping by global norm, positive (every kind; default: none): the gradient
+    /// a step applies is scaled by `min(1, clip_norm / ‖g‖)` first, `‖g‖` the Euclidean norm
+    /// of its trainable coordinates (all of them, whatever block the step touches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_norm: Option<f64>,
     /// How the base rate scales with the number of workers: `none`, `linear` or `sqrt`.
     #[serde(default, skip_serializing_if = "is_no_scaling")]
     pub scale_with_workers: LrScaling,
@@ -193,6 +207,7 @@ impl Default for OptimizerConfig {
             beta2: None,
             eps: None,
             eta: None,
+            clip_norm: None,
             scale_with_workers: LrScaling::None,
             schedule: LrSchedule::default(),
         }
@@ -213,6 +228,16 @@ impl OptimizerConfig {
     /// Adam's ε: `eps`, or its default 1e-8.
     pub fn eps(&self) -> f64 {
         self.eps.unwrap_or(DEFAULT_EPS)
+    }
+
+    /// The factor a gradient of norm `norm` is scaled by before a step: `min(1, clip_norm /
+    /// norm)`, 1 without `clip_norm` (or for a zero or non-finite norm, which clipping cannot
+    /// mend: a NaN stays for the divergence check to see).
+    pub fn clip_factor(&self, norm: f64) -> f64 {
+        match self.clip_norm {
+            Some(c) if norm.is_finite() && norm > c => c / norm,
+            _ => 1.0,
+        }
     }
 
     /// LARS's trust coefficient: `eta`, or its default 0.001.
@@ -270,6 +295,15 @@ impl OptimizerConfig {
                     format!("{field} must be in [0, 1), got {value}"),
                 ));
             }
+        }
+        if let Some(c) = self.clip_norm
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(ConfigError::new(
+                "optimizer.clip_norm",
+                format!("clip_norm must be a positive number, got {c}"),
+            )
+            .hint("the largest gradient norm a step applies; leave it out for no clipping"));
         }
         for (field, value) in [("eps", self.eps()), ("eta", self.eta())] {
             if !(value.is_finite() && value > 0.0) {

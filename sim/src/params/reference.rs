@@ -271,6 +271,15 @@ impl ReplicaStore for ReferenceStore {
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
         let g = self.state.grads.get(grad.0).expect("live gradient");
         let opt = &self.optimizer;
+        // Clipping by the whole gradient's norm (the quadratic has no state coordinates).
+        let clipped: Vec<f64>;
+        let c = opt.clip_factor(g.iter().map(|v| v * v).sum::<f64>().sqrt());
+        let g: &[f64] = if c < 1.0 {
+            clipped = g.iter().map(|v| v * c).collect();
+            &clipped
+        } else {
+            g
+        };
         let weight_decay = opt.weight_decay;
         let x = &mut self.state.params[row];
         let v = &mut self.state.velocity[row];
