@@ -167,13 +167,18 @@ impl RanBy {
 
 impl std::fmt::Display for RanBy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let git: String = self.git_revision.chars().take(12).collect();
+        let git = short_revision(&self.git_revision);
         write!(
             f,
             "dasim {} (git {git}) with --backend {}",
             self.dasim_version, self.backend
         )
     }
+}
+
+/// The first 12 characters of a git revision, as the sweep's messages show it.
+pub fn short_revision(git: &str) -> String {
+    git.chars().take(12).collect()
 }
 
 /// `point.json`: how a point's run ended.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use dasim_reports::rundir::{AlgorithmSummary, CheckResult, CheckRow, Summary, num, read_summary};
 use dasim_reports::{SweepLine, SweepPlot, SweepPoint, sweep_plot};
 
-use crate::sweep::layout::{Manifest, PointStatus, State, point_dir};
+use crate::sweep::layout::{Manifest, PointStatus, State, point_dir, short_revision};
 use crate::{Error, Result};
 
 /// The table merged from a sweep directory.
@@ -339,13 +339,7 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
 
 /// The dasim build and backend that ran a point, in words.
 fn ran_by(summary: &Summary) -> String {
-    let git: String = summary
-        .git_revision
-        .as_deref()
-        .unwrap_or("unknown")
-        .chars()
-        .take(12)
-        .collect();
+    let git = short_revision(summary.git_revision.as_deref().unwrap_or("unknown"));
     format!(
         "dasim {} (git {git}) on {}",
         summary.dasim_version, summary.backend

@@ -273,7 +273,10 @@ impl ReplicaStore for ReferenceStore {
         let opt = &self.optimizer;
         // Clipping by the whole gradient's norm (the quadratic has no state coordinates).
         let clipped: Vec<f64>;
-        let c = opt.clip_factor(g.iter().map(|v| v * v).sum::<f64>().sqrt());
+        let c = match opt.clip_norm {
+            Some(_) => opt.clip_factor(g.iter().map(|v| v * v).sum::<f64>().sqrt()),
+            None => 1.0,
+        };
         let g: &[f64] = if c < 1.0 {
             clipped = g.iter().map(|v| v * c).collect();
             &clipped
