@@ -19,7 +19,8 @@ use dasim_reports::claims::junit::{self, Case, Outcome, Suite};
 use dasim_reports::claims::{Claim, Seeds};
 use dasim_reports::rundir::{CheckResult, CheckRow, write_atomic};
 
-use crate::runner::{self, RunOptions, load_problem, preflight};
+use crate::plan::{Plan, check_memory};
+use crate::runner::{self, RunOptions};
 use crate::scenario::{Loaded, ScenarioError};
 use crate::{Error, Result};
 
@@ -367,18 +368,10 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
         let mut claims = Vec::new();
         for seed in seeds {
             let l = loaded.with_seed(seed)?;
-            let problem = load_problem(&l)?;
-            preflight(&l, &problem)?;
-            runner::check_memory(
-                &runner::memory_estimate(
-                    &l,
-                    &problem,
-                    opts.execution,
-                    !dasim_models::backend::is_flex(&opts.backend.device),
-                )?,
-                None,
-            )?;
-            claims = runner::claims(&l, &problem)?;
+            let plan = Plan::prepare(&l)?;
+            let gpu = !dasim_models::backend::is_flex(&opts.backend.device);
+            check_memory(&plan.memory_estimate(opts.execution, gpu), None)?;
+            claims = plan.claims;
             runs.push((seed, l));
         }
         // One directory per scenario, named after its file, made unique.

@@ -1,22 +1,67 @@
 //! # dasim
 //!
-//! The command-line simulator: scenario files in, metrics, summaries and plots out. The engine
-//! lives in `dasim-sim`, real gradients in `dasim-models`, writers in `dasim-reports`; this crate
-//! composes their scenario sections into one file format ([`scenario`]), wires a run
-//! together ([`runner`]), checks a scenario's claims over seeds ([`check`]) and runs parameter
-//! sweeps, locally or as Slurm and Kubernetes jobs ([`sweep`]).
+//! A deterministic discrete-event simulator of a training cluster whose workers compute real
+//! gradients: scenario files in, metrics, summaries and plots out.
+//!
+//! ## Running a scenario from Rust
+//!
+//! Load a scenario, prepare it ([`Plan::prepare`] makes every check a run needs and builds
+//! everything once), and run it ([`Simulation::run`]) into a sink: [`InMemory`] keeps every
+//! row, [`RunDir`] writes the run directory `dasim run` writes.
+//!
+//! ```no_run
+//! use dasim::simulation::Silent;
+//! use dasim::{InMemory, Loaded, Plan, Simulation, runtime};
+//! use dasim_models::BackendChoice;
+//!
+//! let loaded = Loaded::from_file("scenarios/quickstart.toml".as_ref())?;
+//! let plan = Plan::prepare(&loaded)?;
+//! let backend = runtime::backend(BackendChoice::Auto)?; // a GPU if present, else flex
+//! let mut sink = InMemory::default();
+//! let results = Simulation::new(&plan, backend).run(&mut sink, &mut Silent)?;
+//! for run in &results.runs {
+//!     println!("{}: {} steps, test loss {}", run.algorithm, run.worker_steps, run.final_loss);
+//! }
+//! // The curves, as `metrics.csv` has them.
+//! for point in sink.metrics.iter().filter(|p| p.algorithm == "allreduce") {
+//!     println!("{} s: test loss {:?}", point.time_s, point.loss);
+//! }
+//! # Ok::<(), dasim::Error>(())
+//! ```
+//!
+//! A scenario can come from text as well ([`Loaded::from_str`]); errors name the file, line,
+//! column and field ([`ScenarioError`]). [`simulation::Progress`] receives progress, notes and
+//! warnings; [`simulation::Checkpoints`] asks for checkpoints, an interrupt flag and resumption;
+//! [`runtime`] holds the process setup a program shares with the command line (thread pool,
+//! allocator, Ctrl-C).
+//!
+//! ## The crates
+//!
+//! The engine lives in `dasim-sim`, real gradients in `dasim-models`, writers and readers of the
+//! run directory in `dasim-reports`. This crate composes their scenario sections into one file
+//! format ([`scenario`]), prepares and runs a scenario ([`plan`], [`simulation`], [`sink`]),
+//! runs it into a directory with a progress bar ([`runner`]), checks a scenario's claims over
+//! seeds ([`check`]) and runs parameter sweeps, locally or as Slurm and Kubernetes jobs
+//! ([`sweep`]).
 
 pub mod check;
 pub mod checkpoint;
 pub mod inspect;
 pub mod outputs;
+pub mod plan;
 pub mod runner;
+pub mod runtime;
 pub mod scenario;
+pub mod simulation;
+pub mod sink;
 pub mod sweep;
 
 pub use dasim_reports::rundir::Summary;
-pub use runner::{Results, RunOptions, run_scenario};
+pub use plan::Plan;
+pub use runner::{RunOptions, run_scenario};
 pub use scenario::{Loaded, Scenario, ScenarioError};
+pub use simulation::{Results, RunSink, Simulation};
+pub use sink::{InMemory, RunDir};
 
 /// Everything that can stop the command line.
 #[derive(Debug, thiserror::Error)]

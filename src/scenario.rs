@@ -308,7 +308,7 @@ impl std::error::Error for ScenarioError {}
 
 /// A parsed scenario with the text it came from (to locate later errors, such as a data file
 /// that cannot be read).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Loaded {
     /// The scenario.
     pub scenario: Scenario,

@@ -557,7 +557,7 @@ fn dasim_run_records_the_verdicts_and_fails_only_with_strict() {
 #[test]
 fn the_quantities_are_computed_from_the_scenario() {
     use dasim::Loaded;
-    use dasim::runner::{claims, load_problem, quantities};
+    use dasim::Plan;
     use dasim_reports::claims::QUANTITIES;
 
     let names: Vec<&str> = QUANTITIES.iter().map(|&(q, _)| q).collect();
@@ -617,9 +617,7 @@ value = "{}"
         names.join(" + ")
     );
     let loaded = Loaded::from_str(Path::new("q.toml"), text).unwrap_or_else(|e| panic!("{e}"));
-    let problem = load_problem(&loaded).unwrap();
-    let claims = claims(&loaded, &problem).unwrap();
-    let q = quantities(&loaded, &problem, &claims).unwrap();
+    let q = Plan::prepare(&loaded).unwrap().quantities;
     for name in &names {
         assert!(q.get(name, "osgp").is_some(), "`{name}` has no value");
     }
@@ -649,7 +647,7 @@ value = "{}"
 #[test]
 fn gap_and_degree_of_a_time_varying_schedule_are_decided_before_the_run() {
     use dasim::Loaded;
-    use dasim::runner::{claims, load_problem, quantities};
+    use dasim::Plan;
 
     let scenario = |value: &str| {
         format!(
@@ -689,9 +687,7 @@ value = "{value}"
     );
     let text = scenario("degree");
     let loaded = Loaded::from_str(Path::new("d.toml"), text).unwrap_or_else(|e| panic!("{e}"));
-    let problem = load_problem(&loaded).unwrap();
-    let claims = claims(&loaded, &problem).unwrap();
-    let q = quantities(&loaded, &problem, &claims).unwrap();
+    let q = Plan::prepare(&loaded).unwrap().quantities;
     assert_eq!(
         q.get("degree", "sgp"),
         Some(3.0),

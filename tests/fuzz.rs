@@ -22,7 +22,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dasim::runner::{load_problem, preflight};
+use dasim::Plan;
 use dasim::scenario::Loaded;
 
 /// splitmix64: a tiny deterministic generator, enough to pick mutations.
@@ -234,8 +234,7 @@ fn corpus() -> Vec<(PathBuf, String)> {
 /// error's text otherwise.
 fn check(path: &Path, text: &str) -> Result<(), String> {
     let loaded = Loaded::from_str(path, text.to_owned()).map_err(|e| e.to_string())?;
-    let problem = load_problem(&loaded).map_err(|e| e.to_string())?;
-    preflight(&loaded, &problem).map_err(|e| e.to_string())
+    Plan::prepare(&loaded).map(drop).map_err(|e| e.to_string())
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -401,7 +401,7 @@ fn a_proxy_trains_a_small_model_on_a_big_ones_clock() {
 /// replies posts none unthrottled.
 #[test]
 fn messages_queued_behind_the_uplinks_have_a_closed_form() {
-    use dasim::runner::{load_problem, memory_estimate};
+    use dasim::Plan;
     use dasim::scenario::Loaded;
     use dasim_models::Execution;
     use dasim_models::memory::QUEUED_MESSAGE_BYTES;
@@ -430,8 +430,9 @@ batch_size = 32
         );
         let loaded = Loaded::from_str(std::path::Path::new("q.toml"), text)
             .unwrap_or_else(|e| panic!("{e}"));
-        let problem = load_problem(&loaded).unwrap();
-        memory_estimate(&loaded, &problem, Execution::default(), false).unwrap()
+        Plan::prepare(&loaded)
+            .unwrap()
+            .memory_estimate(Execution::default(), false)
     };
     let estimate = |run: &str, algorithm: &str| estimate_on(1.0, run, algorithm);
     let all = "kind = \"dasgd\"\nbroadcast = \"all\"";

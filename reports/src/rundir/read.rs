@@ -243,6 +243,37 @@ impl RunData {
         .finish()
     }
 
+    /// A run held in memory (the in-memory sink of `dasim::sink`): the same data as
+    /// [`RunData::load`] of the run directory the run would have written, with no directory
+    /// (`dir` is empty).
+    #[allow(clippy::too_many_arguments)]
+    pub fn in_memory(
+        stamp: Stamp,
+        metrics: Vec<MetricRow>,
+        series: Vec<SeriesRow>,
+        tables: crate::rundir::Tables,
+        checks: Vec<CheckRow>,
+        summary: Option<Summary>,
+        scenario_toml: String,
+    ) -> RunData {
+        let mut data = RunData {
+            dir: PathBuf::new(),
+            stamp: Some(stamp),
+            metrics,
+            series,
+            staleness: tables.staleness,
+            utilization: tables.utilization,
+            timeline: tables.timeline,
+            faults: tables.faults,
+            checks,
+            summary,
+            scenario_toml: Some(scenario_toml),
+            ..RunData::default()
+        };
+        data.algorithms = data.collect_algorithms();
+        data
+    }
+
     /// Reads `summary.json` and `scenario.toml` and lists the algorithms.
     fn finish(mut self) -> Result<RunData> {
         self.summary = read_summary(&self.dir)?;

@@ -384,7 +384,8 @@ pub struct Tables {
 }
 
 impl Tables {
-    fn extend(&mut self, more: Tables) {
+    /// Appends `more`'s rows to each table.
+    pub fn extend(&mut self, more: Tables) {
         self.staleness.extend(more.staleness);
         self.utilization.extend(more.utilization);
         self.waits.extend(more.waits);

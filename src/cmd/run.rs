@@ -1,0 +1,232 @@
+//! `dasim run`: run a scenario into a run directory and print what each algorithm did.
+
+use std::path::PathBuf;
+
+use dasim::checkpoint::RunCheckpoint;
+use dasim::outputs::{fixed, sci};
+use dasim::runtime::{interrupt_flag, on_pool, thread_pool};
+use dasim::{Error, Loaded, RunOptions, run_scenario};
+use dasim_models::{BackendChoice, Execution};
+use dasim_reports::rundir::{CheckResult, Stopped};
+
+use super::backend_name;
+
+/// `dasim run`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The scenario file.
+    #[arg(required_unless_present = "resume")]
+    pub scenario: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long, short, required_unless_present = "resume")]
+    pub out: Option<PathBuf>,
+    /// Write RUN_DIR/checkpoint.bin every this many simulated seconds of each algorithm's
+    /// run (and between algorithms), so that `--resume` can continue it. Ctrl-C always
+    /// stops after the current event and writes one.
+    #[arg(long, value_name = "SECONDS")]
+    pub checkpoint_every: Option<f64>,
+    /// Continue the run in RUN_DIR from its checkpoint: the same scenario file (unchanged)
+    /// and backend; the files come out as if the run had never stopped.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["scenario", "out", "force"])]
+    pub resume: Option<PathBuf>,
+    /// Compute backend: auto (a hardware GPU if present, else flex), wgpu or flex.
+    #[arg(long, default_value = "auto")]
+    pub backend: BackendChoice,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Threads for the gradient passes on flex and the row arithmetic (default: every core).
+    /// On a GPU a flush stays one pass. Results do not depend on it.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Gradient requests per forward/backward pass at most (default: every pending one).
+    /// Bounds the memory of a pass; results do not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_batch: Option<u64>,
+    /// Refuse to start when the memory estimate exceeds this size, e.g. 4GiB (default: the
+    /// memory available on this machine).
+    #[arg(long)]
+    pub memory_limit: Option<dasim_models::Bytes>,
+    /// Exit with code 1 when a claim of the scenario's `[[expect]]` entries fails (they are
+    /// evaluated and recorded in any case).
+    #[arg(long)]
+    pub strict: bool,
+    /// Replace the results of an earlier run in the output directory (without it, a
+    /// directory holding summary.json or metrics.csv is refused).
+    #[arg(long)]
+    pub force: bool,
+    /// Exit with code 0 when an algorithm diverged (without it: code 3). The run stops that
+    /// algorithm at the point of divergence and runs the others in either case.
+    #[arg(long)]
+    pub keep_going: bool,
+}
+
+/// Runs the scenario (or continues an interrupted run) and prints a line per algorithm.
+pub fn run(args: RunArgs) -> dasim::Result<()> {
+    let RunArgs {
+        scenario,
+        out,
+        checkpoint_every,
+        resume,
+        backend,
+        quiet,
+        threads,
+        max_batch,
+        memory_limit,
+        strict,
+        force,
+        keep_going,
+    } = args;
+    let (scenario, out, resume, backend, checkpoint_every) = match resume {
+        Some(dir) => {
+            let ckpt = RunCheckpoint::read(&dir)?;
+            // The checkpoint's backend unless one is named (then it must be the same).
+            let backend = match backend {
+                BackendChoice::Auto => ckpt.backend.parse().map_err(Error::Usage)?,
+                named if backend_name(named) != ckpt.backend => {
+                    return Err(Error::Usage(format!(
+                        "the checkpoint's run used the {} backend, not {}: resume it \
+                         with --backend {} (or without --backend)",
+                        ckpt.backend,
+                        backend_name(named),
+                        ckpt.backend
+                    )));
+                }
+                named => named,
+            };
+            let every = checkpoint_every.or(ckpt.checkpoint_every_s);
+            if !ckpt.scenario_path.exists() {
+                return Err(Error::Usage(format!(
+                    "the checkpoint's scenario file {} is gone: it is needed (unchanged) \
+                     to continue the run",
+                    ckpt.scenario_path.display()
+                )));
+            }
+            let path = ckpt.scenario_path.clone();
+            (path, dir, Some(Box::new(ckpt)), backend, every)
+        }
+        None => (
+            scenario.expect("clap requires it"),
+            out.expect("clap requires it"),
+            None,
+            backend,
+            checkpoint_every,
+        ),
+    };
+    let loaded = Loaded::from_file(&scenario)?;
+    let threads = thread_pool(threads)?;
+    let backend = dasim::runtime::backend(backend)?;
+    eprintln!("backend: {backend}, {threads} thread(s)");
+    let opts = RunOptions {
+        backend,
+        checkpoint_every,
+        interrupt: Some(interrupt_flag()),
+        resume,
+        out: out.clone(),
+        progress: !quiet,
+        execution: Execution {
+            threads,
+            max_batch: max_batch.map(|m| m as usize),
+        },
+        memory_limit: memory_limit.map(|b| b.0),
+        force,
+    };
+    let summary = on_pool(|| run_scenario(&loaded, &opts))?;
+    if let Some(t) = &summary.timed_as {
+        println!("proxy: the model trains for real; its steps and messages are timed as {t}");
+    }
+    for (r, t) in summary.runs.iter().zip(&summary.timings) {
+        // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
+        let mut accuracy = if r.final_accuracy.is_finite() {
+            format!("  accuracy {}%", fixed(r.final_accuracy * 100.0, 2))
+        } else {
+            String::new()
+        };
+        if let Some(gap) = r.final_suboptimality {
+            accuracy.push_str(&format!("  f-f* {}", sci(gap, 3)));
+        }
+        // A diverged loss can have hundreds of digits.
+        let loss = if r.final_loss.abs() >= 1e6 {
+            sci(r.final_loss, 3)
+        } else {
+            fixed(r.final_loss, 4)
+        };
+        let (measured, initial) = if summary.timing_only {
+            let none = "timing only: no gradient computed, no loss".to_owned();
+            (none.clone(), none)
+        } else {
+            (
+                format!("test loss {loss}{accuracy}"),
+                format!("initial test loss {loss}"),
+            )
+        };
+        let result = match r.stopped {
+            Some(Stopped::Diverged) => format!("DIVERGED: {measured}"),
+            Some(Stopped::NoSteps) => {
+                format!("NO STEP COMPLETED: nothing trained ({initial})")
+            }
+            Some(Stopped::Stalled) => format!("STALLED: {measured}"),
+            None => measured,
+        };
+        println!(
+            "{:<12} sim {:>8} s  {:>7} steps  {:>8} steps/s(sim)  epochs {:>6}  {result}",
+            r.algorithm,
+            fixed(r.sim_time_s, 3),
+            r.worker_steps,
+            fixed(r.steps_per_sim_s, 1),
+            fixed(r.epochs, 2),
+        );
+        println!(
+            "{:<12} wall {} s  {} steps/s(wall)  {} sim s/wall s  gradient math {}% of wall",
+            "",
+            fixed(t.wall_time_s, 2),
+            fixed(t.worker_steps_per_wall_s, 0),
+            fixed(t.sim_s_per_wall_s, 3),
+            fixed(100.0 * t.gradient_share, 0)
+        );
+    }
+    let diverged: Vec<&str> = summary
+        .runs
+        .iter()
+        .filter(|r| matches!(r.stopped, Some(Stopped::Diverged | Stopped::Stalled)))
+        .filter_map(|r| r.stop_reason.as_deref())
+        .collect();
+    for r in &summary.runs {
+        if let (Some(stopped), Some(reason)) = (r.stopped, &r.stop_reason) {
+            let kept = match stopped {
+                Stopped::Diverged | Stopped::Stalled => "; its outputs up to that point are kept",
+                Stopped::NoSteps => "",
+            };
+            eprintln!("warning: {reason}{kept}");
+        }
+    }
+    if !summary.checks.is_empty() {
+        println!();
+        print!("{}", dasim::check::run_table(&summary.checks));
+    }
+    println!("results in {}", out.display());
+    let failed = summary
+        .checks
+        .iter()
+        .filter(|c| c.result == CheckResult::Fail)
+        .count();
+    if failed > 0 {
+        let msg = format!(
+            "{failed} of {} claim verdicts failed (checks.csv)",
+            summary.checks.len()
+        );
+        if strict && diverged.is_empty() {
+            return Err(Error::Claims(msg));
+        }
+        eprintln!("warning: {msg}");
+    }
+    if !diverged.is_empty() && !keep_going {
+        return Err(Error::Diverged(format!(
+            "{} of {} algorithm(s) diverged or stalled (summary.json: \"stopped\": \
+             \"diverged\" or \"stalled\"); --keep-going exits with code 0 nonetheless",
+            diverged.len(),
+            summary.runs.len()
+        )));
+    }
+    Ok(())
+}
