@@ -148,7 +148,7 @@ impl Plan {
         let extra = s
             .algorithms
             .iter()
-            .map(|a| a.extra_nodes())
+            .map(|a| a.extra_rows())
             .max()
             .unwrap_or(0);
         let queued = (0..s.algorithms.len())

@@ -443,9 +443,10 @@ pub mod prelude {
     pub use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
-        AllReduceSgd, Averaging, Bound, Broadcast, Dasgd, DasgdConfig, Dpsgd, DpsgdConfig, LapSgd,
-        LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer,
-        Partner, PsConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
+        AllReduceSgd, Averaging, Bound, Broadcast, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
+        DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
+        OverlapSgpConfig, ParameterServer, Partner, PsConfig, SendRule, Sgp, SgpConfig,
+        UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};

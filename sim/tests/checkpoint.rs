@@ -230,6 +230,11 @@ fn local_sgd_resumes_exactly() {
 }
 
 #[test]
+fn diloco_resumes_exactly() {
+    check("kind = \"diloco\"\ninner_steps = 3", false);
+}
+
+#[test]
 fn dpsgd_resumes_exactly() {
     check("kind = \"dpsgd\"", false);
 }

@@ -31,6 +31,7 @@
 pub mod adpsgd;
 pub mod allreduce;
 pub mod dasgd;
+pub mod diloco;
 pub mod dpsgd;
 pub mod lap;
 pub mod local_sgd;
@@ -49,6 +50,7 @@ use crate::params::{OptimizerConfig, ReplicaStore};
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Bound, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
+pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
@@ -104,6 +106,13 @@ pub trait AlgorithmSpec {
     /// `workers..workers + extra_nodes()` (a parameter server's shards); 0 by default.
     fn extra_nodes(&self) -> usize {
         0
+    }
+
+    /// Store rows the algorithm adds after the workers' ([`ReplicaStore::add_rows`]): a
+    /// parameter server's model, DiLoCo's global model and outer momentum. For the memory
+    /// estimate; the default is one per extra node.
+    fn extra_rows(&self) -> usize {
+        self.extra_nodes()
     }
 
     /// Whole-model messages worker `worker` posts on its own uplink per step without waiting
@@ -228,6 +237,9 @@ registry! {
     "lap-sgd" => LapSgd(LapSgdConfig),
     /// Local SGD meets asynchrony: LPP-SGD, with partitioned updates (Chatterjee et al.).
     "lpp-sgd" => LppSgd(LapSgdConfig),
+    /// DiLoCo: `H` inner steps, then an outer Nesterov step on the all-reduced change
+    /// (Douillard et al., 2023).
+    "diloco" => Diloco(DilocoConfig),
 }
 
 /// The serialized form of an entry. The tables come last, as TOML needs them after the values.
@@ -350,6 +362,11 @@ impl AlgorithmConfig {
     /// The network of a run of this algorithm must have `workers + extra_nodes()` nodes.
     pub fn extra_nodes(&self) -> usize {
         self.algorithm.spec().extra_nodes()
+    }
+
+    /// Store rows the algorithm adds after the workers' ([`AlgorithmSpec::extra_rows`]).
+    pub fn extra_rows(&self) -> usize {
+        self.algorithm.spec().extra_rows()
     }
 
     /// Checks that this algorithm handles every kind of `faults`: an error at the first entry
@@ -488,7 +505,8 @@ into_kind!(
     AdPsgdConfig => AdPsgd,
     SgpConfig => Sgp,
     OverlapSgpConfig => OverlapSgp,
-    DasgdConfig => Dasgd
+    DasgdConfig => Dasgd,
+    DilocoConfig => Diloco
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

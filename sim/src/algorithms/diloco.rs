@@ -1,0 +1,397 @@
+//! DiLoCo: `H` inner steps on every worker, then an outer step on the all-reduced change.
+//!
+//! Douillard, Feng, Rusu, Chhaparia, Donchev, Kuncoro, Ranzato, Szlam & Shen, "DiLoCo:
+//! Distributed Low-Communication Training of Language Models", arXiv:2311.08105 (2023),
+//! Algorithm 1; the reference implementations are OpenDiLoCo (Jaghouar, Ong & Hagemann, 2024)
+//! and torchft's `DiLoCo`.
+//!
+//! ```text
+//! θ⁽⁰⁾: the global model; every worker starts from it
+//! for outer step t = 1, 2, …:
+//!     worker i:  θ_i ← θ⁽ᵗ⁻¹⁾                                          (after the first round)
+//!                H inner steps of its own optimizer on its shard       (compute time)
+//!     Δ⁽ᵗ⁾ = θ⁽ᵗ⁻¹⁾ − (1/n) Σ_i θ_i                                     (ring all-reduce)
+//!     θ⁽ᵗ⁾ = OuterOpt(θ⁽ᵗ⁻¹⁾, Δ⁽ᵗ⁾)                                     (outer step)
+//! ```
+//!
+//! The outer optimizer is SGD with momentum, as torch's `SGD(lr = η, momentum = μ, nesterov)`
+//! that the paper and both references use: `m ← μ·m + Δ`, then `θ ← θ − η·(Δ + μ·m)` with
+//! Nesterov (the default, as the paper: η = 0.7, μ = 0.9) or `θ ← θ − η·m` without. With
+//! `η = 1` and `μ = 0` the outer step sets θ to the workers' average: DiLoCo is then local SGD
+//! with `h = H` (`tests/diloco.rs` checks it).
+//!
+//! The inner optimizer is the entry's `optimizer` table, or the scenario's (the paper's is AdamW
+//! with gradient clipping: `kind = "adamw"`, `clip_norm = 1.0`); its state (moments, momentum)
+//! stays on each worker across outer steps, as in the references. The outer gradient has the
+//! model's size, so its all-reduce costs what local SGD's model all-reduce costs: a ring of
+//! `2(n−1)` chunks of `ceil(S/n)` bytes ([`super::ring`]). A round waits for the slowest
+//! worker, as in the paper: every worker takes its `H` steps, then joins the ring.
+//!
+//! **Rows.** The global model, the outer momentum `m` and the workers' average are three store
+//! rows after the workers' (`add_rows`). Evaluation points measure the global model (as the
+//! paper's curves do), so between two outer steps the curve is flat. Running statistics (batch
+//! norm) are not parameters: the outer step does not extrapolate them, the global model takes
+//! the workers' average of them.
+//!
+//! **Activities** ([`crate::record`]): a worker computes during its inner steps; at the
+//! all-reduce it is blocked until every worker has contributed (the wait attributed to the last
+//! contributor), then communicates until the ring completes ([`super::ring::mark`]).
+//!
+//! **Under faults** (as local SGD, [`super::local_sgd`]): a crashed worker abandons its step, and
+//! a crash or a chunk lost on the network breaks the ring for good; the others wait at their
+//! next all-reduce and the run stops as stalled. A crash with `rejoin_after_s` is refused.
+//!
+//! **Invariant**: after every outer step every worker's row equals the global model.
+
+use serde::{Deserialize, Serialize};
+
+use super::allreduce::{bucket_bytes, ring_support};
+use super::ring::{Done, Ring, mark};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::params::tracked::Tracked;
+use crate::params::{GradId, ReplicaStore, Slot};
+
+fn default_inner_steps() -> u32 {
+    500
+}
+
+fn default_outer_lr() -> f64 {
+    0.7
+}
+
+fn default_outer_momentum() -> f64 {
+    0.9
+}
+
+fn default_nesterov() -> bool {
+    true
+}
+
+/// Options of DiLoCo.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DilocoConfig {
+    /// Inner steps per worker between two outer steps, `H ≥ 1` (default 500, the paper's).
+    #[serde(default = "default_inner_steps")]
+    pub inner_steps: u32,
+    /// The outer learning rate η (default 0.7, the paper's).
+    #[serde(default = "default_outer_lr")]
+    pub outer_lr: f64,
+    /// The outer momentum μ, in `[0, 1)` (default 0.9, the paper's).
+    #[serde(default = "default_outer_momentum")]
+    pub outer_momentum: f64,
+    /// Nesterov momentum in the outer step (default true, the paper's).
+    #[serde(default = "default_nesterov")]
+    pub nesterov: bool,
+}
+
+impl Default for DilocoConfig {
+    fn default() -> Self {
+        DilocoConfig {
+            inner_steps: default_inner_steps(),
+            outer_lr: default_outer_lr(),
+            outer_momentum: default_outer_momentum(),
+            nesterov: default_nesterov(),
+        }
+    }
+}
+
+impl DilocoConfig {
+    fn check(&self, path: &str) -> Result<(), ConfigError> {
+        if self.inner_steps == 0 {
+            return Err(ConfigError::new(
+                &format!("{path}.inner_steps"),
+                "inner_steps must be at least 1",
+            )
+            .hint(
+                "inner_steps is H, the inner optimizer steps between outer steps (the paper's 500)",
+            ));
+        }
+        if !(self.outer_lr.is_finite() && self.outer_lr > 0.0) {
+            return Err(ConfigError::new(
+                &format!("{path}.outer_lr"),
+                format!(
+                    "outer_lr must be positive and finite, not {}",
+                    self.outer_lr
+                ),
+            )
+            .hint(
+                "the paper's outer learning rate is 0.7; 1.0 with outer_momentum = 0 is local SGD",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.outer_momentum) {
+            return Err(ConfigError::new(
+                &format!("{path}.outer_momentum"),
+                format!(
+                    "outer_momentum must be in [0, 1), not {}",
+                    self.outer_momentum
+                ),
+            )
+            .hint("the paper's outer momentum is 0.9"));
+        }
+        Ok(())
+    }
+}
+
+/// Events of DiLoCo.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Event {
+    /// `worker` finished computing its gradient.
+    ComputeDone(usize),
+    /// A worker's ring all-reduce of its outer gradient completed.
+    RingDone(Done),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct WorkerState {
+    grad: Option<GradId>,
+    /// Inner steps taken in all.
+    step: u64,
+    /// Whether it is in the ring (its `H` steps of the round are done).
+    reducing: bool,
+}
+
+/// The state machine of DiLoCo.
+#[derive(Serialize, Deserialize)]
+pub struct Diloco {
+    cfg: DilocoConfig,
+    workers: Vec<WorkerState>,
+    ring: Option<Ring>,
+    /// The global model's row; the outer momentum's and the workers' average's follow it.
+    global: usize,
+    /// The last round whose outer step was taken.
+    stepped: Option<u64>,
+    /// Outer steps taken.
+    outer_steps: u64,
+    /// Workers down (crashed; they never rejoin). Empty until a crash.
+    down: Vec<bool>,
+}
+
+impl Diloco {
+    /// A new instance for `n` workers.
+    pub fn new(cfg: &DilocoConfig, n: usize) -> Self {
+        Diloco {
+            cfg: cfg.clone(),
+            workers: vec![
+                WorkerState {
+                    grad: None,
+                    step: 0,
+                    reducing: false,
+                };
+                n
+            ],
+            ring: None,
+            global: 0,
+            stepped: None,
+            outer_steps: 0,
+            down: Vec::new(),
+        }
+    }
+
+    /// The global model's row (valid once the run started).
+    pub fn global_row(&self) -> usize {
+        self.global
+    }
+
+    /// Outer steps taken so far.
+    pub fn outer_steps(&self) -> u64 {
+        self.outer_steps
+    }
+
+    /// The outer momentum's row (valid once the run started).
+    pub fn momentum_row(&self) -> usize {
+        self.global + 1
+    }
+
+    fn average_row(&self) -> usize {
+        self.global + 2
+    }
+
+    fn ring(&mut self) -> &mut Ring {
+        self.ring.as_mut().expect("started")
+    }
+
+    fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        self.workers[w].reducing = false;
+        self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
+    }
+
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        let lr = cx.lr_for(w);
+        cx.world.store.apply_gradient(w, g, lr);
+        cx.world.store.release_gradient(g);
+        cx.step_done(w);
+        self.workers[w].step += 1;
+        if self.workers[w]
+            .step
+            .is_multiple_of(u64::from(self.cfg.inner_steps))
+        {
+            self.workers[w].reducing = true;
+            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
+            mark(cx, w, barrier);
+        } else {
+            self.begin(w, cx);
+        }
+    }
+
+    /// The outer step: the workers' average, the outer gradient `Δ = θ − average`, the
+    /// momentum and the global model; then every worker starts again from it. Taken once per
+    /// round, when the first worker's ring completes: every worker has contributed and waits
+    /// (none computes), so reading their rows then is exact.
+    fn outer_step(&mut self, store: &mut Tracked<'_>) {
+        let n = self.workers.len();
+        let (g, m, a) = (self.global, self.momentum_row(), self.average_row());
+        let share = 1.0 / n as f64;
+        let workers: Vec<(Slot, f64)> = (0..n).map(|i| (Slot::Row(i), share)).collect();
+        store.mix(a, &workers);
+        let (eta, mu) = (self.cfg.outer_lr, self.cfg.outer_momentum);
+        // m ← μ·m + Δ, with Δ = θ − a.
+        store.mix(
+            m,
+            &[
+                (Slot::Row(m), mu),
+                (Slot::Row(g), 1.0),
+                (Slot::Row(a), -1.0),
+            ],
+        );
+        if self.cfg.nesterov {
+            // θ ← θ − η·(Δ + μ·m) = (1 − η)·θ + η·a − η·μ·m.
+            store.mix(
+                g,
+                &[
+                    (Slot::Row(g), 1.0 - eta),
+                    (Slot::Row(a), eta),
+                    (Slot::Row(m), -eta * mu),
+                ],
+            );
+        } else {
+            // θ ← θ − η·m.
+            store.mix(g, &[(Slot::Row(g), 1.0), (Slot::Row(m), -eta)]);
+        }
+        // Running statistics are averaged, not extrapolated.
+        let state = store.state();
+        if !state.is_empty() {
+            store.copy_block(g, a, state);
+        }
+        for w in 0..n {
+            store.mix(w, &[(Slot::Row(g), 1.0)]);
+        }
+        self.outer_steps += 1;
+    }
+
+    fn ring_done(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let round = self.ring().round(w) - 1;
+        if self.stepped != Some(round) {
+            self.outer_step(&mut cx.world.store);
+            self.stepped = Some(round);
+        }
+        self.begin(w, cx);
+    }
+}
+
+impl Algorithm for Diloco {
+    type Event = Event;
+
+    fn name(&self) -> &str {
+        "diloco"
+    }
+
+    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        let n = self.workers.len();
+        let store = &mut cx.world.store;
+        // Added rows copy row 0: every worker's initial model, so the global model; the
+        // momentum starts at zero.
+        self.global = store.add_rows(3);
+        let m = self.momentum_row();
+        store.mix(m, &[(Slot::Row(m), 0.0)]);
+        self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
+        for w in 0..n {
+            self.begin(w, cx);
+        }
+    }
+
+    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
+        match event {
+            // A crashed worker's step is abandoned; a broken ring completes no round.
+            Event::ComputeDone(w) if cx.is_down(w) => {}
+            Event::RingDone(_) if self.ring().is_broken() => {}
+            Event::ComputeDone(w) => self.computed(w, cx),
+            Event::RingDone(done) => {
+                self.ring().complete(done);
+                self.ring_done(done.worker, cx);
+            }
+        }
+    }
+
+    fn waiting(&self) -> Vec<String> {
+        let Some(ring) = &self.ring else {
+            return Vec::new();
+        };
+        (0..self.workers.len())
+            .filter(|&w| !self.down.get(w).copied().unwrap_or(false))
+            .filter_map(|w| ring.waiting(w))
+            .collect()
+    }
+
+    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
+        Some(vec![(self.global, 1.0)])
+    }
+
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        vec![("outer_steps", self.outer_steps as f64)]
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        if let WorkerFault::Crash(w) = fault {
+            self.down.resize(self.workers.len(), false);
+            self.down[w] = true;
+            if !self.workers[w].reducing
+                && let Some(g) = self.workers[w].grad.take()
+            {
+                cx.world.store.release_gradient(g);
+            }
+            let now = cx.now();
+            self.ring().crash(w, now);
+        }
+    }
+}
+
+impl AlgorithmSpec for DilocoConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path)
+    }
+
+    fn extra_rows(&self) -> usize {
+        3
+    }
+
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        ring_support(fault)
+    }
+
+    fn run(
+        &self,
+        _kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
+    ) -> crate::Result<Outcome> {
+        run_checkpointed(
+            &mut Diloco::new(self, world.workers()),
+            world,
+            run_cfg,
+            observer,
+            ckpt,
+        )
+    }
+}
