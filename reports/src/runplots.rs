@@ -147,7 +147,7 @@ fn save_all(out_dir: &Path, figures: &[NamedFigure]) -> Result<Vec<PathBuf>> {
 
 const TIME_LABEL: &str = "simulated time (s)";
 const EPOCH_LABEL: &str = "epochs (passes over the training set)";
-const EVAL_NOTE: &str = "held-out split; evaluated model: the replicas' average (PS: the server's; DiLoCo: the global one; push-sum: de-biased)";
+const EVAL_NOTE: &str = "held-out split; evaluated model: the replicas' average, or the algorithm's own (a server's, DiLoCo's global one, push-sum's de-biased average)";
 
 /// The plots of one run, in the order the report shows them.
 pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {

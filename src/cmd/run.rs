@@ -135,6 +135,14 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
     if let Some(t) = &summary.timed_as {
         println!("proxy: the model trains for real; its steps and messages are timed as {t}");
     }
+    // One column for the labels, as wide as the longest.
+    let width = summary
+        .runs
+        .iter()
+        .map(|r| r.algorithm.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(12);
     for (r, t) in summary.runs.iter().zip(&summary.timings) {
         // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
         let mut accuracy = if r.final_accuracy.is_finite() {
@@ -169,7 +177,7 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
             None => measured,
         };
         println!(
-            "{:<12} sim {:>8} s  {:>7} steps  {:>8} steps/s(sim)  epochs {:>6}  {result}",
+            "{:<width$} sim {:>8} s  {:>7} steps  {:>8} steps/s(sim)  epochs {:>6}  {result}",
             r.algorithm,
             fixed(r.sim_time_s, 3),
             r.worker_steps,
@@ -177,7 +185,7 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
             fixed(r.epochs, 2),
         );
         println!(
-            "{:<12} wall {} s  {} steps/s(wall)  {} sim s/wall s  gradient math {}% of wall",
+            "{:<width$} wall {} s  {} steps/s(wall)  {} sim s/wall s  gradient math {}% of wall",
             "",
             fixed(t.wall_time_s, 2),
             fixed(t.worker_steps_per_wall_s, 0),
