@@ -251,10 +251,11 @@ fn common_keys(site: &Site) -> BTreeSet<String> {
             for kind in AlgorithmKind::KINDS {
                 let entry: AlgorithmConfig = toml::from_str(&format!(
                     "kind = \"{kind}\"\n{}",
-                    if *kind == "post-local-sgd" {
-                        "warmup_steps = 1"
-                    } else {
-                        ""
+                    match *kind {
+                        "post-local-sgd" => "warmup_steps = 1",
+                        "rennala" => "batch = 2",
+                        "ringmaster" => "max_delay = 2",
+                        _ => "",
                     }
                 ))
                 .unwrap_or_else(|e| panic!("a default `{kind}` entry: {e}"));

@@ -445,8 +445,8 @@ pub mod prelude {
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, Averaging, Bound, Broadcast, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
         DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
-        OverlapSgpConfig, ParameterServer, Partner, PsConfig, SendRule, Sgp, SgpConfig,
-        UpdateOrder,
+        OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster,
+        RingmasterConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};

@@ -235,6 +235,25 @@ fn diloco_resumes_exactly() {
 }
 
 #[test]
+fn rennala_and_ringmaster_resume_exactly() {
+    // With and without stops: models and stops in flight, a batch half collected.
+    check("kind = \"rennala\"\nbatch = 3", false);
+    check("kind = \"rennala\"\nbatch = 3\nstops = true", false);
+    check("kind = \"ringmaster\"\nmax_delay = 2", false);
+    check("kind = \"ringmaster\"\nmax_delay = 2\nstops = false", false);
+    // A crash with rejoin (they refuse lost messages: they do not retransmit).
+    let crash = "[[faults]]\nkind = \"crash\"\nworkers = [4]\nat_s = 0.2\nrejoin_after_s = 0.1\n";
+    for algorithm in [
+        "kind = \"rennala\"\nbatch = 2",
+        "kind = \"ringmaster\"\nmax_delay = 3",
+    ] {
+        let text = format!("{BASE}\n[[algorithms]]\n{algorithm}\n{crash}");
+        let s: Sections = toml::from_str(&text).unwrap();
+        check_sections(&s, algorithm);
+    }
+}
+
+#[test]
 fn dpsgd_resumes_exactly() {
     check("kind = \"dpsgd\"", false);
 }

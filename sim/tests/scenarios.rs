@@ -130,6 +130,7 @@ scenario_tests! {
     lap_sgd_scenario_runs_without_deadlock => "lap-sgd.toml",
     lpp_sgd_scenario_runs_without_deadlock => "lpp-sgd.toml",
     diloco_scenario_runs_without_deadlock => "diloco.toml",
+    time_optimal_scenario_runs_without_deadlock => "time-optimal.toml",
     lenet_scenario_runs_without_deadlock => "lenet.toml",
     resnet_scenario_runs_without_deadlock => "resnet.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
@@ -258,6 +259,20 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
             })),
             "the averaging loop of worker",
         ),
+        (
+            AlgorithmConfig::from(AlgorithmKind::Rennala(RennalaConfig {
+                batch: 4,
+                stops: false,
+            })),
+            "waits for the server's reply to its gradient at x_",
+        ),
+        (
+            AlgorithmConfig::from(AlgorithmKind::Ringmaster(RingmasterConfig {
+                max_delay: 2,
+                stops: true,
+            })),
+            "waits for the server's reply to its gradient at x_",
+        ),
     ];
     for (cfg, expect) in cases {
         let env = BuildEnv::new(3);
@@ -294,6 +309,8 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
             AlgorithmKind::Ps(c) => go!(ParameterServer::new(c, n)),
             AlgorithmKind::AdPsgd(c) => go!(AdPsgd::new(c, &topo.bipartition().unwrap(), 3)),
             AlgorithmKind::LapSgd(c) => go!(LapSgd::new(c, n, false)),
+            AlgorithmKind::Rennala(c) => go!(Rennala::new(c, n)),
+            AlgorithmKind::Ringmaster(c) => go!(Ringmaster::new(c, n)),
             _ => unreachable!(),
         }
         assert!(
@@ -310,6 +327,8 @@ fn default_entry(kind: &str) -> AlgorithmConfig {
     let required = match kind {
         "post-local-sgd" => "\nwarmup_steps = 10",
         "diloco" => "\ninner_steps = 10",
+        "rennala" => "\nbatch = 2",
+        "ringmaster" => "\nmax_delay = 3",
         _ => "",
     };
     toml::from_str(&format!("kind = \"{kind}\"{required}"))

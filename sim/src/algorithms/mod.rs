@@ -14,6 +14,9 @@
 //! | `sgp`, `overlap-sgp` | [`sgp`] | push-sum, synchronous or with delay bound τ |
 //! | `dasgd` | [`dasgd`] | asynchronous, no averaging: every gradient applied everywhere |
 //! | `lap-sgd`, `lpp-sgd` | [`lap`] | `P` lock-free processes per node, non-blocking in-place averaging |
+//! | `diloco` | [`diloco`] | synchronous every `H` inner steps: outer Nesterov step on the averaged change |
+//! | `rennala` | [`rennala`] | asynchronous workers, one server stepping on the first `B` gradients at its current point |
+//! | `ringmaster` | [`ringmaster`] | asynchronous SGD with one server, ignoring (and stopping) gradients of delay ≥ `R` |
 //!
 //! ## The registry
 //!
@@ -36,8 +39,11 @@ pub mod dpsgd;
 pub mod lap;
 pub mod local_sgd;
 pub mod ps;
+pub mod rennala;
 pub mod ring;
+pub mod ringmaster;
 pub mod sgp;
+pub mod star;
 
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -54,7 +60,9 @@ pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
-pub use ps::{ParameterServer, PsConfig};
+pub use ps::{ParameterServer, PsConfig, StepRule};
+pub use rennala::{Rennala, RennalaConfig};
+pub use ringmaster::{Ringmaster, RingmasterConfig};
 pub use sgp::{OverlapSgpConfig, SendRule, Sgp, SgpConfig};
 
 /// What an entry's checks and its construction know besides its own options.
@@ -240,6 +248,12 @@ registry! {
     /// DiLoCo: `H` inner steps, then an outer Nesterov step on the all-reduced change
     /// (Douillard et al., 2023).
     "diloco" => Diloco(DilocoConfig),
+    /// Rennala SGD: one server, stepping on the first `B` gradients computed at its current
+    /// point (Tyurin & Richtárik, 2023).
+    "rennala" => Rennala(RennalaConfig),
+    /// Ringmaster ASGD: asynchronous SGD ignoring, and stopping, gradients of delay ≥ `R`
+    /// (Maranjyan, Tyurin & Richtárik, 2025).
+    "ringmaster" => Ringmaster(RingmasterConfig),
 }
 
 /// The serialized form of an entry. The tables come last, as TOML needs them after the values.
@@ -506,7 +520,9 @@ into_kind!(
     SgpConfig => Sgp,
     OverlapSgpConfig => OverlapSgp,
     DasgdConfig => Dasgd,
-    DilocoConfig => Diloco
+    DilocoConfig => Diloco,
+    RennalaConfig => Rennala,
+    RingmasterConfig => Ringmaster
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

@@ -93,6 +93,18 @@
 //!
 //! With `M = 1` none of this applies: each block is applied as it lands, as above.
 //!
+//! ## Delay-adaptive steps
+//!
+//! With `step_rule = "delay-adaptive"` a gradient whose delay at shard `s` is `δ` (the shard's
+//! updates between serving the worker's pull and applying this push, the staleness below) is
+//! applied at rate `γ · n / max(n, δ)`, `n` the number of workers: the full rate up to the
+//! concurrency `n`, shrinking as `1/δ` beyond it. This is the delay-adaptive stepsize of
+//! Mishchenko, Bach, Even & Woodworth (NeurIPS 2022) as their reference code sets it
+//! (`lr * num_workers / max(num_workers, delay)`), the rule Koloskova, Stich & Jaggi (NeurIPS
+//! 2022) also analyse: constant-step asynchronous SGD must take its step below `1/(L·τ_max)` for
+//! the worst delay `τ_max`, the adaptive rule only for the concurrency. It needs `aggregate = 1`
+//! (a mean of gradients has no single delay).
+//!
 //! ## Under faults
 //!
 //! Server shards are network nodes, not workers: a `crash` entry names workers only, so shards
@@ -173,6 +185,42 @@ pub struct PsConfig {
     /// (synchronous in `M`, asynchronous across updates); `1 ≤ M ≤ workers`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub aggregate: usize,
+    /// The step size of a gradient of delay `δ` (default `"constant"`: `lr`, whatever `δ`).
+    #[serde(default, skip_serializing_if = "StepRule::is_constant")]
+    pub step_rule: StepRule,
+}
+
+/// How the server's step size depends on a gradient's delay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepRule {
+    /// Every gradient at the optimizer's rate `γ`.
+    #[default]
+    Constant,
+    /// A gradient of delay `δ` at `γ · n / max(n, δ)` (`n` workers, the concurrency):
+    /// Mishchenko, Bach, Even & Woodworth, "Asynchronous SGD Beats Minibatch SGD Under Arbitrary
+    /// Delays", NeurIPS 2022 (their delay-adaptive stepsize, as their reference code sets it:
+    /// `lr * num_workers / max(num_workers, delay)`); Koloskova, Stich & Jaggi, "Sharper
+    /// Convergence Guarantees for Asynchronous SGD for Distributed and Federated Learning",
+    /// NeurIPS 2022, shrink the step the same way for delays beyond the concurrency.
+    DelayAdaptive,
+}
+
+impl StepRule {
+    fn is_constant(&self) -> bool {
+        *self == StepRule::Constant
+    }
+
+    /// The rate of a gradient of delay `delay` with `workers` workers, `lr` the optimizer's.
+    pub fn rate(self, lr: f64, delay: u64, workers: usize) -> f64 {
+        match self {
+            StepRule::Constant => lr,
+            StepRule::DelayAdaptive => {
+                let n = workers as f64;
+                lr * n / n.max(delay as f64)
+            }
+        }
+    }
 }
 
 fn is_one(m: &usize) -> bool {
@@ -186,6 +234,7 @@ impl Default for PsConfig {
             staleness: None,
             retransmit_ms: None,
             aggregate: 1,
+            step_rule: StepRule::Constant,
         }
     }
 }
@@ -206,6 +255,16 @@ impl PsConfig {
                 "aggregate must be at least 1 gradient per update",
             )
             .hint("aggregate = 1 applies every gradient on arrival (asynchronous SGD)"));
+        }
+        if self.step_rule != StepRule::Constant && self.aggregate > 1 {
+            return Err(ConfigError::new(
+                &format!("{path}.step_rule"),
+                format!(
+                    "step_rule = \"delay-adaptive\" scales each gradient by its own delay; with aggregate = {} the server applies a mean of gradients of different delays",
+                    self.aggregate
+                ),
+            )
+            .hint("use aggregate = 1 with the delay-adaptive rule, or step_rule = \"constant\""));
         }
         if let Some(ms) = self.retransmit_ms {
             let at = format!("{path}.retransmit_ms");
@@ -344,6 +403,9 @@ pub struct ParameterServer {
     gradients_dropped: u64,
     /// Gradients per update (`aggregate`); with 1 none of the fields below is used.
     m: usize,
+    /// The step size's dependence on a gradient's delay.
+    #[serde(default)]
+    step_rule: StepRule,
     /// The aggregate each gradient joined (at its first block's arrival), until it is done.
     joined: BTreeMap<GradId, u64>,
     /// Aggregates not yet done at every shard, by number.
@@ -398,6 +460,7 @@ impl ParameterServer {
             pushes_dropped: 0,
             gradients_dropped: 0,
             m: cfg.aggregate.max(1),
+            step_rule: cfg.step_rule,
             joined: BTreeMap::new(),
             aggs: BTreeMap::new(),
             open: 0,
@@ -895,12 +958,14 @@ impl Algorithm for ParameterServer {
                 grad,
             } => {
                 self.follow_statistics(shard, worker, cx);
-                let lr = cx.lr();
+                let n = self.workers.len();
                 let sh = &mut self.shards[shard];
+                let delay = sh.version - sh.read[worker];
+                let lr = self.step_rule.rate(cx.lr(), delay, n);
                 cx.world
                     .store
                     .apply_gradient_block(self.row, grad, lr, sh.block.clone());
-                self.stats.record(sh.version - sh.read[worker]);
+                self.stats.record(delay);
                 sh.version += 1;
                 sh.applied[worker] += 1;
                 self.push_done(grad, Some(worker), cx);
