@@ -333,3 +333,30 @@ fn on_resnet50s_clock_overlap_sgp_reaches_the_target_before_allreduce() {
     };
     assert!(reached("overlap-sgp") < reached("sgp") && reached("sgp") < reached("allreduce"));
 }
+
+#[test]
+fn under_fixed_speeds_the_asynchronous_methods_reach_the_target_before_minibatch_sgd() {
+    let (_dir, _out, data) = run(
+        &paper("time-optimal-quadratic.toml"),
+        "time-optimal-quadratic.toml",
+    );
+    let summary = data.summary.as_ref().unwrap();
+    let run = |label: &str| summary.run(label).unwrap();
+    let reached = |label: &str| run(label).time_to_target.loss_s.unwrap_or(f64::INFINITY);
+    for fast in ["asgd", "asgd-delay-adaptive", "ringmaster"] {
+        assert!(
+            reached(fast) < reached("minibatch-sgd"),
+            "{fast}: {} s vs {} s",
+            reached(fast),
+            reached("minibatch-sgd")
+        );
+    }
+    assert!(reached("rennala").is_finite());
+    // Ringmaster applies no gradient of delay ≥ R = 16; Rennala only fresh ones; constant-step
+    // asynchronous SGD applies some older than R.
+    let max_delay = |label: &str| run(label).global_staleness.unwrap().max;
+    assert!(max_delay("ringmaster") < 16);
+    assert_eq!(max_delay("rennala"), 0);
+    assert!(max_delay("asgd") >= 16);
+    assert!(run("ringmaster").final_loss < run("minibatch-sgd").final_loss);
+}
