@@ -38,7 +38,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::star::{Event, Star, star_support};
+use super::star::{Event, NODE_PROGRESS, Star, star_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
@@ -116,10 +116,8 @@ impl Rennala {
         self.star.computing().collect()
     }
 
+    /// A gradient of worker `w`, computed at `x_version`, landed at the server.
     fn push(&mut self, w: usize, version: u64, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
-        let Some(grad) = self.star.landed(w, grad, cx) else {
-            return;
-        };
         if version != self.star.k {
             cx.world.store.release_gradient(grad);
             self.star.ignored += 1;
@@ -176,19 +174,8 @@ impl Algorithm for Rennala {
     }
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            Event::ComputeDone { worker, job } => self.star.computed(worker, job, cx),
-            Event::Push {
-                worker,
-                version,
-                grad,
-            } => self.push(worker, version, grad, cx),
-            Event::Model {
-                worker,
-                version,
-                msg,
-            } => self.star.arrived(worker, version, msg, cx),
-            Event::Hello { worker } => self.star.hello(worker, cx),
+        if let Some((worker, version, grad)) = self.star.handle(event, cx) {
+            self.push(worker, version, grad, cx);
         }
     }
 
@@ -207,10 +194,7 @@ impl Algorithm for Rennala {
     }
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        match fault {
-            WorkerFault::Crash(w) => self.star.crash(w, cx),
-            WorkerFault::Rejoin(w) => self.star.rejoin(w, cx),
-        }
+        self.star.on_fault(fault, cx);
     }
 
     fn fault_counts(&self) -> Vec<(&'static str, u64)> {
@@ -232,9 +216,7 @@ impl AlgorithmSpec for RennalaConfig {
     }
 
     fn node_progress(&self) -> Result<(), &'static str> {
-        Err(
-            "the server's model is one model that every update of B gradients moves, so its rate follows the server's progress (the run's)",
-        )
+        Err(NODE_PROGRESS)
     }
 
     fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {

@@ -37,7 +37,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::Ctx;
-use crate::fault::{FaultKind, FaultSupport};
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
 
@@ -147,8 +147,40 @@ impl Star {
         cx.after(d, Event::ComputeDone { worker: w, job });
     }
 
+    /// Handles every event but a gradient landing at the server, which it returns for the
+    /// method to decide on: `(worker, version, grad)`.
+    pub fn handle(
+        &mut self,
+        event: Event,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) -> Option<(usize, u64, GradId)> {
+        match event {
+            Event::ComputeDone { worker, job } => self.computed(worker, job, cx),
+            Event::Push {
+                worker,
+                version,
+                grad,
+            } => return self.landed(worker, grad, cx).map(|g| (worker, version, g)),
+            Event::Model {
+                worker,
+                version,
+                msg,
+            } => self.arrived(worker, version, msg, cx),
+            Event::Hello { worker } => self.hello(worker, cx),
+        }
+        None
+    }
+
+    /// A crash abandons the worker's computation; on rejoin it asks for the model.
+    pub fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        match fault {
+            WorkerFault::Crash(w) => self.crash(w, cx),
+            WorkerFault::Rejoin(w) => self.rejoin(w, cx),
+        }
+    }
+
     /// `ComputeDone`: the gradient goes to the server, and the worker waits for its reply.
-    pub fn computed(&mut self, w: usize, job: u64, cx: &mut Ctx<'_, '_, Event>) {
+    fn computed(&mut self, w: usize, job: u64, cx: &mut Ctx<'_, '_, Event>) {
         let st = &mut self.workers[w];
         if cx.is_down(w) || job != st.job || !st.computing {
             return;
@@ -178,12 +210,7 @@ impl Star {
 
     /// `Push`: `Some` when the server is to decide on the gradient; `None` when it was discarded
     /// because its worker is down.
-    pub fn landed(
-        &mut self,
-        w: usize,
-        grad: GradId,
-        cx: &mut Ctx<'_, '_, Event>,
-    ) -> Option<GradId> {
+    fn landed(&mut self, w: usize, grad: GradId, cx: &mut Ctx<'_, '_, Event>) -> Option<GradId> {
         if cx.is_down(w) {
             cx.world.store.release_gradient(grad);
             self.dropped += 1;
@@ -241,13 +268,7 @@ impl Star {
 
     /// `Model`: the worker computes at the point it brings, unless it already computes at that
     /// point or a newer one.
-    pub fn arrived(
-        &mut self,
-        w: usize,
-        version: u64,
-        msg: Option<MsgId>,
-        cx: &mut Ctx<'_, '_, Event>,
-    ) {
+    fn arrived(&mut self, w: usize, version: u64, msg: Option<MsgId>, cx: &mut Ctx<'_, '_, Event>) {
         let release = |msg: Option<MsgId>, cx: &mut Ctx<'_, '_, Event>| {
             if let Some(m) = msg {
                 cx.world.store.release_msg(m);
@@ -287,7 +308,7 @@ impl Star {
     }
 
     /// A crash of `w`: its computation is abandoned.
-    pub fn crash(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+    fn crash(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let st = &mut self.workers[w];
         st.computing = false;
         if let Some(g) = st.grad.take() {
@@ -297,14 +318,14 @@ impl Star {
     }
 
     /// A rejoin of `w`: it asks the server for the model.
-    pub fn rejoin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+    fn rejoin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let node = self.node;
         cx.send(w, node, 0, Event::Hello { worker: w });
         cx.activity(w, Activity::Communicate);
     }
 
     /// `Hello`: the server sends `x_k` to the rejoined worker.
-    pub fn hello(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+    fn hello(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         if !cx.is_down(w) {
             self.offer(w, cx);
         }
@@ -343,6 +364,9 @@ impl Star {
         ]
     }
 }
+
+/// Why neither method follows a node's own progress (`progress = "node"`).
+pub(crate) const NODE_PROGRESS: &str = "the server's model is one model that every worker's gradients update, so its rate follows the server's progress (the run's), not the counter of whichever worker pushed";
 
 /// Which faults the star handles: crashes, with or without rejoin.
 pub(crate) fn star_support(fault: FaultKind) -> FaultSupport {
