@@ -84,7 +84,7 @@ impl Plan {
     /// error is located in the scenario file (a data file that cannot be read at `data.path`).
     pub fn prepare(loaded: &Loaded) -> Result<Plan> {
         let problem = load_problem(loaded)?;
-        loaded.check_against_model(problem.model.num_params())?;
+        loaded.check_against_model(problem.model.num_params(), &problem.model.matrices())?;
         let claims = claims(loaded, &problem)?;
         let shards = partition(loaded, &problem)?;
         let faults = {
@@ -148,7 +148,7 @@ impl Plan {
         let extra = s
             .algorithms
             .iter()
-            .map(|a| a.extra_rows())
+            .map(|a| a.extra_rows(n))
             .max()
             .unwrap_or(0);
         let queued = (0..s.algorithms.len())

@@ -344,6 +344,9 @@ impl Loaded {
                 if message.starts_with("unknown field `sweep`") {
                     return "a scenario with a [sweep] table is run by `dasim sweep SCENARIO --out DIR` (one run per point)".to_string();
                 }
+                if message.starts_with("unknown field `compression`") {
+                    return "this algorithm sends no compressed messages: compression is an option of kind = \"choco\" (top-k, random-k, sign, qsgd) and kind = \"allreduce\" (powersgd)".to_string();
+                }
                 "check the spelling against the scenario reference in the book".to_string()
             });
             let offset = span.map(|s| unknown_key_offset(&text, s.start, &message));
@@ -436,14 +439,23 @@ impl Loaded {
     /// The checks of each `[[algorithms]]` entry that need the model's parameter count (an
     /// LPP-SGD process or a parameter-server shard needs at least one parameter), located at the
     /// entry's key.
-    pub fn check_against_model(&self, params: usize) -> Result<(), Box<ScenarioError>> {
+    pub fn check_against_model(
+        &self,
+        params: usize,
+        matrices: &[dasim_sim::params::Matrix],
+    ) -> Result<(), Box<ScenarioError>> {
         let s = &self.scenario;
         for (i, alg) in s.algorithms.iter().enumerate() {
             let topology = s
                 .build_topology(i, &self.env())
                 .map_err(|e| self.config_error(&e))?;
-            alg.validate(&topology, &format!("algorithms[{i}]"), Some(params))
-                .map_err(|e| self.config_error(&e))?;
+            alg.validate_model(
+                &topology,
+                &format!("algorithms[{i}]"),
+                Some(params),
+                matrices,
+            )
+            .map_err(|e| self.config_error(&e))?;
         }
         Ok(())
     }

@@ -440,3 +440,39 @@ fn a_bandwidth_below_one_byte_per_second_and_the_slowest_legal_one() {
     assert_eq!(allreduce["worker_steps"], 0);
     assert_eq!(allreduce["sim_time_s"], 0.5);
 }
+
+/// `compression` is refused on an algorithm that sends no compressed messages (with a hint naming
+/// those that do), and checked at its key where it applies: a fraction outside (0, 1], a PowerSGD
+/// rank beyond the model's smallest weight matrix (a check that needs the model).
+#[test]
+fn compression_is_refused_where_it_does_not_apply_and_checked_where_it_does() {
+    let entry = |e: &str| SMALL.replace("kind = \"adpsgd\"", e);
+    expect_error(
+        &entry("kind = \"adpsgd\"\ncompression = { kind = \"top-k\", fraction = 0.01 }"),
+        &[
+            "bad.toml:39:1",
+            "unknown field `compression`",
+            "kind = \"choco\"",
+        ],
+    );
+    expect_error(
+        &entry(
+            "kind = \"choco\"\nconsensus_lr = 0.5\ncompression = { kind = \"top-k\", fraction = 1.5 }",
+        ),
+        &[
+            "bad.toml:40:",
+            "algorithms[1].compression.fraction",
+            "(0, 1]",
+        ],
+    );
+    expect_error(
+        &entry(
+            "kind = \"allreduce\"\nlabel = \"powersgd\"\ncompression = { kind = \"powersgd\", rank = 64 }",
+        ),
+        &[
+            "bad.toml:40:",
+            "algorithms[1].compression.rank",
+            "larger than the smaller side",
+        ],
+    );
+}

@@ -255,6 +255,7 @@ fn common_keys(site: &Site) -> BTreeSet<String> {
                         "post-local-sgd" => "warmup_steps = 1",
                         "rennala" => "batch = 2",
                         "ringmaster" => "max_delay = 2",
+                        "choco" => "consensus_lr = 0.5\ncompression = { kind = \"sign\" }",
                         _ => "",
                     }
                 ))

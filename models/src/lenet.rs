@@ -198,6 +198,13 @@ impl LeNet {
             + self.fc.iter().map(Linear::flops).sum::<u64>()
     }
 
+    /// The weight matrices, in row order: the convolutions `cout × (cin·k²)`, the dense layers.
+    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        let mut m = vec![self.conv1.matrix(), self.conv2.matrix()];
+        m.extend(self.fc.iter().map(|f| f.matrix()));
+        m
+    }
+
     /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order.
     pub fn layer_starts(&self) -> Vec<(usize, u64)> {
         let mut l = vec![

@@ -76,7 +76,19 @@ impl Mlp {
             .sum()
     }
 
-    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order.
+    /// The weight matrices `fan_in × fan_out`, in row order.
+    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        self.layers
+            .iter()
+            .map(|l| dasim_sim::params::Matrix {
+                start: l.weight,
+                rows: l.fan_in,
+                cols: l.fan_out,
+            })
+            .collect()
+    }
+
+    /// Where each layer starts in a row and its forward FLOPs for one sample.
     pub fn layer_starts(&self) -> Vec<(usize, u64)> {
         self.layers
             .iter()

@@ -356,6 +356,21 @@ impl Model {
         0..self.num_params() - self.state_len()
     }
 
+    /// The weight matrices, in row order, for low-rank compressors
+    /// ([`ReplicaStore::matrices`](dasim_sim::params::ReplicaStore::matrices)): each dense
+    /// layer's `fan_in × fan_out` weight, each convolution's `cout × (cin·k²)`. The quadratic
+    /// has none.
+    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        match self {
+            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
+                m.matrices()
+            }
+            Model::LeNet(m) => m.matrices(),
+            Model::ResNet(m) => m.matrices(),
+            Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
+        }
+    }
+
     /// FLOPs (two per multiply-add) of one forward pass on one sample. The quadratic counts
     /// one multiply-add per coordinate for its gradient `a ⊙ (x − b)`.
     pub fn forward_flops(&self) -> u64 {

@@ -83,6 +83,22 @@ impl ReplicaStore for QuadraticStore {
         self.inner.add_rows(count)
     }
 
+    fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
+        self.inner.msg_values(msg)
+    }
+
+    fn msg_from_values(&mut self, values: &[f64]) -> MsgId {
+        self.inner.msg_from_values(values)
+    }
+
+    fn gradient_values(&mut self, grad: GradId) -> Vec<f64> {
+        self.inner.gradient_values(grad)
+    }
+
+    fn set_gradient_values(&mut self, grad: GradId, values: &[f64]) {
+        self.inner.set_gradient_values(grad, values)
+    }
+
     fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
         // Eager: every request is its own "pass".
         self.stats.requests += 1;

@@ -229,6 +229,17 @@ impl ResNet {
         flops + self.fc.flops()
     }
 
+    /// The weight matrices, in row order: every convolution `cout × (cin·k²)`, the linear layer.
+    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        let mut m = vec![self.stem.matrix()];
+        for b in &self.blocks {
+            m.push(b.conv1.matrix());
+            m.push(b.conv2.matrix());
+        }
+        m.push(self.fc.matrix());
+        m
+    }
+
     /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order:
     /// the stem (its convolution and batch norm), each convolution with the batch norm after
     /// it, the linear layer. The running statistics, after them, are part of no layer.

@@ -1590,6 +1590,55 @@ impl ReplicaStore for BurnStore {
         self.rows.push_copies_of_first(count)
     }
 
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        self.model.matrices()
+    }
+
+    fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
+        self.slot(Slot::Msg(msg))
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect()
+    }
+
+    fn msg_from_values(&mut self, values: &[f64]) -> MsgId {
+        assert_eq!(
+            values.len(),
+            self.model.num_params(),
+            "a buffer holds a whole row"
+        );
+        let mut buffer = self.rows.buffer();
+        for (b, &v) in buffer.iter_mut().zip(values) {
+            *b = v as f32;
+        }
+        let id = MsgId(self.next_id);
+        self.next_id += 1;
+        self.msgs.insert(id.0, Arc::new(buffer));
+        id
+    }
+
+    fn gradient_values(&mut self, grad: GradId) -> Vec<f64> {
+        let split = self.model.trainable().end;
+        self.gradient(grad)[..split]
+            .iter()
+            .map(|&v| f64::from(v))
+            .collect()
+    }
+
+    fn set_gradient_values(&mut self, grad: GradId, values: &[f64]) {
+        let g = self.gradient(grad);
+        let mut out = self.rows.buffer();
+        out.copy_from_slice(&g);
+        for (o, &v) in out.iter_mut().zip(values) {
+            *o = v as f32;
+        }
+        self.rows.recycle(g);
+        if let Some(c) = self.clipped.remove(&grad) {
+            self.rows.recycle(c);
+        }
+        self.ready.insert(grad, Ready::Host(Arc::new(out)));
+    }
+
     fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
         let id = GradId(self.next_id);
         self.next_id += 1;

@@ -426,6 +426,7 @@ pub mod algorithm;
 pub mod algorithms;
 pub mod clock;
 pub mod cluster;
+pub mod compress;
 pub mod engine;
 pub mod env;
 pub mod error;
@@ -443,13 +444,14 @@ pub mod prelude {
     pub use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
-        AllReduceSgd, Averaging, Bound, Broadcast, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
-        DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
-        OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster,
-        RingmasterConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
+        AllReduceSgd, Averaging, Bound, Broadcast, Choco, ChocoConfig, Dasgd, DasgdConfig, Diloco,
+        DilocoConfig, Dpsgd, DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig,
+        MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala,
+        RennalaConfig, Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};
+    pub use crate::compress::{Compression, PowerSgd};
     pub use crate::engine::{
         Collect, EvalPoint, Observer, Outcome, RunConfig, SimTime, run, run_inspect,
     };
@@ -461,8 +463,8 @@ pub mod prelude {
         LrScaling, LrSchedule, ScheduleKind, ScheduleProgress, ScheduleUnit,
     };
     pub use crate::params::{
-        Evaluation, GradId, Layer, MsgId, OptimizerConfig, Quadratic, ReferenceStore, ReplicaStore,
-        Slot,
+        Evaluation, GradId, Layer, Matrix, MsgId, OptimizerConfig, Quadratic, ReferenceStore,
+        ReplicaStore, Slot,
     };
     pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
 }

@@ -137,7 +137,13 @@ fn run(
     let n = s.cluster.workers;
     let env = BuildEnv::new(s.seed);
     let mut store =
-        ReferenceStore::new(Quadratic::new(8, 10.0, 0.1), n, s.optimizer.clone(), s.seed);
+        ReferenceStore::new(Quadratic::new(8, 10.0, 0.1), n, s.optimizer.clone(), s.seed)
+            // A 2 × 3 weight matrix and two vector coordinates, for PowerSGD.
+            .with_matrices(vec![Matrix {
+                start: 0,
+                rows: 2,
+                cols: 3,
+            }]);
     let mut world = World::new(
         Cluster::new(&s.cluster, &env).unwrap(),
         Network::new(&s.network, n + alg.extra_nodes(), &env).unwrap(),
@@ -251,6 +257,23 @@ fn rennala_and_ringmaster_resume_exactly() {
         let s: Sections = toml::from_str(&text).unwrap();
         check_sections(&s, algorithm);
     }
+}
+
+#[test]
+fn choco_and_powersgd_resume_exactly() {
+    // Random compressors draw from each node's stream; PowerSGD keeps its Q and the errors.
+    check(
+        "kind = \"choco\"\nconsensus_lr = 0.3\ncompression = { kind = \"random-k\", fraction = 0.5 }",
+        false,
+    );
+    check(
+        "kind = \"choco\"\nconsensus_lr = 0.5\ncompression = { kind = \"qsgd\", levels = 4 }",
+        false,
+    );
+    check(
+        "kind = \"allreduce\"\ncompression = { kind = \"powersgd\", rank = 2 }",
+        false,
+    );
 }
 
 #[test]

@@ -200,6 +200,7 @@ fn validate(cfg: &GossipConfig, topology: &Topology) -> Result<(), ConfigError> 
         path: "algorithms[0]",
         topology,
         params: None,
+        matrices: &[],
     })
 }
 
@@ -334,6 +335,7 @@ fn gossip_keeps_the_walkthrough_invariants_at_every_event() {
         path: "algorithms[0]",
         topology: &world.topology,
         params: Some(world.store.num_params()),
+        matrices: &[],
     })
     .unwrap();
     let mut alg = Gossip::new(&cfg, n, SEED);

@@ -131,6 +131,8 @@ scenario_tests! {
     lpp_sgd_scenario_runs_without_deadlock => "lpp-sgd.toml",
     diloco_scenario_runs_without_deadlock => "diloco.toml",
     time_optimal_scenario_runs_without_deadlock => "time-optimal.toml",
+    choco_scenario_runs_without_deadlock => "choco.toml",
+    powersgd_scenario_runs_without_deadlock => "powersgd.toml",
     lenet_scenario_runs_without_deadlock => "lenet.toml",
     resnet_scenario_runs_without_deadlock => "resnet.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
@@ -329,6 +331,7 @@ fn default_entry(kind: &str) -> AlgorithmConfig {
         "diloco" => "\ninner_steps = 10",
         "rennala" => "\nbatch = 2",
         "ringmaster" => "\nmax_delay = 3",
+        "choco" => "\nconsensus_lr = 0.5\ncompression = { kind = \"top-k\", fraction = 0.5 }",
         _ => "",
     };
     toml::from_str(&format!("kind = \"{kind}\"{required}"))

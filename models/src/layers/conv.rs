@@ -42,6 +42,16 @@ impl Conv {
         self.cout * self.cin * self.k * self.k
     }
 
+    /// The weight as the matrix `cout × (cin·k²)`, as PowerSGD's reference code reshapes a
+    /// convolution (for low-rank compressors).
+    pub fn matrix(&self) -> dasim_sim::params::Matrix {
+        dasim_sim::params::Matrix {
+            start: self.weight,
+            rows: self.cout,
+            cols: self.cin * self.k * self.k,
+        }
+    }
+
     /// Parameters of the convolution (weight and bias).
     pub fn len(&self) -> usize {
         self.weight_len() + self.bias.map_or(0, |_| self.cout)

@@ -28,6 +28,15 @@ impl Linear {
         self.fan_in * self.fan_out + self.fan_out
     }
 
+    /// The weight as a matrix `fan_in × fan_out`, for low-rank compressors.
+    pub fn matrix(&self) -> dasim_sim::params::Matrix {
+        dasim_sim::params::Matrix {
+            start: self.weight,
+            rows: self.fan_in,
+            cols: self.fan_out,
+        }
+    }
+
     /// FLOPs (multiply-adds × 2) for one sample.
     pub fn flops(&self) -> u64 {
         2 * (self.fan_in * self.fan_out) as u64

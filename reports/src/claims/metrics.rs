@@ -366,6 +366,19 @@ pub static METRICS: &[MetricDef] = &[
         Source::Summary(|r| Ok(r.bytes as f64)),
         "bytes sent, summed over messages"
     ),
+    m!(
+        "bytes_per_step",
+        "bytes",
+        None,
+        &[],
+        Source::Summary(|r| {
+            if r.worker_steps == 0 {
+                return Err("no worker took a step".into());
+            }
+            Ok(r.bytes as f64 / r.worker_steps as f64)
+        }),
+        "`bytes / worker_steps`: bytes sent per worker step (compressed sizes where messages are compressed)"
+    ),
     // Convergence at the stop (summary.json).
     m!(
         "final_loss",

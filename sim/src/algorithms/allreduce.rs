@@ -32,6 +32,16 @@
 //! wait attributed to the last contributor, typically a straggler), then communicates until its
 //! ring completes ([`super::ring::mark`]).
 //!
+//! **PowerSGD** (`compression = { kind = "powersgd", rank = r }`; Vogels, Karimireddy & Jaggi,
+//! NeurIPS 2019): each step's gradients are compressed to rank-`r` factors of every weight
+//! matrix, with error feedback per worker and a warm-started `Q` ([`crate::compress::powersgd`]).
+//! A step then runs two ring all-reduces one after the other: the first of every `P` (`a·r`
+//! values per `a × b` matrix) and of every coordinate outside the matrices, the second of every
+//! `Q` (`b·r` values per matrix), each `2(n−1)` chunks of a `1/n` share as above. The worker
+//! applies the decoded mean `P̂ Qᵀ` when the second completes. The time between the two (the
+//! orthogonalization and `M_wᵀ P̂`, a few `a·b·r` multiply-adds) is not charged: it is small
+//! beside the gradient's. Buckets are not combined with PowerSGD (`buckets = 1`).
+//!
 //! **Invariant**: all replicas are equal whenever they are read — every worker's `k`-th gradient
 //! is computed on the same parameters — because they start equal and apply the same mean
 //! gradient in the same order.
@@ -46,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::compress::{Compression, PowerSgd};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
@@ -74,6 +85,9 @@ pub struct AllReduceConfig {
     /// ready in order (default 0: every bucket is ready at the end of the step).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub backward_fraction: f64,
+    /// Gradient compression: `{ kind = "powersgd", rank = r }` (none by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
 }
 
 impl Default for AllReduceConfig {
@@ -81,6 +95,7 @@ impl Default for AllReduceConfig {
         AllReduceConfig {
             buckets: 1,
             backward_fraction: 0.0,
+            compression: None,
         }
     }
 }
@@ -105,7 +120,36 @@ impl AllReduceConfig {
             )
             .hint("the backward pass is typically about 2/3 of a step"));
         }
+        if let Some(c) = &self.compression {
+            let at = format!("{path}.compression");
+            c.check(&at)?;
+            if !matches!(c, Compression::PowerSgd { .. }) {
+                return Err(ConfigError::new(
+                    &format!("{at}.kind"),
+                    format!(
+                        "all-reduce SGD compresses with powersgd only; {} messages cannot be summed along a ring",
+                        c.name()
+                    ),
+                )
+                .hint("use compression = { kind = \"powersgd\", rank = 2 }, or gossip compressed messages with kind = \"choco\""));
+            }
+            if self.buckets > 1 {
+                return Err(ConfigError::new(
+                    &format!("{path}.buckets"),
+                    "buckets are not combined with compression: PowerSGD all-reduces its factors in two rounds",
+                )
+                .hint("leave buckets out (1) with powersgd"));
+            }
+        }
         Ok(())
+    }
+
+    /// The PowerSGD rank, when compressed.
+    fn rank(&self) -> Option<usize> {
+        match self.compression {
+            Some(Compression::PowerSgd { rank }) => Some(rank),
+            _ => None,
+        }
     }
 }
 
@@ -119,8 +163,10 @@ pub enum Event {
         /// The bucket.
         bucket: usize,
     },
-    /// A worker's ring all-reduce completed.
+    /// A worker's ring all-reduce completed (with PowerSGD: the first, of the `P` factors).
     RingDone(Done),
+    /// PowerSGD: a worker's second ring all-reduce, of the `Q` factors, completed.
+    FactorsDone(Done),
 }
 
 /// The state machine of all-reduce SGD.
@@ -132,6 +178,10 @@ pub struct AllReduceSgd {
     ring: Option<Ring>,
     /// The mean gradient of the current iteration, with how many workers have yet to apply it.
     mean: Option<(u64, GradId, usize, f64)>,
+    /// PowerSGD's rank, its state (built at the start) and the ring of its `Q` factors.
+    rank: Option<usize>,
+    powersgd: Option<PowerSgd>,
+    factors: Option<Ring>,
 }
 
 impl AllReduceSgd {
@@ -143,7 +193,15 @@ impl AllReduceSgd {
             grads: vec![None; n],
             ring: None,
             mean: None,
+            rank: cfg.rank(),
+            powersgd: None,
+            factors: None,
         }
+    }
+
+    /// PowerSGD's state, when compressed (for tests: its error buffers).
+    pub fn powersgd(&self) -> Option<&PowerSgd> {
+        self.powersgd.as_ref()
     }
 
     fn ring(&mut self) -> &mut Ring {
@@ -161,7 +219,11 @@ impl AllReduceSgd {
     }
 
     fn finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let iter = self.ring().round(w) - 1;
+        let last = self
+            .factors
+            .as_ref()
+            .unwrap_or(self.ring.as_ref().expect("started"));
+        let iter = last.round(w) - 1;
         let (mean, lr) = match self.mean {
             Some((i, g, _, lr)) if i == iter => (g, lr),
             _ => {
@@ -170,7 +232,10 @@ impl AllReduceSgd {
                     .iter_mut()
                     .map(|g| g.take().expect("every worker contributed a gradient"))
                     .collect();
-                let g = cx.world.store.mean_gradient(&grads);
+                let g = match &mut self.powersgd {
+                    Some(p) => p.aggregate(&mut cx.world.store, &grads),
+                    None => cx.world.store.mean_gradient(&grads),
+                };
                 // One rate for the whole iteration, read when its mean is formed, so every
                 // worker applies the same update even while a schedule changes the rate.
                 let lr = cx.lr();
@@ -220,7 +285,16 @@ impl Algorithm for AllReduceSgd {
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.grads.len();
-        self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, self.buckets)));
+        if let Some(rank) = self.rank {
+            let matrices = cx.world.store.matrices();
+            let (p, q) = PowerSgd::factor_values(rank, &matrices, cx.world.store.num_params());
+            let bytes = |values: usize| cx.world.net.payload_bytes(values);
+            self.ring = Some(Ring::new(n, &[bytes(p)]));
+            self.factors = Some(Ring::new(n, &[bytes(q)]));
+            self.powersgd = Some(PowerSgd::new(rank, matrices, n, cx.world.seed));
+        } else {
+            self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, self.buckets)));
+        }
         for w in 0..n {
             self.begin(w, cx);
         }
@@ -230,13 +304,26 @@ impl Algorithm for AllReduceSgd {
         match event {
             // A crashed worker's step is abandoned; a broken ring completes no round.
             Event::BucketReady { worker, .. } if cx.is_down(worker) => {}
-            Event::RingDone(_) if self.ring().is_broken() => {}
+            Event::RingDone(_) | Event::FactorsDone(_) if self.ring().is_broken() => {}
             Event::BucketReady { worker, bucket } => {
                 let barrier = self.ring().ready(worker, bucket, cx, Event::RingDone);
                 mark(cx, worker, barrier);
             }
             Event::RingDone(done) => {
                 self.ring().complete(done);
+                match &mut self.factors {
+                    // The `P` factors are in: the `Q` factors' ring follows at once. Every
+                    // worker is past the first ring's barrier, so the second's waits are the
+                    // network's.
+                    Some(factors) => {
+                        let barrier = factors.ready(done.worker, 0, cx, Event::FactorsDone);
+                        mark(cx, done.worker, barrier);
+                    }
+                    None => self.finish(done.worker, cx),
+                }
+            }
+            Event::FactorsDone(done) => {
+                self.factors.as_mut().expect("powersgd").complete(done);
                 self.finish(done.worker, cx);
             }
         }
@@ -249,6 +336,9 @@ impl Algorithm for AllReduceSgd {
             }
             let now = cx.now();
             self.ring().crash(w, now);
+            if let Some(factors) = &mut self.factors {
+                factors.crash(w, now);
+            }
         }
     }
 
@@ -257,14 +347,26 @@ impl Algorithm for AllReduceSgd {
             return Vec::new();
         };
         (0..self.grads.len())
-            .filter_map(|w| ring.waiting(w))
+            .filter_map(|w| {
+                ring.waiting(w)
+                    .or_else(|| self.factors.as_ref().and_then(|f| f.waiting(w)))
+            })
             .collect()
     }
 }
 
 impl AlgorithmSpec for AllReduceConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
-        self.check(setup.path)
+        self.check(setup.path)?;
+        if let Some(rank) = self.rank() {
+            PowerSgd::check(rank, setup.matrices, &setup.at("compression.rank"))?;
+        }
+        Ok(())
+    }
+
+    fn buffers_per_worker(&self) -> usize {
+        // PowerSGD's error feedback.
+        usize::from(self.rank().is_some())
     }
 
     fn uses_topology(&self) -> bool {

@@ -124,6 +124,37 @@ impl DpsgdConfig {
     }
 }
 
+/// The rows of the mixing matrix on `topology`: `(W_ii, [(j, W_ij)])` per worker, `j` over its
+/// neighbours in graph order (D-PSGD's, and CHOCO-SGD's, `weights` option).
+pub(crate) fn mixing_weights(
+    weights: MixingWeights,
+    topology: &Topology,
+) -> Vec<(f64, Vec<(usize, f64)>)> {
+    let n = topology.len();
+    let neighbors: Vec<Vec<usize>> = (0..n).map(|i| topology.neighbors(i).to_vec()).collect();
+    match weights {
+        MixingWeights::Metropolis => {
+            let w = topology.mixing_matrix();
+            (0..n)
+                .map(|i| {
+                    let row = neighbors[i].iter().map(|&j| (j, w[i * n + j])).collect();
+                    (w[i * n + i], row)
+                })
+                .collect()
+        }
+        MixingWeights::Uniform => {
+            let dmax = neighbors.iter().map(Vec::len).max().unwrap_or(0);
+            let e = 1.0 / (1 + dmax) as f64;
+            (0..n)
+                .map(|i| {
+                    let row: Vec<(usize, f64)> = neighbors[i].iter().map(|&j| (j, e)).collect();
+                    (1.0 - e * row.len() as f64, row)
+                })
+                .collect()
+        }
+    }
+}
+
 /// Events of D-PSGD.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub enum Event {
@@ -172,27 +203,7 @@ impl Dpsgd {
     pub fn new(cfg: &DpsgdConfig, topology: &Topology) -> Self {
         let n = topology.len();
         let neighbors: Vec<Vec<usize>> = (0..n).map(|i| topology.neighbors(i).to_vec()).collect();
-        let weights = match cfg.weights {
-            MixingWeights::Metropolis => {
-                let w = topology.mixing_matrix();
-                (0..n)
-                    .map(|i| {
-                        let row = neighbors[i].iter().map(|&j| (j, w[i * n + j])).collect();
-                        (w[i * n + i], row)
-                    })
-                    .collect()
-            }
-            MixingWeights::Uniform => {
-                let dmax = neighbors.iter().map(Vec::len).max().unwrap_or(0);
-                let e = 1.0 / (1 + dmax) as f64;
-                (0..n)
-                    .map(|i| {
-                        let row: Vec<(usize, f64)> = neighbors[i].iter().map(|&j| (j, e)).collect();
-                        (1.0 - e * row.len() as f64, row)
-                    })
-                    .collect()
-            }
-        };
+        let weights = mixing_weights(cfg.weights, topology);
         Dpsgd {
             order: cfg.update,
             neighbors,

@@ -17,6 +17,7 @@
 //! | `diloco` | [`diloco`] | synchronous every `H` inner steps: outer Nesterov step on the averaged change |
 //! | `rennala` | [`rennala`] | asynchronous workers, one server stepping on the first `B` gradients at its current point |
 //! | `ringmaster` | [`ringmaster`] | asynchronous SGD with one server, ignoring (and stopping) gradients of delay ≥ `R` |
+//! | `choco` | [`choco`] | neighbour-synchronous gossip of compressed differences of public copies |
 //!
 //! ## The registry
 //!
@@ -33,6 +34,7 @@
 
 pub mod adpsgd;
 pub mod allreduce;
+pub mod choco;
 pub mod dasgd;
 pub mod diloco;
 pub mod dpsgd;
@@ -55,6 +57,7 @@ use crate::params::{OptimizerConfig, ReplicaStore};
 
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Bound, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
+pub use choco::{Choco, ChocoConfig};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
@@ -78,6 +81,9 @@ pub struct Setup<'a> {
     pub topology: &'a Topology,
     /// Parameters per replica; `None` when the check runs before the model is known.
     pub params: Option<usize>,
+    /// The model's weight matrices ([`ReplicaStore::matrices`]); empty when the check runs
+    /// before the model is known, or the model has none.
+    pub matrices: &'a [crate::params::Matrix],
 }
 
 impl Setup<'_> {
@@ -121,6 +127,13 @@ pub trait AlgorithmSpec {
     /// estimate; the default is one per extra node.
     fn extra_rows(&self) -> usize {
         self.extra_nodes()
+    }
+
+    /// Row-sized buffers the algorithm keeps for every worker besides its row, for the memory
+    /// estimate: CHOCO-SGD's public copy and neighbourhood sum, PowerSGD's error feedback. 0 by
+    /// default.
+    fn buffers_per_worker(&self) -> usize {
+        0
     }
 
     /// Whole-model messages worker `worker` posts on its own uplink per step without waiting
@@ -254,6 +267,9 @@ registry! {
     /// Ringmaster ASGD: asynchronous SGD ignoring, and stopping, gradients of delay ≥ `R`
     /// (Maranjyan, Tyurin & Richtárik, 2025).
     "ringmaster" => Ringmaster(RingmasterConfig),
+    /// CHOCO-SGD: decentralized SGD gossiping compressed differences of public copies
+    /// (Koloskova, Stich & Jaggi, 2019).
+    "choco" => Choco(ChocoConfig),
 }
 
 /// The serialized form of an entry. The tables come last, as TOML needs them after the values.
@@ -378,9 +394,12 @@ impl AlgorithmConfig {
         self.algorithm.spec().extra_nodes()
     }
 
-    /// Store rows the algorithm adds after the workers' ([`AlgorithmSpec::extra_rows`]).
-    pub fn extra_rows(&self) -> usize {
-        self.algorithm.spec().extra_rows()
+    /// Store rows the algorithm adds after the workers' ([`AlgorithmSpec::extra_rows`]), and
+    /// the row-sized buffers it keeps per worker ([`AlgorithmSpec::buffers_per_worker`]), for
+    /// `workers` workers.
+    pub fn extra_rows(&self, workers: usize) -> usize {
+        let spec = self.algorithm.spec();
+        spec.extra_rows() + workers * spec.buffers_per_worker()
     }
 
     /// Checks that this algorithm handles every kind of `faults`: an error at the first entry
@@ -426,6 +445,18 @@ impl AlgorithmConfig {
         path: &str,
         params: Option<usize>,
     ) -> Result<(), ConfigError> {
+        self.validate_model(topology, path, params, &[])
+    }
+
+    /// [`AlgorithmConfig::validate`] knowing the model's weight matrices too (PowerSGD's rank is
+    /// checked against them).
+    pub fn validate_model(
+        &self,
+        topology: &Topology,
+        path: &str,
+        params: Option<usize>,
+        matrices: &[crate::params::Matrix],
+    ) -> Result<(), ConfigError> {
         if self.label.as_deref().is_some_and(|l| l.trim().is_empty()) {
             return Err(
                 ConfigError::new(&format!("{path}.label"), "a label cannot be empty").hint(
@@ -453,6 +484,7 @@ impl AlgorithmConfig {
                 path,
                 topology,
                 params,
+                matrices,
             })
             .map_err(|e| self.own_field(e, path))
     }
@@ -522,7 +554,8 @@ into_kind!(
     DasgdConfig => Dasgd,
     DilocoConfig => Diloco,
     RennalaConfig => Rennala,
-    RingmasterConfig => Ringmaster
+    RingmasterConfig => Ringmaster,
+    ChocoConfig => Choco
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The
@@ -549,11 +582,13 @@ pub fn run_algorithm_checkpointed(
 ) -> crate::Result<Outcome> {
     cfg.check_optimizer(&world.optimizer, "algorithms")?;
     let spec = cfg.algorithm.spec();
+    let matrices = world.store.matrices();
     spec.validate(&Setup {
         kind: cfg.kind(),
         path: "algorithms",
         topology: &world.topology,
         params: Some(world.store.num_params()),
+        matrices: &matrices,
     })?;
     spec.run(cfg.kind(), world, run_cfg, observer, ckpt)
 }

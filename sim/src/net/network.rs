@@ -368,6 +368,25 @@ impl Network {
         self
     }
 
+    /// Bytes of one value in a message (`[network] dtype`: 4 for fp32).
+    pub fn value_bytes(&self) -> u64 {
+        self.element_bytes
+    }
+
+    /// A compressed payload of `bytes` for the model trained, as the network carries it: in
+    /// proxy mode scaled as a whole model's is (`round(bytes · timed / trained)`), so a message
+    /// compressed to a fraction of the trained model is that fraction of the timed one.
+    pub fn scaled_payload(&self, bytes: u64) -> u64 {
+        match self.payload_scale {
+            None => bytes,
+            Some((trained, timed)) => {
+                let scaled =
+                    (bytes as u128 * timed as u128 + trained as u128 / 2) / trained.max(1) as u128;
+                u64::try_from(scaled).unwrap_or(u64::MAX)
+            }
+        }
+    }
+
     /// Payload bytes of a message of `num_params` parameters (element width × parameters; in
     /// proxy mode, of the parameters they stand for, see [`Network::timed_as`]).
     pub fn payload_bytes(&self, num_params: usize) -> u64 {

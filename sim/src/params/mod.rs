@@ -12,5 +12,5 @@ pub mod tracked;
 pub use handles::HandleMap;
 pub use optimizer::{OptimizerConfig, OptimizerKind};
 pub use reference::{Quadratic, ReferenceStore};
-pub use store::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
+pub use store::{Evaluation, GradId, Layer, Matrix, MsgId, ReplicaStore, Slot, blocks};
 pub use tracked::Tracked;

@@ -11,7 +11,8 @@ use rand_distr::{Distribution, StandardNormal};
 
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::params::{
-    Evaluation, GradId, HandleMap, Layer, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
+    Evaluation, GradId, HandleMap, Layer, Matrix, MsgId, OptimizerConfig, OptimizerKind,
+    ReplicaStore, Slot,
 };
 
 /// The analytic problem of a [`ReferenceStore`].
@@ -63,6 +64,7 @@ pub struct ReferenceStore {
     workers: usize,
     train_size: usize,
     layers: Vec<Layer>,
+    matrices: Vec<Matrix>,
     state: ReferenceState,
 }
 
@@ -94,7 +96,19 @@ impl ReferenceStore {
                 params: 0..dim,
                 forward_flops: 2 * dim as u64,
             }],
+            matrices: Vec::new(),
         }
+    }
+
+    /// The same store, whose [`ReplicaStore::matrices`] answers `matrices` (by default none):
+    /// for tests of low-rank compression. The objective is unchanged.
+    pub fn with_matrices(mut self, matrices: Vec<Matrix>) -> Self {
+        assert!(
+            matrices.iter().all(|m| m.range().end <= self.num_params()),
+            "the matrices lie inside a row"
+        );
+        self.matrices = matrices;
+        self
     }
 
     /// The same store, whose [`ReplicaStore::layers`] answers `layers` (by default one layer
@@ -418,6 +432,35 @@ impl ReplicaStore for ReferenceStore {
 
     /// Computed on the differences to the first replica, `d_i = z_i − z_0`, so that equal
     /// replicas give exactly 0.
+    fn matrices(&self) -> Vec<Matrix> {
+        self.matrices.clone()
+    }
+
+    fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
+        self.msg(msg).to_vec()
+    }
+
+    fn msg_from_values(&mut self, values: &[f64]) -> MsgId {
+        assert_eq!(
+            values.len(),
+            self.num_params(),
+            "a buffer holds a whole row"
+        );
+        let id = MsgId(self.state.next_msg);
+        self.state.next_msg += 1;
+        self.state.msgs.insert(id.0, values.to_vec());
+        id
+    }
+
+    fn gradient_values(&mut self, grad: GradId) -> Vec<f64> {
+        self.gradient(grad).to_vec()
+    }
+
+    fn set_gradient_values(&mut self, grad: GradId, values: &[f64]) {
+        let g = self.state.grads.get_mut(grad.0).expect("live gradient");
+        g[..values.len()].copy_from_slice(values);
+    }
+
     fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
         let n = self.workers;
         let scale = |i: usize| scales.map_or(1.0, |s| s[i]);

@@ -74,6 +74,26 @@ pub struct Layer {
     pub forward_flops: u64,
 }
 
+/// A weight matrix inside a row, for low-rank compressors ([`crate::compress::PowerSgd`]): the
+/// coordinates `start..start + rows·cols`, row-major. A convolution's weight `[cout, cin, k, k]`
+/// is the matrix `cout × (cin·k²)`, as PowerSGD's reference code reshapes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Matrix {
+    /// Its first coordinate in a row.
+    pub start: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+}
+
+impl Matrix {
+    /// Its coordinates in a row.
+    pub fn range(&self) -> Range<usize> {
+        self.start..self.start + self.rows * self.cols
+    }
+}
+
 /// Everything an algorithm may do with parameters.
 ///
 /// Every operation names rows by index and is a row operation on a stacked `[rows, params]`
@@ -113,6 +133,13 @@ pub trait ReplicaStore {
     fn state(&self) -> Range<usize> {
         let p = self.num_params();
         p..p
+    }
+
+    /// The model's weight matrices, in row order, disjoint and inside the trainable coordinates
+    /// `0..state().start`; every other coordinate (biases, normalization weights) is a vector to
+    /// a low-rank compressor. Empty by default (an analytic problem has no matrices).
+    fn matrices(&self) -> Vec<Matrix> {
+        Vec::new()
     }
 
     /// Appends `count` rows after the existing ones and returns the index of the first. Each new
@@ -198,6 +225,30 @@ pub trait ReplicaStore {
     /// Copies the coordinates `block` of row `src` into row `dst`; the rest of `dst` is
     /// unchanged.
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>);
+
+    /// The values of message buffer `msg`, `num_params()` of them, on the host: what a compressor
+    /// ([`crate::compress`]) reads. Stores that compute implement it; algorithms call it only
+    /// when [`ReplicaStore::computes`] (a timing store carries no values).
+    fn msg_values(&mut self, _msg: MsgId) -> Vec<f64> {
+        panic!("this store does not read message buffers back")
+    }
+    /// A new message buffer holding `values` (`num_params()` of them), rounded to the store's
+    /// precision: what a compressor decoded. As [`ReplicaStore::msg_values`], only when the
+    /// store computes.
+    fn msg_from_values(&mut self, _values: &[f64]) -> MsgId {
+        panic!("this store does not write message buffers")
+    }
+    /// The trainable part `0..state().start` of gradient `grad`, on the host, as computed (before
+    /// any `clip_norm`, which applies when the gradient is applied). Only when the store computes.
+    fn gradient_values(&mut self, _grad: GradId) -> Vec<f64> {
+        panic!("this store does not read gradients back")
+    }
+    /// Replaces the trainable part `0..state().start` of gradient `grad` by `values` (rounded to
+    /// the store's precision); its state part, and which rows it belongs to, are unchanged. A
+    /// compressed all-reduce puts its decoded mean here. Only when the store computes.
+    fn set_gradient_values(&mut self, _grad: GradId, _values: &[f64]) {
+        panic!("this store does not write gradients")
+    }
 
     /// Loss and accuracy, on the held-out split, of the average of the worker rows
     /// `0..workers()` (added rows excluded).

@@ -871,6 +871,29 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.release_msg(msg);
     }
 
+    fn matrices(&self) -> Vec<crate::params::Matrix> {
+        self.inner.matrices()
+    }
+
+    fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
+        self.inner.msg_values(msg)
+    }
+
+    /// Fresh content: no lineage, as any buffer that is not a pure copy.
+    fn msg_from_values(&mut self, values: &[f64]) -> MsgId {
+        self.inner.msg_from_values(values)
+    }
+
+    fn gradient_values(&mut self, grad: GradId) -> Vec<f64> {
+        self.inner.gradient_values(grad)
+    }
+
+    /// The gradient keeps its reads: a compressed mean is as stale as the gradients it stands
+    /// for.
+    fn set_gradient_values(&mut self, grad: GradId, values: &[f64]) {
+        self.inner.set_gradient_values(grad, values)
+    }
+
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
         if dst == src || block.is_empty() {
             return self.inner.copy_block(dst, src, block);

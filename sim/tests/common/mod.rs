@@ -246,6 +246,21 @@ impl ReplicaStore for Checked {
     fn release_msg(&mut self, msg: MsgId) {
         self.inner.borrow_mut().release_msg(msg)
     }
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        self.inner.borrow().matrices()
+    }
+    fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
+        self.inner.borrow_mut().msg_values(msg)
+    }
+    fn msg_from_values(&mut self, values: &[f64]) -> MsgId {
+        self.inner.borrow_mut().msg_from_values(values)
+    }
+    fn gradient_values(&mut self, grad: GradId) -> Vec<f64> {
+        self.inner.borrow_mut().gradient_values(grad)
+    }
+    fn set_gradient_values(&mut self, grad: GradId, values: &[f64]) {
+        self.inner.borrow_mut().set_gradient_values(grad, values)
+    }
     fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
         self.tracked(|s| s.copy_block(dst, src, block))
     }

@@ -1,0 +1,465 @@
+//! CHOCO-SGD: decentralized SGD gossiping compressed differences of public copies.
+//!
+//! Koloskova, Stich & Jaggi, "Decentralized Stochastic Optimization and Gossip Algorithms with
+//! Compressed Communication", ICML 2019 (arXiv:1902.00340), Algorithm 1, in the memory-efficient
+//! form of its appendix (each node keeps its own public copy `x̂_i` and `s_i = Σ_j W_ij x̂_j`
+//! instead of every neighbour's copy), as the reference code (`epfml/ChocoSGD`) does. The
+//! workers sit on a static undirected graph with the mixing matrix of D-PSGD (`weights`,
+//! [`super::dpsgd`]); `Q` is the entry's `compression` ([`crate::compress`]) and `γ` its
+//! `consensus_lr`:
+//!
+//! ```text
+//! initially x̂_i = 0, s_i = 0 (every node)
+//! worker i, iteration t:
+//!     compute g_i at x_i;  x_i ← optimizer step with g_i             (x_i^{t+½})
+//!     q_i ← Q(x_i − x̂_i);  x̂_i ← x̂_i + q_i;  s_i ← s_i + W_ii q_i
+//!     send q_i to every neighbour                                      (compressed on the wire)
+//!     when every neighbour's q_j of iteration t has arrived:
+//!         s_i ← s_i + Σ_j W_ij q_j
+//!         x_i ← x_i + γ (s_i − x̂_i)                                    (= x_i + γ Σ_j W_ij (x̂_j − x̂_i))
+//! ```
+//!
+//! Every node adds the same `q_j` to its view of `x̂_j`, so all views of a public copy agree
+//! iteration by iteration, and `s_i` is `Σ_j W_ij x̂_j` over the copies of the iteration `i` has
+//! gossiped. A message carries `q_i` only: its size is the compressor's on the wire, whatever the
+//! values. Synchrony is D-PSGD's adapt-then-combine: a worker waits only for its neighbours'
+//! messages of its own iteration, neighbours are at most one iteration apart, and it cannot
+//! deadlock.
+//!
+//! **Invariant** (the paper's Lemma on averages): with a symmetric, doubly stochastic `W`, the
+//! gossip steps of an iteration sum to zero over the nodes, `Σ_i γ Σ_j W_ij (x̂_j − x̂_i) = 0`, so
+//! `Σ_i x_i` moves only by the optimizer steps once every node has gossiped that iteration. With
+//! `Q` the identity (`top-k` with `fraction = 1`) and `γ = 1` it is D-PSGD adapt-then-combine.
+//!
+//! **Under faults**: as D-PSGD, there is no recovery protocol. A lost message is never replaced
+//! and a crashed worker sends nothing more: its neighbours wait for good, the wait spreads, and
+//! the run stops as stalled, naming the waits. A crash with `rejoin_after_s` is refused.
+//!
+//! **Activities** ([`crate::record`]): computing, then blocked while a neighbour's message of the
+//! iteration is not sent yet (the wait attributed to that neighbour), then communicating.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::dpsgd::{MixingWeights, mixing_weights};
+use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::clock::rng::{Stream, StreamKind, stream};
+use crate::compress::Compression;
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::net::topology::Topology;
+use crate::params::{GradId, MsgId, ReplicaStore, Slot};
+use crate::record::Activity;
+
+/// Options of CHOCO-SGD.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChocoConfig {
+    /// The consensus step size `γ`, in `(0, 1]`.
+    pub consensus_lr: f64,
+    /// The compressor `Q` of the gossiped differences.
+    pub compression: Compression,
+    /// `metropolis` (default) or `uniform`, as D-PSGD's.
+    #[serde(default)]
+    pub weights: MixingWeights,
+}
+
+impl ChocoConfig {
+    /// Checks the options against the topology.
+    pub(crate) fn check(&self, topology: &Topology, path: &str) -> Result<(), ConfigError> {
+        if !(self.consensus_lr > 0.0 && self.consensus_lr <= 1.0) {
+            return Err(ConfigError::new(
+                &format!("{path}.consensus_lr"),
+                format!("consensus_lr must be in (0, 1], got {}", self.consensus_lr),
+            )
+            .hint("γ = 1 without compression is D-PSGD; under aggressive compression CHOCO-SGD needs γ well below 1 (the paper tunes it, e.g. 0.05 to 0.5)"));
+        }
+        let at = format!("{path}.compression");
+        self.compression.check(&at)?;
+        if let Compression::PowerSgd { .. } = self.compression {
+            return Err(ConfigError::new(
+                &format!("{at}.kind"),
+                "CHOCO-SGD gossips compressed vectors; powersgd compresses an all-reduce",
+            )
+            .hint(
+                "use top-k, random-k, sign or qsgd here, or powersgd with kind = \"allreduce\"",
+            ));
+        }
+        if topology.is_time_varying() {
+            return Err(ConfigError::new(
+                "topology.kind",
+                format!("CHOCO-SGD ({path}) gossips over a static graph, but this topology is a time-varying schedule"),
+            )
+            .hint("use a static topology (ring, torus, exponential, …)"));
+        }
+        if !topology.is_connected() {
+            return Err(ConfigError::new(
+                "topology.kind",
+                format!(
+                    "CHOCO-SGD ({path}) needs a connected topology; this one has components {}",
+                    topology.describe_components()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Events of CHOCO-SGD.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Event {
+    /// `worker` finished computing its gradient.
+    ComputeDone(usize),
+    /// `from`'s compressed difference `q` of iteration `iter` reached `to`.
+    Diff {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// The sender's iteration.
+        iter: u64,
+        /// The decoded `q`.
+        msg: MsgId,
+    },
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct WorkerState {
+    iter: u64,
+    grad: Option<GradId>,
+    /// Stepped and sent its `q` of `iter`.
+    ready: bool,
+    inbox: BTreeMap<(u64, usize), MsgId>,
+    blocked: bool,
+}
+
+/// The state machine of CHOCO-SGD.
+#[derive(Serialize, Deserialize)]
+pub struct Choco {
+    #[serde(with = "crate::compress::stored")]
+    compression: Compression,
+    gamma: f64,
+    neighbors: Vec<Vec<usize>>,
+    weights: Vec<(f64, Vec<(usize, f64)>)>,
+    workers: Vec<WorkerState>,
+    /// Each node's public copy `x̂_i` and `s_i = Σ_j W_ij x̂_j`.
+    hat: Vec<Option<MsgId>>,
+    s: Vec<Option<MsgId>>,
+    /// Each node's stream, for random compressors.
+    rngs: Vec<Stream>,
+    /// Payload bytes of one message.
+    bytes: u64,
+    down: BTreeSet<usize>,
+    lost: BTreeSet<(u64, usize, usize)>,
+}
+
+impl Choco {
+    /// A new instance on `topology`'s graph, its streams from `seed`.
+    pub fn new(cfg: &ChocoConfig, topology: &Topology, seed: u64) -> Self {
+        let n = topology.len();
+        Choco {
+            compression: cfg.compression.clone(),
+            gamma: cfg.consensus_lr,
+            neighbors: (0..n).map(|i| topology.neighbors(i).to_vec()).collect(),
+            weights: mixing_weights(cfg.weights, topology),
+            workers: vec![WorkerState::default(); n],
+            hat: vec![None; n],
+            s: vec![None; n],
+            rngs: (0..n)
+                .map(|i| stream(seed, StreamKind::Algorithm, i as u64))
+                .collect(),
+            bytes: 0,
+            down: BTreeSet::new(),
+            lost: BTreeSet::new(),
+        }
+    }
+
+    /// The mixing weights of worker `i`: `(W_ii, [(j, W_ij)])`.
+    pub fn weights(&self, i: usize) -> &(f64, Vec<(usize, f64)>) {
+        &self.weights[i]
+    }
+
+    /// Node `i`'s public copy `x̂_i`, a message buffer of the store.
+    pub fn public_copy(&self, i: usize) -> MsgId {
+        self.hat[i].expect("started")
+    }
+
+    /// Node `i`'s `s_i = Σ_j W_ij x̂_j`, a message buffer of the store.
+    pub fn neighbourhood_sum(&self, i: usize) -> MsgId {
+        self.s[i].expect("started")
+    }
+
+    /// Node `i`'s iteration: gossip steps it has completed.
+    pub fn iteration(&self, i: usize) -> u64 {
+        self.workers[i].iter
+    }
+
+    /// Whether node `i` has stepped and sent its difference of its current iteration.
+    pub fn has_sent(&self, i: usize) -> bool {
+        self.workers[i].ready
+    }
+
+    /// Payload bytes of one message (the compressor's wire size).
+    pub fn message_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// `Σ weight · slot` into buffer `*buf`, freeing the old one.
+    fn update(buf: &mut Option<MsgId>, terms: &[(Slot, f64)], cx: &mut Ctx<'_, '_, Event>) {
+        let new = cx.world.store.new_msg(terms);
+        if let Some(old) = buf.replace(new) {
+            cx.world.store.release_msg(old);
+        }
+    }
+
+    /// `q_i = Q(x_i − x̂_i)`, a new buffer.
+    fn compress(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) -> MsgId {
+        let hat = self.public_copy(w);
+        let diff = cx
+            .world
+            .store
+            .new_msg(&[(Slot::Row(w), 1.0), (Slot::Msg(hat), -1.0)]);
+        if !cx.world.store.computes() {
+            return diff;
+        }
+        let mut values = cx.world.store.msg_values(diff);
+        cx.world.store.release_msg(diff);
+        self.compression.apply(&mut values, &mut self.rngs[w]);
+        cx.world.store.msg_from_values(&values)
+    }
+
+    fn step_and_send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        let lr = cx.lr_for(w);
+        cx.world.store.apply_gradient(w, g, lr);
+        cx.world.store.release_gradient(g);
+        cx.step_done(w);
+        let q = self.compress(w, cx);
+        let hat = self.public_copy(w);
+        Self::update(
+            &mut self.hat[w],
+            &[(Slot::Msg(hat), 1.0), (Slot::Msg(q), 1.0)],
+            cx,
+        );
+        let s = self.neighbourhood_sum(w);
+        let self_weight = self.weights[w].0;
+        Self::update(
+            &mut self.s[w],
+            &[(Slot::Msg(s), 1.0), (Slot::Msg(q), self_weight)],
+            cx,
+        );
+        let iter = self.workers[w].iter;
+        self.workers[w].ready = true;
+        for k in 0..self.neighbors[w].len() {
+            let j = self.neighbors[w][k];
+            let msg = cx.world.store.new_msg(&[(Slot::Msg(q), 1.0)]);
+            let event = Event::Diff {
+                from: w,
+                to: j,
+                iter,
+                msg,
+            };
+            if cx.send(w, j, self.bytes, event).lost.is_some() {
+                cx.world.store.release_msg(msg);
+                self.lost.insert((iter, w, j));
+            }
+            if self.workers[j].ready {
+                self.wait(j, w, cx);
+            }
+        }
+        cx.world.store.release_msg(q);
+    }
+
+    /// Whether worker `j` has sent its difference of iteration `k`.
+    fn sent(&self, j: usize, k: u64) -> bool {
+        let st = &self.workers[j];
+        st.iter > k || (st.iter == k && st.ready)
+    }
+
+    /// Worker `w` waits for its neighbours' differences: blocked while one is not sent yet,
+    /// communicating once all are in flight (`by` ended the blocked part, if it did).
+    fn wait(&mut self, w: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let st = &self.workers[w];
+        let iter = st.iter;
+        let unsent = self.neighbors[w]
+            .iter()
+            .any(|&j| !st.inbox.contains_key(&(iter, j)) && !self.sent(j, iter));
+        match (unsent, st.blocked) {
+            (true, false) => {
+                self.workers[w].blocked = true;
+                cx.block(w);
+            }
+            (false, true) => {
+                self.workers[w].blocked = false;
+                cx.unblock(w, by, Activity::Communicate);
+            }
+            (false, false) => cx.activity(w, Activity::Communicate),
+            (true, true) => {}
+        }
+    }
+
+    fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        self.workers[w].ready = false;
+        self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
+    }
+
+    fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let st = &self.workers[w];
+        let iter = st.iter;
+        if !st.ready {
+            return;
+        }
+        if !self.neighbors[w]
+            .iter()
+            .all(|j| st.inbox.contains_key(&(iter, *j)))
+        {
+            self.wait(w, w, cx);
+            return;
+        }
+        self.workers[w].blocked = false;
+        let mut terms = vec![(Slot::Msg(self.neighbourhood_sum(w)), 1.0)];
+        let mut msgs = Vec::with_capacity(self.neighbors[w].len());
+        for &(j, wij) in &self.weights[w].1 {
+            let m = self.workers[w]
+                .inbox
+                .remove(&(iter, j))
+                .expect("checked above");
+            terms.push((Slot::Msg(m), wij));
+            msgs.push(m);
+        }
+        Self::update(&mut self.s[w], &terms, cx);
+        for m in msgs {
+            cx.world.store.release_msg(m);
+        }
+        let (s, hat) = (self.neighbourhood_sum(w), self.public_copy(w));
+        let g = self.gamma;
+        cx.world.store.mix(
+            w,
+            &[(Slot::Row(w), 1.0), (Slot::Msg(s), g), (Slot::Msg(hat), -g)],
+        );
+        self.workers[w].iter += 1;
+        self.begin(w, cx);
+    }
+}
+
+impl Algorithm for Choco {
+    type Event = Event;
+
+    fn name(&self) -> &str {
+        "choco"
+    }
+
+    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        let p = cx.world.store.num_params();
+        self.bytes = cx.world.net.scaled_payload(
+            self.compression
+                .payload_bytes(p, cx.world.net.value_bytes()),
+        );
+        for w in 0..self.workers.len() {
+            // x̂_i = s_i = 0, as the paper initializes them.
+            self.hat[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
+            self.s[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
+            self.begin(w, cx);
+        }
+    }
+
+    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
+        match event {
+            Event::ComputeDone(w) if cx.is_down(w) => {}
+            Event::Diff { to, msg, .. } if !cx.deliverable(to) => {
+                cx.world.store.release_msg(msg);
+            }
+            Event::ComputeDone(w) => {
+                self.step_and_send(w, cx);
+                self.try_finish(w, cx);
+            }
+            Event::Diff {
+                from,
+                to,
+                iter,
+                msg,
+            } => {
+                debug_assert!(
+                    iter == self.workers[to].iter || iter == self.workers[to].iter + 1,
+                    "neighbours are at most one iteration apart"
+                );
+                self.workers[to].inbox.insert((iter, from), msg);
+                self.try_finish(to, cx);
+            }
+        }
+    }
+
+    fn waiting(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (w, st) in self.workers.iter().enumerate() {
+            if !st.ready || self.down.contains(&w) {
+                continue;
+            }
+            for &j in &self.neighbors[w] {
+                if !st.inbox.contains_key(&(st.iter, j)) {
+                    let why = if self.lost.contains(&(st.iter, j, w)) {
+                        " (lost on the way)"
+                    } else if self.down.contains(&j) {
+                        " (down)"
+                    } else {
+                        ""
+                    };
+                    out.push(format!(
+                        "worker {w} waits for the compressed difference of iteration {} from worker {j}{why}",
+                        st.iter
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        if let WorkerFault::Crash(w) = fault {
+            self.down.insert(w);
+            let st = &mut self.workers[w];
+            st.ready = false;
+            st.blocked = false;
+            if let Some(g) = st.grad.take() {
+                cx.world.store.release_gradient(g);
+            }
+        }
+    }
+}
+
+impl AlgorithmSpec for ChocoConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.topology, setup.path)
+    }
+
+    fn buffers_per_worker(&self) -> usize {
+        // x̂_i and s_i.
+        2
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        match fault {
+            FaultKind::Rejoin => Err(
+                "CHOCO-SGD has no recovery protocol: the differences sent to a crashed worker are \
+                 dropped, so on its return its copies of its neighbours' public models would be \
+                 wrong for ever (leave out rejoin_after_s to see the stall)",
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    fn run(
+        &self,
+        _kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
+    ) -> crate::Result<Outcome> {
+        let mut alg = Choco::new(self, &world.topology, world.seed);
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+    }
+}

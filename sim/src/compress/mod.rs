@@ -1,0 +1,330 @@
+//! Compressors: what a compressed message carries, what it decodes to, and its size on the wire.
+//!
+//! One `compression` table serves every algorithm that accepts it (each declares which kinds):
+//!
+//! ```toml
+//! [[algorithms]]
+//! kind = "choco"
+//! consensus_lr = 0.5
+//! compression = { kind = "top-k", fraction = 0.01 }
+//! ```
+//!
+//! The operators are those of Koloskova, Stich & Jaggi, "Decentralized Stochastic Optimization and
+//! Gossip Algorithms with Compressed Communication", ICML 2019 (§5, "compression operators"),
+//! which CHOCO-SGD needs to be contractions, `E‖Q(x) − x‖² ≤ (1 − δ)‖x‖²`; for a vector
+//! `x ∈ ℝ^d`:
+//!
+//! | `kind` | `Q(x)` | `E[Q(x)]` | bytes on the wire |
+//! |---|---|---|---|
+//! | `top-k` (`fraction` f) | the `k = max(1, ⌊f·d⌋)` largest `|x_i|` kept, the rest zero | — (biased) | `k·(v + 4)`: values and 32-bit indices |
+//! | `random-k` (`fraction` f) | `k` coordinates drawn uniformly without replacement, the rest zero | `(k/d)·x` | `k·v + 8`: values and the 64-bit seed both ends draw the indices from |
+//! | `sign` | `(‖x‖₁/d)·sign(x)` (EF-signSGD's scaled sign; `sign(0) = +1`) | — (biased) | `⌈d/8⌉ + v`: one bit per coordinate and the scale |
+//! | `qsgd` (`levels` s) | `sign(x_i)·‖x‖₂/(s·τ)·⌊s·|x_i|/‖x‖₂ + ξ_i⌋`, `ξ_i ~ U[0, 1)`, `τ = 1 + min(d/s², √d/s)` | `x/τ` | `⌈d·b/8⌉ + v`, `b = 1 + ⌈log₂(s + 1)⌉` bits per coordinate, and the norm |
+//! | `powersgd` (`rank` r) | rank-`r` power iteration per weight matrix ([`powersgd`]) | — (biased) | two all-reduces of the factors |
+//!
+//! `v` is the bytes of one value (`[network] dtype`: 4 for fp32). `qsgd` is the QSGD quantizer
+//! of Alistarh et al. (NeurIPS 2017), which is unbiased, divided by `τ` as CHOCO's paper does so
+//! that it is a contraction. Top-k breaks ties by the lower index, so a message is a function of
+//! its input alone; random-k and qsgd draw from the sender's own stream
+//! ([`crate::clock::rng::StreamKind::Algorithm`]), so a run is reproducible.
+//!
+//! Sizes depend on `d` and the options only, never on the values: the timing of a run does not
+//! depend on floating-point numbers ([`Compression::payload_bytes`]).
+
+pub mod powersgd;
+
+use rand::Rng;
+use rand::seq::index;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::rng::Stream;
+use crate::error::ConfigError;
+
+pub use powersgd::PowerSgd;
+
+/// The `compression` table of an algorithm entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", deny_unknown_fields)]
+pub enum Compression {
+    /// Keep the `⌊fraction·d⌋` coordinates of largest magnitude.
+    #[serde(rename = "top-k")]
+    TopK {
+        /// Fraction of the coordinates kept, in `(0, 1]`.
+        fraction: f64,
+    },
+    /// Keep `⌊fraction·d⌋` coordinates drawn uniformly.
+    #[serde(rename = "random-k")]
+    RandomK {
+        /// Fraction of the coordinates kept, in `(0, 1]`.
+        fraction: f64,
+    },
+    /// One bit per coordinate, scaled by the mean magnitude.
+    #[serde(rename = "sign")]
+    Sign,
+    /// Stochastic quantization to `levels` levels per sign (QSGD).
+    #[serde(rename = "qsgd")]
+    Qsgd {
+        /// Quantization levels `s ≥ 1`.
+        levels: u32,
+    },
+    /// Rank-`rank` PowerSGD of each weight matrix, for all-reduce (Vogels et al., 2019).
+    #[serde(rename = "powersgd")]
+    PowerSgd {
+        /// The rank `r ≥ 1` of the approximation.
+        rank: usize,
+    },
+}
+
+impl Compression {
+    /// The `kind` string.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Compression::TopK { .. } => "top-k",
+            Compression::RandomK { .. } => "random-k",
+            Compression::Sign => "sign",
+            Compression::Qsgd { .. } => "qsgd",
+            Compression::PowerSgd { .. } => "powersgd",
+        }
+    }
+
+    /// Checks the options; `path` is the table's (`algorithms[0].compression`).
+    pub fn check(&self, path: &str) -> Result<(), ConfigError> {
+        let error = match *self {
+            Compression::TopK { fraction } | Compression::RandomK { fraction }
+                if !(fraction > 0.0 && fraction <= 1.0) =>
+            {
+                ConfigError::new(
+                    &format!("{path}.fraction"),
+                    format!("fraction must be in (0, 1], got {fraction}"),
+                )
+                .hint("the fraction of coordinates a message keeps: 0.01 sends 1% of them (CHOCO-SGD's top-1%)")
+            }
+            Compression::Qsgd { levels: 0 } => {
+                ConfigError::new(&format!("{path}.levels"), "levels must be at least 1").hint(
+                    "QSGD with s levels sends 1 + ⌈log₂(s + 1)⌉ bits per coordinate; s = 16 is 6 bits",
+                )
+            }
+            Compression::PowerSgd { rank: 0 } => {
+                ConfigError::new(&format!("{path}.rank"), "rank must be at least 1")
+                    .hint("PowerSGD's paper uses rank 1, 2 or 4")
+            }
+            _ => return Ok(()),
+        };
+        Err(error)
+    }
+
+    /// Coordinates a sparsifier keeps of `d`: `max(1, ⌊fraction·d⌋)`, at most `d`; `d` for the
+    /// others.
+    pub fn kept(&self, d: usize) -> usize {
+        match *self {
+            Compression::TopK { fraction } | Compression::RandomK { fraction } => {
+                ((fraction * d as f64).floor() as usize).clamp(1, d.max(1))
+            }
+            _ => d,
+        }
+    }
+
+    /// Bits per coordinate of a QSGD message with `levels` levels: a sign and
+    /// `⌈log₂(levels + 1)⌉` bits of level.
+    pub fn qsgd_bits(levels: u32) -> u64 {
+        1 + u64::from(32 - levels.leading_zeros())
+    }
+
+    /// QSGD's contraction factor `τ = 1 + min(d/s², √d/s)` (CHOCO-SGD's paper, §5).
+    pub fn qsgd_tau(d: usize, levels: u32) -> f64 {
+        let (d, s) = (d as f64, f64::from(levels));
+        1.0 + (d / (s * s)).min(d.sqrt() / s)
+    }
+
+    /// Payload bytes of one compressed message of a `d`-coordinate vector whose values take
+    /// `value_bytes` each (the table in the module documentation). PowerSGD's messages are its
+    /// factors ([`PowerSgd::factor_bytes`]); this answers the dense size for it.
+    pub fn payload_bytes(&self, d: usize, value_bytes: u64) -> u64 {
+        let d64 = d as u64;
+        match *self {
+            Compression::TopK { .. } => self.kept(d) as u64 * (value_bytes + 4),
+            Compression::RandomK { .. } => self.kept(d) as u64 * value_bytes + 8,
+            Compression::Sign => d64.div_ceil(8) + value_bytes,
+            Compression::Qsgd { levels } => {
+                (d64 * Self::qsgd_bits(levels)).div_ceil(8) + value_bytes
+            }
+            Compression::PowerSgd { .. } => d64 * value_bytes,
+        }
+    }
+
+    /// `x ← Q(x)`: the value the receiver decodes. Random choices come from `rng`. PowerSGD is
+    /// not a per-vector operator ([`PowerSgd`]), and leaves `x` as it is.
+    pub fn apply(&self, x: &mut [f64], rng: &mut Stream) {
+        let d = x.len();
+        if d == 0 {
+            return;
+        }
+        match *self {
+            Compression::TopK { .. } => top_k(x, self.kept(d)),
+            Compression::RandomK { .. } => {
+                let k = self.kept(d);
+                let mut keep = vec![false; d];
+                for i in index::sample(rng, d, k) {
+                    keep[i] = true;
+                }
+                for (v, k) in x.iter_mut().zip(keep) {
+                    if !k {
+                        *v = 0.0;
+                    }
+                }
+            }
+            Compression::Sign => {
+                let scale = x.iter().map(|v| v.abs()).sum::<f64>() / d as f64;
+                for v in x.iter_mut() {
+                    *v = if *v >= 0.0 { scale } else { -scale };
+                }
+            }
+            Compression::Qsgd { levels } => {
+                let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
+                let s = f64::from(levels);
+                let unit = if norm > 0.0 {
+                    norm / (s * Self::qsgd_tau(d, levels))
+                } else {
+                    0.0
+                };
+                for v in x.iter_mut() {
+                    // One draw per coordinate, zero or not, so the stream's position does not
+                    // depend on the values.
+                    let xi: f64 = rng.random();
+                    let level = if norm > 0.0 {
+                        (s * v.abs() / norm + xi).floor()
+                    } else {
+                        0.0
+                    };
+                    *v = v.signum() * unit * level;
+                }
+            }
+            Compression::PowerSgd { .. } => {}
+        }
+    }
+}
+
+/// [`Compression`] in an algorithm's checkpointed state: `#[serde(with = "crate::compress::stored")]`.
+/// The scenario's form is tagged by `kind`, which a checkpoint's compact encoding cannot read
+/// back; this one names the variant by position.
+pub(crate) mod stored {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Compression;
+
+    #[derive(Serialize, Deserialize)]
+    enum Stored {
+        TopK(f64),
+        RandomK(f64),
+        Sign,
+        Qsgd(u32),
+        PowerSgd(usize),
+    }
+
+    pub fn serialize<S: Serializer>(c: &Compression, s: S) -> Result<S::Ok, S::Error> {
+        match *c {
+            Compression::TopK { fraction } => Stored::TopK(fraction),
+            Compression::RandomK { fraction } => Stored::RandomK(fraction),
+            Compression::Sign => Stored::Sign,
+            Compression::Qsgd { levels } => Stored::Qsgd(levels),
+            Compression::PowerSgd { rank } => Stored::PowerSgd(rank),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Compression, D::Error> {
+        Ok(match Stored::deserialize(d)? {
+            Stored::TopK(fraction) => Compression::TopK { fraction },
+            Stored::RandomK(fraction) => Compression::RandomK { fraction },
+            Stored::Sign => Compression::Sign,
+            Stored::Qsgd(levels) => Compression::Qsgd { levels },
+            Stored::PowerSgd(rank) => Compression::PowerSgd { rank },
+        })
+    }
+}
+
+/// Keeps the `k` coordinates of largest magnitude (ties: the lower index), zeroing the rest.
+fn top_k(x: &mut [f64], k: usize) {
+    if k >= x.len() {
+        return;
+    }
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    // Larger magnitude first, then the lower index: a total order, so the kept set is unique.
+    let by = |a: &usize, b: &usize| x[*b].abs().total_cmp(&x[*a].abs()).then(a.cmp(b));
+    order.select_nth_unstable_by(k - 1, by);
+    let mut keep = vec![false; x.len()];
+    for &i in &order[..k] {
+        keep[i] = true;
+    }
+    for (v, k) in x.iter_mut().zip(keep) {
+        if !k {
+            *v = 0.0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::rng::{StreamKind, stream};
+
+    fn rng() -> Stream {
+        stream(3, StreamKind::Algorithm, 0)
+    }
+
+    #[test]
+    fn top_k_keeps_the_largest_magnitudes_and_breaks_ties_by_index() {
+        let mut x = vec![0.5, -3.0, 2.0, -2.0, 0.1];
+        Compression::TopK { fraction: 0.4 }.apply(&mut x, &mut rng());
+        assert_eq!(x, vec![0.0, -3.0, 2.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn sizes_follow_the_encodings() {
+        let v = 4;
+        assert_eq!(
+            Compression::TopK { fraction: 0.01 }.payload_bytes(1000, v),
+            10 * 8
+        );
+        assert_eq!(
+            Compression::TopK { fraction: 0.001 }.payload_bytes(10, v),
+            8
+        );
+        assert_eq!(
+            Compression::RandomK { fraction: 0.1 }.payload_bytes(1000, v),
+            408
+        );
+        assert_eq!(Compression::Sign.payload_bytes(1001, v), 126 + 4);
+        // 16 levels: a sign and 5 bits.
+        assert_eq!(Compression::qsgd_bits(16), 6);
+        assert_eq!(Compression::qsgd_bits(1), 2);
+        assert_eq!(
+            Compression::Qsgd { levels: 16 }.payload_bytes(1000, v),
+            750 + 4
+        );
+    }
+
+    #[test]
+    fn sign_scales_by_the_mean_magnitude() {
+        let mut x = vec![1.0, -3.0, 0.0, 2.0];
+        Compression::Sign.apply(&mut x, &mut rng());
+        assert_eq!(x, vec![1.5, -1.5, 1.5, 1.5]);
+    }
+
+    #[test]
+    fn qsgd_levels_are_multiples_of_the_unit() {
+        let mut x: Vec<f64> = (0..50).map(|i| (i as f64 - 20.0) / 7.0).collect();
+        let norm = x.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let unit = norm / (4.0 * Compression::qsgd_tau(50, 4));
+        let orig = x.clone();
+        Compression::Qsgd { levels: 4 }.apply(&mut x, &mut rng());
+        for (q, o) in x.iter().zip(&orig) {
+            let l = q.abs() / unit;
+            assert!(
+                (l - l.round()).abs() < 1e-9 && l.round() <= 4.0,
+                "{q} from {o}"
+            );
+            assert!(*q == 0.0 || q.signum() == o.signum());
+        }
+    }
+}
