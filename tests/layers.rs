@@ -30,6 +30,7 @@ const SIM_LAYERS: &[(&str, u8)] = &[
     ("params", 2),
     ("record", 2),
     ("fault", 2),
+    ("compress", 2),
     ("algorithm", 3),
     ("engine", 4),
     ("algorithms", 5),

@@ -21,7 +21,8 @@
 //! with a `key` column, every code span of that column that is a bare key documents that key;
 //! with a `kind` column too, the row's key belongs to that kind (a row with no key documents a
 //! kind without keys). A sub-section's heading documents its key in the parent (`[data.csv]`
-//! documents `csv` in `[data]`).
+//! documents `csv` in `[data]`), for every kind unless the parent's kind table lists the key for
+//! the kinds that take it (`algorithms.compression`).
 
 mod common;
 
@@ -108,6 +109,8 @@ const SITES: &[Site] = &[
     site("run", &["run"]),
     site("metrics", &["metrics"]),
     list("algorithms", &["algorithms"]),
+    // Inside the base scenario's all-reduce entry.
+    site("algorithms.compression", &["algorithms", "compression"]),
     list("expect", &["expect"]),
     list("faults", &["faults"]),
 ];
@@ -163,9 +166,15 @@ fn set(doc: &mut toml::Table, path: &[&str], value: toml::Value) {
     let (last, parents) = path.split_last().unwrap();
     let mut t = doc;
     for p in parents {
-        t = t
+        let v = t
             .entry(*p)
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        // Through a list of tables, into its first entry (`algorithms.compression`).
+        let v = match v {
+            toml::Value::Array(entries) => &mut entries[0],
+            v => v,
+        };
+        t = v
             .as_table_mut()
             .unwrap_or_else(|| panic!("`{p}` is not a table in the base scenario"));
     }
@@ -487,6 +496,19 @@ fn documented(md: &str) -> (Vec<Documented>, Vec<String>) {
             });
         }
     }
+    // A sub-section of a key that only some kinds take (`algorithms.compression`) documents
+    // its table; the parent's kind table says which kinds take the key, not its heading.
+    let per_kind: BTreeSet<(String, String)> = out
+        .iter()
+        .filter(|d| d.kind.is_some())
+        .filter_map(|d| Some((d.section.clone(), d.key.clone()?)))
+        .collect();
+    out.retain(|d| {
+        d.kind.is_some()
+            || d.key
+                .as_ref()
+                .is_none_or(|k| !per_kind.contains(&(d.section.clone(), k.clone())))
+    });
     (out, problems)
 }
 

@@ -95,7 +95,7 @@ fn compressors_have_the_expectations_and_contraction_the_papers_state() {
     assert!(err <= 0.75 * norm2);
     assert_eq!(q.iter().filter(|v| **v != 0.0).count(), 10);
     let mut q = x.clone();
-    Compression::Sign.apply(&mut q, &mut rng);
+    Compression::Sign {}.apply(&mut q, &mut rng);
     let l1: f64 = x.iter().map(|v| v.abs()).sum();
     let err: f64 = q.iter().zip(&x).map(|(a, b)| (a - b) * (a - b)).sum();
     assert!((err - (norm2 - l1 * l1 / d as f64)).abs() < 1e-9 * norm2);
@@ -159,7 +159,7 @@ fn choco_messages_have_the_compressors_sizes_on_the_wire() {
         // k = ⌊0.25·12⌋ = 3 values and indices.
         (Compression::TopK { fraction: 0.25 }, 3 * 8),
         (Compression::RandomK { fraction: 0.25 }, 3 * 4 + 8),
-        (Compression::Sign, 2 + 4),
+        (Compression::Sign {}, 2 + 4),
         // 16 levels: 6 bits per coordinate, 72 bits = 9 bytes, and the norm.
         (Compression::Qsgd { levels: 16 }, 9 + 4),
     ] {
@@ -186,7 +186,7 @@ fn choco_keeps_public_copies_and_the_average_as_the_paper_says_at_every_event() 
         Compression::TopK { fraction: 0.25 },
         Compression::RandomK { fraction: 0.5 },
         Compression::Qsgd { levels: 2 },
-        Compression::Sign,
+        Compression::Sign {},
     ] {
         let cfg = choco(c.clone(), 0.4);
         let gamma = cfg.consensus_lr;
@@ -460,7 +460,7 @@ fn bad_compression_options_are_refused_at_their_field() {
             "at least 1",
         ),
         (
-            AlgorithmKind::Choco(choco(Compression::Sign, 0.0)),
+            AlgorithmKind::Choco(choco(Compression::Sign {}, 0.0)),
             "algorithms[0].consensus_lr",
             "(0, 1]",
         ),

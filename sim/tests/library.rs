@@ -366,6 +366,7 @@ fn bucketed_allreduce_keeps_replicas_equal_and_overlaps_the_backward_pass() {
         let cfg = AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig {
             buckets,
             backward_fraction,
+            compression: None,
         }));
         let mut store = store_with(n, &sgd(0.05), SEED);
         // A slow network: the ring costs about as much as a step.

@@ -103,6 +103,7 @@ fn every_kind() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::from(AlgorithmKind::AllReduce(AllReduceConfig {
             buckets: 3,
             backward_fraction: 0.5,
+            compression: None,
         })),
         AlgorithmConfig::from(AlgorithmKind::LocalSgd(LocalSgdConfig::default())),
         AlgorithmConfig::from(AlgorithmKind::PostLocalSgd(LocalSgdConfig {
@@ -130,6 +131,11 @@ fn every_kind() -> Vec<AlgorithmConfig> {
         AlgorithmConfig::from(AlgorithmKind::Dasgd(DasgdConfig::default())),
         AlgorithmConfig::from(AlgorithmKind::LapSgd(LapSgdConfig::default())),
         AlgorithmConfig::from(AlgorithmKind::LppSgd(LapSgdConfig::default())),
+        AlgorithmConfig::from(AlgorithmKind::Choco(ChocoConfig {
+            consensus_lr: 0.5,
+            compression: Compression::TopK { fraction: 0.5 },
+            weights: MixingWeights::Metropolis,
+        })),
     ]
 }
 

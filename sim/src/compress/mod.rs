@@ -58,9 +58,10 @@ pub enum Compression {
         /// Fraction of the coordinates kept, in `(0, 1]`.
         fraction: f64,
     },
-    /// One bit per coordinate, scaled by the mean magnitude.
+    /// One bit per coordinate, scaled by the mean magnitude. (A variant with braces, so that an
+    /// unknown key beside `kind = "sign"` is refused as for the others.)
     #[serde(rename = "sign")]
-    Sign,
+    Sign {},
     /// Stochastic quantization to `levels` levels per sign (QSGD).
     #[serde(rename = "qsgd")]
     Qsgd {
@@ -81,7 +82,7 @@ impl Compression {
         match self {
             Compression::TopK { .. } => "top-k",
             Compression::RandomK { .. } => "random-k",
-            Compression::Sign => "sign",
+            Compression::Sign {} => "sign",
             Compression::Qsgd { .. } => "qsgd",
             Compression::PowerSgd { .. } => "powersgd",
         }
@@ -144,7 +145,7 @@ impl Compression {
         match *self {
             Compression::TopK { .. } => self.kept(d) as u64 * (value_bytes + 4),
             Compression::RandomK { .. } => self.kept(d) as u64 * value_bytes + 8,
-            Compression::Sign => d64.div_ceil(8) + value_bytes,
+            Compression::Sign {} => d64.div_ceil(8) + value_bytes,
             Compression::Qsgd { levels } => {
                 (d64 * Self::qsgd_bits(levels)).div_ceil(8) + value_bytes
             }
@@ -173,7 +174,7 @@ impl Compression {
                     }
                 }
             }
-            Compression::Sign => {
+            Compression::Sign {} => {
                 let scale = x.iter().map(|v| v.abs()).sum::<f64>() / d as f64;
                 for v in x.iter_mut() {
                     *v = if *v >= 0.0 { scale } else { -scale };
@@ -225,7 +226,7 @@ pub(crate) mod stored {
         match *c {
             Compression::TopK { fraction } => Stored::TopK(fraction),
             Compression::RandomK { fraction } => Stored::RandomK(fraction),
-            Compression::Sign => Stored::Sign,
+            Compression::Sign {} => Stored::Sign,
             Compression::Qsgd { levels } => Stored::Qsgd(levels),
             Compression::PowerSgd { rank } => Stored::PowerSgd(rank),
         }
@@ -236,7 +237,7 @@ pub(crate) mod stored {
         Ok(match Stored::deserialize(d)? {
             Stored::TopK(fraction) => Compression::TopK { fraction },
             Stored::RandomK(fraction) => Compression::RandomK { fraction },
-            Stored::Sign => Compression::Sign,
+            Stored::Sign => Compression::Sign {},
             Stored::Qsgd(levels) => Compression::Qsgd { levels },
             Stored::PowerSgd(rank) => Compression::PowerSgd { rank },
         })
@@ -294,7 +295,7 @@ mod tests {
             Compression::RandomK { fraction: 0.1 }.payload_bytes(1000, v),
             408
         );
-        assert_eq!(Compression::Sign.payload_bytes(1001, v), 126 + 4);
+        assert_eq!(Compression::Sign {}.payload_bytes(1001, v), 126 + 4);
         // 16 levels: a sign and 5 bits.
         assert_eq!(Compression::qsgd_bits(16), 6);
         assert_eq!(Compression::qsgd_bits(1), 2);
@@ -307,7 +308,7 @@ mod tests {
     #[test]
     fn sign_scales_by_the_mean_magnitude() {
         let mut x = vec![1.0, -3.0, 0.0, 2.0];
-        Compression::Sign.apply(&mut x, &mut rng());
+        Compression::Sign {}.apply(&mut x, &mut rng());
         assert_eq!(x, vec![1.5, -1.5, 1.5, 1.5]);
     }
 
