@@ -54,6 +54,16 @@ enum Command {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// Write a run directory's timeline as a Chrome trace (trace.json) for Perfetto
+    /// (ui.perfetto.dev) or chrome://tracing: a process per algorithm, a thread per worker,
+    /// messages as flows (with [metrics] log_messages = true), faults as instants.
+    Trace {
+        /// The run directory (written by `dasim run`).
+        run_dir: PathBuf,
+        /// The JSON file to write (default: RUN_DIR/trace.json).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
     /// Write a self-contained HTML report of a run directory: summary table, plots, scenario.
     Report {
         /// The run directory (written by `dasim run`).
@@ -77,7 +87,10 @@ fn main() -> ExitCode {
         dasim::runtime::quiet_display_probe();
     }
     let cli = Cli::parse();
-    let reads_runs = matches!(cli.command, Command::Plot { .. } | Command::Report { .. });
+    let reads_runs = matches!(
+        cli.command,
+        Command::Plot { .. } | Command::Report { .. } | Command::Trace { .. }
+    );
     match execute(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -115,6 +128,7 @@ fn execute(command: Command) -> dasim::Result<()> {
             println!("report in {}", path.display());
             Ok(())
         }
+        Command::Trace { run_dir, out } => cmd::trace::trace(&run_dir, out.as_deref()),
         Command::Sweep(args) => cmd::sweep::sweep(*args),
         Command::Validate { scenario } => cmd::validate::validate(&scenario),
         Command::Run(args) => cmd::run::run(args),

@@ -39,6 +39,7 @@ mod report;
 pub mod rundir;
 mod runplots;
 mod sweepplot;
+pub mod trace;
 
 pub use data::{
     BandPoint, BinStat, GANTT_MAX_ROWS, Lane, LaneSample, LogCurve, Metric, PER_WORKER_BARS,

@@ -6,6 +6,7 @@ pub mod plot;
 pub mod report;
 pub mod run;
 pub mod sweep;
+pub mod trace;
 pub mod validate;
 
 use dasim_models::BackendChoice;

@@ -59,6 +59,10 @@ pub struct RunArgs {
     /// algorithm at the point of divergence and runs the others in either case.
     #[arg(long)]
     pub keep_going: bool,
+    /// Also write OUT/trace.json, the timeline for Perfetto or chrome://tracing (as `dasim
+    /// trace OUT`; message flows need `[metrics] log_messages = true`).
+    #[arg(long)]
+    pub trace: bool,
 }
 
 /// Runs the scenario (or continues an interrupted run) and prints a line per algorithm.
@@ -76,6 +80,7 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         strict,
         force,
         keep_going,
+        trace,
     } = args;
     let (scenario, out, resume, backend, checkpoint_every) = match resume {
         Some(dir) => {
@@ -213,6 +218,9 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         print!("{}", dasim::check::run_table(&summary.checks));
     }
     println!("results in {}", out.display());
+    if trace {
+        super::trace::trace(&out, None)?;
+    }
     let failed = summary
         .checks
         .iter()
