@@ -200,13 +200,13 @@ fn choco_keeps_public_copies_and_the_average_as_the_paper_says_at_every_event() 
             &net(1.0, 200.0),
             &stop_after_steps(240),
             |a, s, drift| {
-                for i in 0..n {
+                for (i, h) in history.iter_mut().enumerate() {
                     let c = a.iteration(i) as usize;
                     let own = if a.has_sent(i) { c + 1 } else { c };
                     // Sent (and possibly gossiped and begun the next iteration) since the last
                     // event: the copy is the one after the latest difference.
-                    if history[i].len() == own {
-                        history[i].push(s.msg(a.public_copy(i)).to_vec());
+                    if h.len() == own {
+                        h.push(s.msg(a.public_copy(i)).to_vec());
                     }
                 }
                 // x̂_i is the sum of i's differences so far; s_i = W_ii x̂_i + Σ_j W_ij x̂_j over
@@ -235,9 +235,10 @@ fn choco_keeps_public_copies_and_the_average_as_the_paper_says_at_every_event() 
                 let mut want = vec![0.0; DIM];
                 for i in 0..n {
                     let (wii, row) = a.weights(i);
-                    for t in 1..=a.iteration(i) as usize {
+                    let done = a.iteration(i) as usize;
+                    for (t, own) in history[i].iter().enumerate().take(done + 1).skip(1) {
                         for k in 0..DIM {
-                            let mut v = (wii - 1.0) * history[i][t][k];
+                            let mut v = (wii - 1.0) * own[k];
                             for &(j, wij) in row {
                                 v += wij * history[j][t][k];
                             }
@@ -381,10 +382,13 @@ fn powersgd_runs_two_rings_of_its_factors_by_the_closed_form() {
         (t - rounds as f64 * iteration).abs() < 1e-6,
         "{t} s for {rounds} rounds of {iteration} s"
     );
-    // Every replica applies the same update: they stay equal.
+    // Every replica applies the same update: every worker's k-th gradient is computed on the
+    // same parameters (every read, not only at the end), and the replicas end equal.
     for i in 1..n {
+        assert_eq!(store.reads[i], store.reads[0], "worker {i}'s reads");
         assert_eq!(store.params(i), store.params(0));
     }
+    assert!(store.reads[0].len() as u64 > rounds);
 }
 
 #[test]
