@@ -15,7 +15,7 @@
 //!
 //! **Large runs.** The trace shows what the Gantt chart shows: the timeline window that
 //! `timeline.csv` holds (`[metrics] timeline_*`), and every worker up to
-//! [`GANTT_MAX_ROWS`](crate::GANTT_MAX_ROWS), else that many (the slowest, the fastest and an
+//! [`GANTT_MAX_ROWS`], else that many (the slowest, the fastest and an
 //! even sample). Messages and faults are kept when they fall in the window and both ends are
 //! shown. `otherData` says, per algorithm, which window and workers are shown, and whether
 //! messages were logged (`[metrics] log_messages = true`; without it the trace has no flows).

@@ -139,7 +139,7 @@ impl Compression {
 
     /// Payload bytes of one compressed message of a `d`-coordinate vector whose values take
     /// `value_bytes` each (the table in the module documentation). PowerSGD's messages are its
-    /// factors ([`PowerSgd::factor_bytes`]); this answers the dense size for it.
+    /// factors ([`PowerSgd::factor_values`]); this answers the dense size for it.
     pub fn payload_bytes(&self, d: usize, value_bytes: u64) -> u64 {
         let d64 = d as u64;
         match *self {

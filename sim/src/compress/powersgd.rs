@@ -22,7 +22,7 @@
 //! **Computed once.** Both all-reduces are means, so every worker ends with the same `P̂` and
 //! `Q`; this module computes them once, from every worker's `M_w`, when the second all-reduce
 //! completes ([`PowerSgd::aggregate`]), and the all-reduces themselves are the rings of
-//! [`crate::algorithms::ring`] with the factors' sizes ([`PowerSgd::factor_bytes`]). The
+//! [`crate::algorithms::ring`] with the factors' sizes ([`PowerSgd::factor_values`]). The
 //! arithmetic is in `f64` on the host; the result is rounded to the store's precision once.
 
 use rand_distr::{Distribution, StandardNormal};
