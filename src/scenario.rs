@@ -169,7 +169,10 @@ impl Scenario {
         let (model_accuracy, model_optimum) = match &self.model {
             ModelConfig::Quadratic { .. } | ModelConfig::Linear { .. } => (Some(false), Some(true)),
             ModelConfig::Softmax { l2 } => (Some(true), Some(*l2 > 0.0)),
-            ModelConfig::Lenet {} | ModelConfig::Resnet { .. } => (Some(true), Some(false)),
+            // A language model's accuracy is its next-token accuracy.
+            ModelConfig::Lenet {} | ModelConfig::Resnet { .. } | ModelConfig::Transformer { .. } => {
+                (Some(true), Some(false))
+            }
             ModelConfig::Mlp { .. } => (None, Some(false)),
             ModelConfig::Timing { .. } => (Some(false), Some(false)),
         };

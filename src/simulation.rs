@@ -496,6 +496,10 @@ impl<'a> Simulation<'a> {
             epochs: outcome.epochs,
             final_loss: outcome.final_eval.loss,
             final_accuracy: outcome.final_eval.accuracy,
+            final_perplexity: plan
+                .problem
+                .is_language_model()
+                .then(|| outcome.final_eval.loss.exp()),
             messages: outcome.network.messages,
             bytes: outcome.network.bytes,
             gradient_flushes: stats.flushes,

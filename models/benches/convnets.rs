@@ -1,5 +1,5 @@
-//! How fast the convolutional models train, against the machine's own matrix-product speed
-//! measured in the same run.
+//! How fast the convolutional models and the transformer train, against the machine's own
+//! matrix-product speed measured in the same run.
 //!
 //! On the CPU (default): one training pass (forward and backward, batch 32 per replica, softmax
 //! cross-entropy, gradient written) of `R` replicas of ResNet-20 (32×32×3) and of LeNet-5
@@ -8,7 +8,11 @@
 //! through burn's `flex` backend (gemm) on the same threads. On a GPU
 //! (`DASIM_BENCH_BACKEND=wgpu`): one batched pass of `R` replicas through burn's autodiff on
 //! the device (the path the store takes there), and the same matrix product (4,096 × 4,096)
-//! through burn on that device.
+//! through burn on that device. The transformer has no CPU program: on every device it runs
+//! through burn's autodiff as the store runs it (windows of `context + 1` character tokens,
+//! 65 of them as Tiny Shakespeare's, cross-entropy per position), at the shipped scenario's
+//! shape (`scenarios/transformer.toml`: 2 blocks, d = 64, 4 heads, context 64) and at a larger
+//! one (4 blocks, d = 128, context 128).
 //!
 //! Each timed pass is paired with one run of the reference just before it (untimed), so that a
 //! shared machine whose speed drifts compares a pass with the product of the same moment. After
@@ -24,7 +28,7 @@ use std::time::Instant;
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::layers::{Targets, isa, with_inner_parallelism};
-use dasim_models::{ImageShape, LeNet, Model, ResNet};
+use dasim_models::{ImageShape, LeNet, Model, ResNet, Transformer, TransformerShape};
 use dasim_sim::clock::rng::{StreamKind, stream};
 use divan::Bencher;
 use rand::Rng;
@@ -235,6 +239,80 @@ fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r
             record(name, r, flops, secs, reference);
             s
         });
+}
+
+/// A GPT of `layers` blocks of width `d` (`d / 16` heads, `d_ff = 4d`) over Tiny
+/// Shakespeare's 65 characters, reading windows of `context` tokens.
+fn gpt(layers: usize, d: usize, context: usize) -> Model {
+    Model::Transformer(Transformer::new(TransformerShape {
+        vocab: 65,
+        context,
+        d_model: d,
+        heads: d / 16,
+        d_ff: 4 * d,
+        layers,
+    }))
+}
+
+/// One training pass of `r` replicas of a transformer through burn's autodiff on the bench's
+/// device (the store's path everywhere): `BATCH / 2` random windows per replica.
+fn bench_transformer(bencher: Bencher, name: &'static str, model: Model, r: usize) {
+    let Model::Transformer(m) = &model else {
+        unreachable!()
+    };
+    let (t, vocab) = (m.shape().context, m.shape().vocab);
+    let batch = BATCH / 2;
+    let device = &backend().1;
+    let row = model.init(&mut stream(1, StreamKind::Init, 0));
+    let p = row.len();
+    let mut rng = stream(1, StreamKind::Data, 0);
+    let tokens: Vec<u32> = (0..r * batch * (t + 1))
+        .map(|_| rng.random_range(0..vocab as u32))
+        .collect();
+    let x: Vec<f32> = tokens.iter().map(|&v| v as f32).collect();
+    let y: Vec<i64> = tokens
+        .chunks(t + 1)
+        .flat_map(|w| w[1..].iter().map(|&v| i64::from(v)))
+        .collect();
+    let flops = model.train_flops_per_sample() * (batch * r) as f64;
+    let params: Tensor<2> =
+        Tensor::from_data(TensorData::new(row, [1, p]), device).repeat_dim(0, r);
+    let xt: Tensor<3> = Tensor::from_data(TensorData::new(x, [r, batch, t + 1]), device);
+    let yt: Tensor<3, Int> = Tensor::from_data(TensorData::new(y, [r, batch * t, 1]), device);
+    let pass = || {
+        let started = Instant::now();
+        let params = params.clone().autodiff().require_grad();
+        let (logits, _) = model.forward(params.clone(), xt.clone().autodiff(), true);
+        let loss = activation::log_softmax(logits, 2)
+            .gather(2, yt.clone().autodiff())
+            .neg()
+            .sum();
+        let grads = loss.backward();
+        let s = params
+            .grad(&grads)
+            .expect("a gradient")
+            .sum()
+            .into_scalar::<f32>();
+        (s, started.elapsed().as_secs_f64())
+    };
+    pass();
+    bencher
+        .with_inputs(reference_gflops)
+        .bench_values(|reference| {
+            let (s, secs) = pass();
+            record(name, r, flops, secs, reference);
+            s
+        });
+}
+
+#[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
+fn gpt_2x64_context_64(bencher: Bencher, r: usize) {
+    bench_transformer(bencher, "gpt 2x64 T=64", gpt(2, 64, 64), r);
+}
+
+#[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
+fn gpt_4x128_context_128(bencher: Bencher, r: usize) {
+    bench_transformer(bencher, "gpt 4x128 T=128", gpt(4, 128, 128), r);
 }
 
 #[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]

@@ -29,6 +29,7 @@ pub mod rows;
 pub mod store;
 pub mod timing;
 pub mod timing_store;
+pub mod transformer;
 
 pub use backend::{Backend, BackendChoice};
 pub use data::{
@@ -45,6 +46,7 @@ pub use resnet::ResNet;
 pub use store::{BurnStore, Execution, RunStore, StoreStats};
 pub use timing::{Preset, TimedAs, TimingShape};
 pub use timing_store::TimingStore;
+pub use transformer::{Transformer, TransformerShape};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -122,7 +124,23 @@ impl Problem {
                 noise,
             })));
         }
-        let split = data::load(data, base_dir, seed)?;
+        let split = match model.transformer_shape(0) {
+            Some(shape) => text_split(&shape, data, base_dir, seed)?,
+            None => {
+                if data.kind() == DatasetKind::Text {
+                    return Err(ConfigError::new(
+                        "model.kind",
+                        format!(
+                            "`{}` does not read text: a text's windows train a language model",
+                            model.name()
+                        ),
+                    )
+                    .hint("use kind = \"transformer\"")
+                    .into());
+                }
+                data::load(data, base_dir, seed)?
+            }
+        };
         let train = &split.train;
         let classes = train.classes();
         let outputs = train.outputs();
@@ -173,6 +191,10 @@ impl Problem {
                 let shape = image_shape(model, data, train)?;
                 (conv_model(model, shape, outputs)?, None)
             }
+            ModelConfig::Transformer { .. } => {
+                let shape = model.transformer_shape(outputs).expect("a transformer");
+                (Model::Transformer(Transformer::new(shape)), None)
+            }
             ModelConfig::Quadratic { .. } | ModelConfig::Timing { .. } => {
                 unreachable!("handled above")
             }
@@ -205,6 +227,12 @@ impl Problem {
     /// Whether the problem has data (everything but the quadratic and timing models).
     pub fn has_data(&self) -> bool {
         !matches!(self.model, Model::Quadratic(_) | Model::Timing(_))
+    }
+
+    /// Whether the model is a language model (a transformer on text): its loss is in nats per
+    /// token, and its perplexity `exp(loss)` is reported beside it.
+    pub fn is_language_model(&self) -> bool {
+        matches!(self.model, Model::Transformer(_))
     }
 
     /// Whether a run computes gradients and losses (everything but a timing model).
@@ -323,11 +351,12 @@ impl Problem {
     }
 
     /// Samples in an epoch, as a run counts them: a timing model's `train_samples`, else the
-    /// training split's.
+    /// training split's ([`Dataset::epoch_samples`]: a text's tokens over its window's
+    /// positions).
     pub fn train_samples(&self) -> usize {
         match &self.model {
             Model::Timing(shape) => usize::try_from(shape.train_samples).unwrap_or(usize::MAX),
-            _ => self.split.train.len(),
+            _ => self.split.train.epoch_samples(),
         }
     }
 
@@ -335,6 +364,46 @@ impl Problem {
     pub fn data_floats(&self) -> usize {
         self.split.train.features.len() + self.split.test.features.len()
     }
+}
+
+/// The text a transformer trains on, in windows of `[data] context` tokens (default: the
+/// model's), or an error: at `model.kind` for data that is not text, at `data.context` for a
+/// window longer than the model's context.
+fn text_split(
+    shape: &TransformerShape,
+    data: &DataConfig,
+    base_dir: &Path,
+    seed: u64,
+) -> Result<Split> {
+    if data.kind() != DatasetKind::Text {
+        return Err(ConfigError::new(
+            "model.kind",
+            format!(
+                "a transformer is a language model and needs text; `{}` is not text",
+                data.kind()
+            ),
+        )
+        .hint("[data] dataset = \"text\" with path = a UTF-8 file (dasim ships models/data/tinyshakespeare.txt.gz)")
+        .into());
+    }
+    if let Some(context) = data.context
+        && context > shape.context
+    {
+        return Err(ConfigError::new(
+            "data.context",
+            format!(
+                "windows of {context} tokens are longer than the model's context of {}",
+                shape.context
+            ),
+        )
+        .hint("raise [model] context (its position embeddings), or shorten data.context")
+        .into());
+    }
+    let data = DataConfig {
+        context: Some(data.context.unwrap_or(shape.context)),
+        ..data.clone()
+    };
+    data::load(&data, base_dir, seed)
 }
 
 /// The image shape a convolutional model needs, or an error at `data.dataset` (or

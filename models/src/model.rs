@@ -30,6 +30,7 @@ use crate::lenet::LeNet;
 use crate::mlp::{Activation, Mlp};
 use crate::resnet::ResNet;
 use crate::timing::{Preset, TimingShape};
+use crate::transformer::{Transformer, TransformerShape};
 
 fn default_hidden() -> Vec<usize> {
     vec![32]
@@ -49,6 +50,22 @@ pub const DEFAULT_QUADRATIC_DIM: usize = 100;
 pub const DEFAULT_QUADRATIC_CONDITION: f64 = 10.0;
 /// Default gradient-noise standard deviation of the synthetic quadratic.
 pub const DEFAULT_QUADRATIC_NOISE: f64 = 0.1;
+
+fn default_layers() -> usize {
+    2
+}
+
+fn default_d_model() -> usize {
+    64
+}
+
+fn default_heads() -> usize {
+    4
+}
+
+fn default_context() -> usize {
+    64
+}
 
 fn default_quadratic_dim() -> usize {
     DEFAULT_QUADRATIC_DIM
@@ -70,7 +87,7 @@ fn is_zero(v: &f64) -> bool {
 ///
 /// ```toml
 /// [model]
-/// kind = "mlp"                  # mlp (default) | softmax | linear | lenet | resnet | quadratic
+/// kind = "mlp"                  # mlp (default) | softmax | linear | lenet | resnet | transformer | quadratic | timing
 /// hidden = [64, 32]
 /// activation = "tanh"           # relu (default) | tanh
 /// ```
@@ -111,6 +128,26 @@ pub enum ModelConfig {
         /// Channels of the first stage (16 in the paper); the stages have `w`, `2w`, `4w`.
         #[serde(default = "default_resnet_width")]
         width: usize,
+    },
+    /// A decoder-only transformer language model (GPT; [`crate::transformer`]), its output layer
+    /// tied to the token embedding. Needs text (`[data] dataset = "text"`); the vocabulary comes
+    /// from the tokenizer.
+    Transformer {
+        /// Transformer blocks.
+        #[serde(default = "default_layers")]
+        layers: usize,
+        /// Width of the residual stream.
+        #[serde(default = "default_d_model")]
+        d_model: usize,
+        /// Attention heads; they divide `d_model`.
+        #[serde(default = "default_heads")]
+        heads: usize,
+        /// Hidden width of each block's MLP (default `4 · d_model`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        d_ff: Option<usize>,
+        /// The longest window of tokens the model reads (its position embeddings).
+        #[serde(default = "default_context")]
+        context: usize,
     },
     /// The synthetic quadratic `½ Σ_k a_k (x_k − 1)²` with curvatures spread geometrically over
     /// `[1, condition]` and Gaussian gradient noise; reads no data.
@@ -162,6 +199,7 @@ impl ModelConfig {
             ModelConfig::Linear { .. } => "linear",
             ModelConfig::Lenet {} => "lenet",
             ModelConfig::Resnet { .. } => "resnet",
+            ModelConfig::Transformer { .. } => "transformer",
             ModelConfig::Quadratic { .. } => "quadratic",
             ModelConfig::Timing { .. } => "timing",
         }
@@ -205,6 +243,17 @@ impl ModelConfig {
                     ));
                 }
             }
+            ModelConfig::Transformer { .. } => {
+                let shape = self.transformer_shape(1).expect("a transformer");
+                shape.check().map_err(|(key, e)| {
+                    let err = ConfigError::new(&format!("model.{key}"), e);
+                    if key == "heads" {
+                        err.hint("GPT-2 small: d_model = 768 with 12 heads of 64")
+                    } else {
+                        err
+                    }
+                })?;
+            }
             ModelConfig::Quadratic {
                 dim,
                 condition,
@@ -231,6 +280,28 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// The shape of a `transformer` over a vocabulary of `vocab` tokens (`d_ff` resolved);
+    /// `None` for the other kinds.
+    pub fn transformer_shape(&self, vocab: usize) -> Option<TransformerShape> {
+        match *self {
+            ModelConfig::Transformer {
+                layers,
+                d_model,
+                heads,
+                d_ff,
+                context,
+            } => Some(TransformerShape {
+                vocab,
+                context,
+                d_model,
+                heads,
+                d_ff: d_ff.unwrap_or(4 * d_model),
+                layers,
+            }),
+            _ => None,
+        }
     }
 
     /// The size and cost of a `timing` model; `None` for the other kinds.
@@ -290,6 +361,8 @@ pub enum Model {
     LeNet(LeNet),
     /// A CIFAR ResNet with batch-norm state ([`crate::resnet`]).
     ResNet(ResNet),
+    /// A transformer language model ([`crate::transformer`]).
+    Transformer(Transformer),
     /// The synthetic quadratic (no network; see [`crate::quadratic`]).
     Quadratic(QuadraticShape),
     /// A timing-only model (no network, no numbers; see [`crate::timing`]).
@@ -321,6 +394,7 @@ impl Model {
             Model::Linear { .. } => "linear",
             Model::LeNet(_) => "lenet",
             Model::ResNet(_) => "resnet",
+            Model::Transformer(_) => "transformer",
             Model::Quadratic(_) => "quadratic",
             Model::Timing(_) => "timing",
         }
@@ -334,6 +408,7 @@ impl Model {
             }
             Model::LeNet(m) => m.num_params(),
             Model::ResNet(m) => m.num_params(),
+            Model::Transformer(m) => m.num_params(),
             Model::Quadratic(q) => q.dim,
             Model::Timing(t) => {
                 usize::try_from(t.params).expect("the parameter count fits the address space")
@@ -367,6 +442,7 @@ impl Model {
             }
             Model::LeNet(m) => m.matrices(),
             Model::ResNet(m) => m.matrices(),
+            Model::Transformer(m) => m.matrices(),
             Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
         }
     }
@@ -380,6 +456,7 @@ impl Model {
             }
             Model::LeNet(m) => m.forward_flops(),
             Model::ResNet(m) => m.forward_flops(),
+            Model::Transformer(m) => m.forward_flops(),
             Model::Quadratic(q) => 2 * q.dim as u64,
             Model::Timing(t) => t.forward_flops,
         }
@@ -398,6 +475,7 @@ impl Model {
             }
             Model::LeNet(m) => m.layer_starts(),
             Model::ResNet(m) => m.layer_starts(),
+            Model::Transformer(m) => m.layer_starts(),
             Model::Quadratic(_) | Model::Timing(_) => vec![(0, self.forward_flops())],
         };
         let trainable = self.trainable().end;
@@ -430,6 +508,7 @@ impl Model {
             }
             Model::LeNet(m) => m.activations_per_sample(),
             Model::ResNet(m) => m.activations_per_sample(),
+            Model::Transformer(m) => m.activations_per_sample(),
             Model::Quadratic(_) | Model::Timing(_) => 0,
         }
     }
@@ -469,6 +548,7 @@ impl Model {
             }
             Model::LeNet(m) => m.init(rng),
             Model::ResNet(m) => m.init(rng),
+            Model::Transformer(m) => m.init(rng),
             Model::Quadratic(q) => vec![0.0; q.dim],
             Model::Timing(_) => panic!("a timing model has no numbers: it runs on its own store"),
         }
@@ -488,6 +568,7 @@ impl Model {
             }
             Model::LeNet(m) => m.blocks(),
             Model::ResNet(m) => m.blocks(),
+            Model::Transformer(m) => m.blocks(),
             Model::Quadratic(_) => {
                 panic!("the quadratic has no network: it runs on the reference store")
             }
@@ -507,7 +588,11 @@ impl Model {
     pub fn fuses_means(&self) -> bool {
         match self {
             Model::Mlp(_) | Model::Softmax { .. } | Model::Linear { .. } => true,
-            Model::LeNet(_) | Model::ResNet(_) | Model::Quadratic(_) | Model::Timing(_) => false,
+            Model::LeNet(_)
+            | Model::ResNet(_)
+            | Model::Transformer(_)
+            | Model::Quadratic(_)
+            | Model::Timing(_) => false,
         }
     }
 
@@ -539,6 +624,7 @@ impl Model {
             }
             Model::LeNet(m) => m.forward_blocks(blocks, x, train),
             Model::ResNet(m) => m.forward_blocks(blocks, x, train),
+            Model::Transformer(m) => (m.forward_blocks(blocks, x), None),
             Model::Quadratic(_) => {
                 panic!("the quadratic has no network: it runs on the reference store")
             }
@@ -564,6 +650,7 @@ impl Model {
             }
             Model::LeNet(m) => m.forward(params, x, train),
             Model::ResNet(m) => m.forward(params, x, train),
+            Model::Transformer(m) => (m.forward(params, x), None),
             Model::Quadratic(_) => {
                 panic!("the quadratic has no network: it runs on the reference store")
             }

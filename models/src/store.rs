@@ -254,13 +254,26 @@ impl BatchTargets {
 }
 
 struct DeviceData {
+    /// `[len, dim]` samples; a text's token stream `[tokens, 1]`, which its windows view.
     x: Tensor<2>,
     y: Targets,
     len: usize,
+    /// A text's windows: `(stride, window)`; `None` for datasets of separate samples.
+    windows: Option<(usize, usize)>,
 }
 
 impl DeviceData {
     fn upload(data: &Dataset, device: &Device) -> Self {
+        if let TargetKind::Tokens(_) = data.target {
+            let n = data.features.len();
+            let tokens: Vec<i64> = data.features.iter().map(|&t| t as i64).collect();
+            return DeviceData {
+                x: Tensor::from_data(TensorData::new(data.features.clone(), [n, 1]), device),
+                y: Targets::Classes(Tensor::from_data(TensorData::new(tokens, [n]), device)),
+                len: data.len(),
+                windows: Some((data.stride, data.dim)),
+            };
+        }
         let x = Tensor::from_data(
             TensorData::new(data.features.clone(), [data.len(), data.dim]),
             device,
@@ -277,12 +290,58 @@ impl DeviceData {
                 TensorData::new(data.values.clone(), [data.len()]),
                 device,
             )),
+            TargetKind::Tokens(_) => unreachable!("handled above"),
         };
         DeviceData {
             x,
             y,
             len: data.len(),
+            windows: None,
         }
+    }
+
+    /// A text's windows `samples` as positions in its token stream: the window's tokens
+    /// (`[n·window]`), and the positions the window predicts, each one ahead of an input
+    /// (`[n·(window − 1)]`).
+    fn window_positions(
+        &self,
+        samples: impl Iterator<Item = usize>,
+    ) -> (Tensor<1, Int>, Tensor<1, Int>) {
+        let (stride, window) = self.windows.expect("a text");
+        let mut inputs = Vec::new();
+        let mut targets = Vec::new();
+        for i in samples {
+            let start = (i * stride) as i64;
+            inputs.extend(start..start + window as i64);
+            targets.extend(start + 1..start + window as i64);
+        }
+        let device = self.x.device();
+        let (ni, nt) = (inputs.len(), targets.len());
+        (
+            Tensor::from_data(TensorData::new(inputs, [ni]), &device),
+            Tensor::from_data(TensorData::new(targets, [nt]), &device),
+        )
+    }
+
+    /// The windows `samples` (`r·b` of them) of a text: inputs `[r, b, window]` and the
+    /// targets of their `window − 1` positions, `[r, b·(window − 1), 1]`.
+    fn windows(
+        &self,
+        samples: impl Iterator<Item = usize>,
+        r: usize,
+        b: usize,
+    ) -> (Tensor<3>, BatchTargets) {
+        let (_, window) = self.windows.expect("a text");
+        let (inputs, targets) = self.window_positions(samples);
+        let x = self.x.clone().select(0, inputs).reshape([r, b, window]);
+        let Targets::Classes(tokens) = &self.y else {
+            unreachable!("a text's targets are its tokens")
+        };
+        let y = tokens
+            .clone()
+            .select(0, targets)
+            .reshape([r, b * (window - 1), 1]);
+        (x, BatchTargets::Classes(y))
     }
 
     /// The targets of the samples `idx` (`R·B` of them), shaped for `R` minibatches.
@@ -298,6 +357,9 @@ impl DeviceData {
     /// The samples `range`, as one minibatch.
     fn rows(&self, range: Range<usize>) -> (Tensor<3>, BatchTargets) {
         let b = range.len();
+        if self.windows.is_some() {
+            return self.windows(range, 1, b);
+        }
         let dim = self.x.dims()[1];
         let x = self
             .x
@@ -403,6 +465,8 @@ pub struct BurnStore {
     /// The model's layers' parameter ranges (LARS's trust ratio is per layer).
     layers: Vec<Range<usize>>,
     train: Held,
+    /// Samples in an epoch ([`Dataset::epoch_samples`]).
+    epoch_samples: usize,
     test: Held,
     /// The model's CPU program, on `flex` where the model has one: every gradient and
     /// evaluation runs there instead of on burn.
@@ -486,11 +550,12 @@ impl BurnStore {
         let rows = Rows::new(init, workers, &optimizer);
         let layers = model.layers().into_iter().map(|l| l.params).collect();
         let loss = match split.train.target {
-            TargetKind::Classes(_) => Loss::CrossEntropy,
+            TargetKind::Classes(_) | TargetKind::Tokens(_) => Loss::CrossEntropy,
             TargetKind::Real => Loss::SquaredError,
         };
         BurnStore {
             train: Held::new(&split.train, &device, cpu.is_some()),
+            epoch_samples: split.train.epoch_samples(),
             test: Held::new(&split.test, &device, cpu.is_some()),
             cpu,
             dim: split.train.dim,
@@ -1110,6 +1175,11 @@ impl BurnStore {
         features: Option<Vec<f32>>,
     ) -> (Tensor<3>, BatchTargets) {
         let b = indices.len() / r;
+        let train = self.train.device();
+        if train.windows.is_some() {
+            debug_assert!(features.is_none(), "a text is not augmented");
+            return train.windows(indices.iter().copied(), r, b);
+        }
         let idx: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
         let idx: Tensor<1, Int> = Tensor::from_data(TensorData::new(idx, [r * b]), &self.device);
         let x = match features {
@@ -1279,6 +1349,7 @@ impl BurnStore {
                     values.extend(batch.iter().map(|&i| train.values[i]));
                     HostTargets::Real(values)
                 }
+                TargetKind::Tokens(_) => unreachable!("no CPU program reads text"),
             };
             let b = batch.len();
             let per_sample = cpu.train(params, x, targets, 1.0 / b as f32, grad);
@@ -1331,6 +1402,7 @@ impl BurnStore {
                             let e = f64::from(o[0]) - f64::from(test.values[i]);
                             (0.5 * e * e, false)
                         }
+                        TargetKind::Tokens(_) => unreachable!("no CPU program reads text"),
                     }
                 })
                 .collect()
@@ -1357,6 +1429,7 @@ impl BurnStore {
             accuracy: match test.target {
                 TargetKind::Classes(_) => correct as f64 / n as f64,
                 TargetKind::Real => f64::NAN,
+                TargetKind::Tokens(_) => unreachable!("no CPU program reads text"),
             },
         }
     }
@@ -1544,9 +1617,13 @@ impl BurnStore {
         };
         let sums = sums.into_data().try_into_vec::<f32>().expect("f32 metrics");
         self.stats.eval_wall += started.elapsed();
+        // A text's loss and accuracy are per predicted token: `window − 1` per window.
+        let positions = n * self.test.device().windows.map_or(1, |(_, w)| w - 1);
         Evaluation {
-            loss: f64::from(sums[0]) / n as f64,
-            accuracy: sums.get(1).map_or(f64::NAN, |&c| f64::from(c) / n as f64),
+            loss: f64::from(sums[0]) / positions as f64,
+            accuracy: sums
+                .get(1)
+                .map_or(f64::NAN, |&c| f64::from(c) / positions as f64),
         }
     }
 }
@@ -1575,7 +1652,7 @@ impl ReplicaStore for BurnStore {
     }
 
     fn train_size(&self) -> usize {
-        self.train.len()
+        self.epoch_samples
     }
 
     fn layers(&self) -> Vec<dasim_sim::params::Layer> {

@@ -73,6 +73,7 @@ fn run(label: &str, kind: &str) -> AlgorithmSummary {
         epochs: 1.5,
         final_loss: 0.25,
         final_accuracy: 0.9,
+        final_perplexity: None,
         messages: 12,
         bytes: 4800,
         gradient_flushes: 10,

@@ -17,6 +17,8 @@ fn default_batch_size() -> usize {
 
 /// The default `test_fraction` of datasets without an official test split.
 pub const DEFAULT_TEST_FRACTION: f64 = 0.2;
+/// The default `test_fraction` of a text (nanoGPT's: the last 10% of the characters).
+pub const DEFAULT_TEXT_TEST_FRACTION: f64 = 0.1;
 /// Default number of samples of a synthetic dataset.
 pub const DEFAULT_SYNTHETIC_SAMPLES: usize = 2000;
 /// Default feature count of a synthetic dataset.
@@ -48,6 +50,9 @@ pub enum DatasetKind {
     GaussianMixture,
     /// Generated: linear regression with a known optimum and Gaussian noise.
     LinearRegression,
+    /// A UTF-8 text file (optionally gzipped), tokenized by character, for a language model
+    /// ([`super::text`]).
+    Text,
 }
 
 impl DatasetKind {
@@ -62,6 +67,7 @@ impl DatasetKind {
             DatasetKind::Csv => "csv",
             DatasetKind::GaussianMixture => "gaussian-mixture",
             DatasetKind::LinearRegression => "linear-regression",
+            DatasetKind::Text => "text",
         }
     }
 
@@ -326,17 +332,21 @@ pub struct DataConfig {
     /// The dataset; when absent, `csv` if `path` is given and `digits` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<DatasetKind>,
-    /// A directory (mnist, fashion-mnist, cifar10, cifar100) or a file (csv). Relative paths
-    /// are relative to the scenario file.
+    /// A directory (mnist, fashion-mnist, cifar10, cifar100) or a file (csv, text). Relative
+    /// paths are relative to the scenario file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
     /// Fraction of samples held out for evaluation (default 0.2). Not for datasets with an
     /// official test split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_fraction: Option<f64>,
-    /// Samples per minibatch, per worker.
+    /// Samples per minibatch, per worker (windows of a text).
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
+    /// Text only: tokens a window feeds the model (a window holds one more, the last target);
+    /// default the model's `context`, and at most it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<usize>,
     /// Feature normalization; the default depends on the dataset (see
     /// [`DataConfig::normalization`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -365,6 +375,7 @@ impl Default for DataConfig {
             path: None,
             test_fraction: None,
             batch_size: default_batch_size(),
+            context: None,
             normalize: None,
             labels: None,
             csv: None,
@@ -394,13 +405,18 @@ impl DataConfig {
         self.normalize.unwrap_or(match self.kind() {
             k if k.has_official_split() => Normalize::PerChannel,
             k if k.is_synthetic() => Normalize::None,
+            DatasetKind::Text => Normalize::None,
             _ => Normalize::StandardizeFeatures,
         })
     }
 
-    /// The held-out fraction, for datasets without an official split.
+    /// The held-out fraction, for datasets without an official split (0.2; a text's 0.1).
     pub fn test_fraction(&self) -> f64 {
-        self.test_fraction.unwrap_or(DEFAULT_TEST_FRACTION)
+        self.test_fraction.unwrap_or(if self.kind() == DatasetKind::Text {
+            DEFAULT_TEXT_TEST_FRACTION
+        } else {
+            DEFAULT_TEST_FRACTION
+        })
     }
 
     /// CSV options (defaults when `[data.csv]` is absent).
@@ -436,11 +452,11 @@ impl DataConfig {
         }
     }
 
-    /// Whether the targets are class labels (everything but linear regression and CSV with
-    /// `target = "real"`).
+    /// Whether the targets are class labels (everything but linear regression, CSV with
+    /// `target = "real"` and text).
     pub fn has_class_labels(&self) -> bool {
         match self.kind() {
-            DatasetKind::LinearRegression => false,
+            DatasetKind::LinearRegression | DatasetKind::Text => false,
             DatasetKind::Csv => self.csv_options().target == CsvTarget::Class,
             _ => true,
         }
@@ -455,6 +471,7 @@ impl DataConfig {
             path: self.path.clone(),
             test_fraction: (!kind.has_official_split()).then(|| self.test_fraction()),
             batch_size: self.batch_size,
+            context: self.context,
             normalize: Some(self.normalization()),
             labels: (kind == DatasetKind::Cifar100).then(|| self.labels.unwrap_or_default()),
             csv: (kind == DatasetKind::Csv).then(|| self.csv_options()),
@@ -498,6 +515,13 @@ impl DataConfig {
                     "`csv` needs data.path, the CSV file",
                 ));
             }
+            (None, DatasetKind::Text) => {
+                return Err(ConfigError::new(
+                    "data.dataset",
+                    "`text` needs data.path, a UTF-8 text file (optionally .gz)",
+                )
+                .hint("dasim ships Tiny Shakespeare: data.path = \"models/data/tinyshakespeare.txt.gz\" (relative to the scenario file)"));
+            }
             _ => {}
         }
         match self.test_fraction {
@@ -523,6 +547,31 @@ impl DataConfig {
                 "data.batch_size",
                 "batch_size must be at least 1",
             ));
+        }
+        if let Some(context) = self.context {
+            if kind != DatasetKind::Text {
+                return Err(ConfigError::new(
+                    "data.context",
+                    format!("context is the window of a text; the dataset is `{name}`"),
+                )
+                .hint("remove data.context"));
+            }
+            if context == 0 {
+                return Err(ConfigError::new(
+                    "data.context",
+                    "context must be at least 1 (tokens a window feeds the model)",
+                ));
+            }
+        }
+        if kind == DatasetKind::Text
+            && let Some(n) = self.normalize
+            && n != Normalize::None
+        {
+            return Err(ConfigError::new(
+                "data.normalize",
+                "a text's features are token ids: they are not normalized",
+            )
+            .hint("remove data.normalize"));
         }
         if self.labels.is_some() && kind != DatasetKind::Cifar100 {
             return Err(ConfigError::new(
@@ -598,8 +647,13 @@ impl DataConfig {
             return Err(ConfigError::new(
                 "data.partition.kind",
                 format!(
-                    "a `{}` partition skews labels, and this dataset has real-valued targets",
-                    self.partition.name()
+                    "a `{}` partition skews labels, and this dataset has {}",
+                    self.partition.name(),
+                    if kind == DatasetKind::Text {
+                        "none (a text's windows predict tokens)"
+                    } else {
+                        "real-valued targets"
+                    }
                 ),
             )
             .hint("use kind = \"iid\" or \"unequal\""));

@@ -37,12 +37,15 @@ pub mod formats;
 mod partition;
 mod sampler;
 pub mod synthetic;
+pub mod text;
 
 use std::path::Path;
 
 use rand::seq::SliceRandom;
 
 use dasim_sim::clock::rng::{StreamKind, stream};
+
+use dasim_sim::ConfigError;
 
 use crate::error::{Error, Result};
 
@@ -85,6 +88,10 @@ pub enum TargetKind {
     Classes(usize),
     /// One real value per sample ([`Dataset::values`]): squared error.
     Real,
+    /// Text ([`text`]): every sample is a window of tokens in `0..vocab`, each token but the
+    /// last the input of a position whose target is the next token (softmax cross-entropy per
+    /// position).
+    Tokens(usize),
 }
 
 /// A dataset held on the host.
@@ -94,6 +101,9 @@ pub struct Dataset {
     pub features: Vec<f32>,
     /// Features per sample.
     pub dim: usize,
+    /// Features from one sample's start to the next's: `dim`, but for the windows of a text,
+    /// which overlap (sample `i` is `features[i·stride .. i·stride + dim]`).
+    pub stride: usize,
     /// The image shape (`shape.len() == dim`), or `None` for plain feature vectors.
     pub shape: Option<ImageShape>,
     /// Class labels or real targets.
@@ -116,6 +126,7 @@ impl Dataset {
         Dataset {
             features,
             dim,
+            stride: dim,
             shape: None,
             target: TargetKind::Classes(classes),
             labels,
@@ -129,10 +140,27 @@ impl Dataset {
         Dataset {
             features,
             dim,
+            stride: dim,
             shape: None,
             target: TargetKind::Real,
             labels: Vec::new(),
             values,
+        }
+    }
+
+    /// The windows of `window` tokens of `tokens` (in `0..vocab`), one every `stride` tokens:
+    /// the features are the token stream itself (ids as floats, exact below 2²⁴), which the
+    /// windows view ([`text`]).
+    pub fn text(tokens: &[u32], window: usize, stride: usize, vocab: usize) -> Self {
+        assert!(window >= 2 && stride >= 1, "windows of at least two tokens");
+        Dataset {
+            features: tokens.iter().map(|&t| t as f32).collect(),
+            dim: window,
+            stride,
+            shape: None,
+            target: TargetKind::Tokens(vocab),
+            labels: Vec::new(),
+            values: Vec::new(),
         }
     }
 
@@ -152,6 +180,8 @@ impl Dataset {
         match self.target {
             TargetKind::Classes(_) => self.labels.len(),
             TargetKind::Real => self.values.len(),
+            TargetKind::Tokens(_) if self.features.len() < self.dim => 0,
+            TargetKind::Tokens(_) => (self.features.len() - self.dim) / self.stride + 1,
         }
     }
 
@@ -160,22 +190,44 @@ impl Dataset {
         self.len() == 0
     }
 
-    /// The number of classes, or `None` for real targets.
+    /// The number of classes, or `None` for real targets and text.
     pub fn classes(&self) -> Option<usize> {
         match self.target {
             TargetKind::Classes(c) => Some(c),
-            TargetKind::Real => None,
+            TargetKind::Real | TargetKind::Tokens(_) => None,
         }
     }
 
-    /// Width of a model's output: the number of classes, or 1 for real targets.
+    /// Width of a model's output: the number of classes, the vocabulary of a text, or 1 for
+    /// real targets.
     pub fn outputs(&self) -> usize {
-        self.classes().unwrap_or(1)
+        match self.target {
+            TargetKind::Classes(c) | TargetKind::Tokens(c) => c,
+            TargetKind::Real => 1,
+        }
+    }
+
+    /// Samples in an epoch: the samples, but for a text, whose windows overlap, the windows
+    /// it takes to predict as many tokens as the training text holds (`tokens / (window −
+    /// 1)`, at least 1): an epoch of a language model is a pass over its tokens.
+    pub fn epoch_samples(&self) -> usize {
+        match self.target {
+            TargetKind::Tokens(_) => (self.features.len() / (self.dim - 1)).max(1),
+            _ => self.len(),
+        }
+    }
+
+    /// Positions a sample's loss averages over: a window's predicted tokens (`dim − 1`), or 1.
+    pub fn positions_per_sample(&self) -> usize {
+        match self.target {
+            TargetKind::Tokens(_) => self.dim - 1,
+            _ => 1,
+        }
     }
 
     /// The features of sample `i`.
     pub fn sample(&self, i: usize) -> &[f32] {
-        &self.features[i * self.dim..(i + 1) * self.dim]
+        &self.features[i * self.stride..i * self.stride + self.dim]
     }
 
     /// The samples at `indices`, in that order.
@@ -194,6 +246,7 @@ impl Dataset {
         Dataset {
             features,
             dim: self.dim,
+            stride: self.dim,
             shape: self.shape,
             target: self.target,
             labels: pick(&self.labels, indices),
@@ -212,7 +265,9 @@ pub struct Split {
 }
 
 /// Loads the dataset a `[data]` section names (paths relative to `base_dir`), splits it
-/// (official split, or `test_fraction` with stream (Init, 1)) and normalizes it.
+/// (official split, or `test_fraction` with stream (Init, 1); a text: its last `test_fraction`)
+/// and normalizes it. A text needs `context` set (a scenario's [`crate::Problem`] sets the
+/// model's).
 ///
 /// The configuration should have passed [`DataConfig::validate`]; the data itself is checked
 /// here, and a missing or malformed file is an [`Error::Data`] naming the file.
@@ -259,6 +314,15 @@ pub fn load(cfg: &DataConfig, base_dir: &Path, seed: u64) -> Result<Split> {
         DatasetKind::Mnist | DatasetKind::FashionMnist => formats::read_mnist(&dir())?,
         DatasetKind::Cifar10 => formats::read_cifar10(&dir())?,
         DatasetKind::Cifar100 => formats::read_cifar100(&dir(), cfg.labels.unwrap_or_default())?,
+        DatasetKind::Text => {
+            let context = cfg.context.ok_or_else(|| {
+                ConfigError::new(
+                    "data.context",
+                    "a text is cut into windows of context + 1 tokens: set data.context",
+                )
+            })?;
+            text::load_text(&dir(), context, cfg.test_fraction())?.0
+        }
         DatasetKind::GaussianMixture | DatasetKind::LinearRegression => {
             let data = synthetic::generate(&cfg.synthetic_params(), cfg.kind(), seed);
             whole(match cfg.synthetic_shape() {

@@ -148,7 +148,7 @@ pub fn partition(
 fn label_classes(train: &Dataset, cfg: &PartitionConfig) -> Result<usize> {
     match train.target {
         TargetKind::Classes(c) => Ok(c),
-        TargetKind::Real => Err(ConfigError::new(
+        TargetKind::Real | TargetKind::Tokens(_) => Err(ConfigError::new(
             "data.partition.kind",
             format!(
                 "a `{}` partition skews labels, and this dataset has real-valued targets",

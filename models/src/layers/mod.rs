@@ -14,7 +14,11 @@
 //!
 //! A model assembles layers twice, once per pass ([`crate::lenet`], [`crate::resnet`]); its CPU
 //! program implements [`CpuNet`], which the store calls on `flex` for every gradient request
-//! and evaluation. The place for the next layers (embeddings, layer norm, attention) is here.
+//! and evaluation.
+//!
+//! The transformer's layers (`embedding::Embedding`, `layer_norm::LayerNorm`,
+//! `attention::CausalSelfAttention`, used by [`crate::transformer`]) exist on burn only: the
+//! transformer runs on burn's tensors on every device, as the MLP does.
 
 use std::ops::Range;
 
@@ -26,9 +30,12 @@ use dasim_sim::clock::rng::Stream;
 use crate::data::ImageShape;
 use crate::mlp::Activation;
 
+pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod cpu;
+pub(crate) mod embedding;
 pub(crate) mod kernels;
+pub(crate) mod layer_norm;
 pub(crate) mod linear;
 pub(crate) mod norm;
 pub(crate) mod par;

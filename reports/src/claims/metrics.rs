@@ -397,6 +397,16 @@ pub static METRICS: &[MetricDef] = &[
         "held-out accuracy at the last evaluation point"
     ),
     m!(
+        "final_perplexity",
+        "exp(nats per token)",
+        None,
+        &[Needs::Numerics],
+        Source::Summary(|r| r
+            .final_perplexity
+            .ok_or_else(|| "not a language model: perplexity is a transformer's on text".into())),
+        "a language model's held-out perplexity `exp(final_loss)` at the last evaluation point"
+    ),
+    m!(
         "final_suboptimality",
         "as the objective",
         None,

@@ -96,6 +96,7 @@ pub(crate) mod tests {
             dasgd: None,
             final_consensus: 0.0,
             final_suboptimality: None,
+            final_perplexity: None,
             time_to_target: TimeToTarget::default(),
             utilization: Utilization {
                 compute: 0.5,

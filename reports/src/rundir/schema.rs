@@ -1017,9 +1017,14 @@ pub struct AlgorithmSummary {
     /// Held-out loss of the average model at the stop.
     #[serde(deserialize_with = "nan_if_null")]
     pub final_loss: f64,
-    /// Held-out accuracy of the average model at the stop.
+    /// Held-out accuracy of the average model at the stop (a language model's: next-token
+    /// accuracy).
     #[serde(deserialize_with = "nan_if_null")]
     pub final_accuracy: f64,
+    /// A language model's held-out perplexity at the stop, `exp(final_loss)` (the loss in nats
+    /// per token); absent for the other models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_perplexity: Option<f64>,
     /// Messages sent.
     pub messages: u64,
     /// Bytes sent.
