@@ -241,6 +241,35 @@ fn diloco_resumes_exactly() {
 }
 
 #[test]
+fn slowmo_resumes_exactly() {
+    // Every base: local steps, gradient rings, and SGP's state machine with messages in flight.
+    check("kind = \"slowmo\"\ntau = 3", false);
+    check("kind = \"slowmo\"\nbase = \"allreduce\"\ntau = 3", false);
+    check("kind = \"slowmo\"\nbase = \"sgp\"\ntau = 3", false);
+}
+
+#[test]
+fn streaming_diloco_resumes_exactly() {
+    // Fragments in flight across a checkpoint, quantized or not, merged at once or later.
+    check(
+        "kind = \"streaming-diloco\"\ninner_steps = 4\nfragments = 2\noverlap_steps = 1\nouter_bits = 4",
+        false,
+    );
+    check(
+        "kind = \"streaming-diloco\"\ninner_steps = 3\nfragments = 3\nmixing = 0.0",
+        false,
+    );
+}
+
+#[test]
+fn async_local_sgd_resumes_exactly() {
+    // A crash with rejoin and lost messages (retransmitted), and without faults.
+    let alg = "kind = \"async-local-sgd\"\ninner_steps = 3\nmomentum_every = 2\ndynamic_local_steps = true";
+    check(alg, true);
+    check(alg, false);
+}
+
+#[test]
 fn rennala_and_ringmaster_resume_exactly() {
     // With and without stops: models and stops in flight, a batch half collected.
     check("kind = \"rennala\"\nbatch = 3", false);

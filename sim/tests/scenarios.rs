@@ -130,11 +130,15 @@ scenario_tests! {
     lap_sgd_scenario_runs_without_deadlock => "lap-sgd.toml",
     lpp_sgd_scenario_runs_without_deadlock => "lpp-sgd.toml",
     diloco_scenario_runs_without_deadlock => "diloco.toml",
+    streaming_diloco_scenario_runs_without_deadlock => "streaming-diloco.toml",
+    async_local_sgd_scenario_runs_without_deadlock => "async-local-sgd.toml",
+    slowmo_scenario_runs_without_deadlock => "slowmo.toml",
     time_optimal_scenario_runs_without_deadlock => "time-optimal.toml",
     choco_scenario_runs_without_deadlock => "choco.toml",
     powersgd_scenario_runs_without_deadlock => "powersgd.toml",
     lenet_scenario_runs_without_deadlock => "lenet.toml",
     resnet_scenario_runs_without_deadlock => "resnet.toml",
+    transformer_scenario_runs_without_deadlock => "transformer.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
     softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
 }
@@ -275,6 +279,15 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
             })),
             "waits for the server's reply to its gradient at x_",
         ),
+        (
+            AlgorithmConfig::from(AlgorithmKind::AsyncLocalSgd(
+                dasim_sim::algorithms::AsyncLocalSgdConfig {
+                    inner_steps: 1,
+                    ..Default::default()
+                },
+            )),
+            "waits for the server's model answering its request",
+        ),
     ];
     for (cfg, expect) in cases {
         let env = BuildEnv::new(3);
@@ -313,6 +326,9 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
             AlgorithmKind::LapSgd(c) => go!(LapSgd::new(c, n, false)),
             AlgorithmKind::Rennala(c) => go!(Rennala::new(c, n)),
             AlgorithmKind::Ringmaster(c) => go!(Ringmaster::new(c, n)),
+            AlgorithmKind::AsyncLocalSgd(c) => {
+                go!(dasim_sim::algorithms::AsyncLocalSgd::new(c, n))
+            }
             _ => unreachable!(),
         }
         assert!(
@@ -329,6 +345,7 @@ fn default_entry(kind: &str) -> AlgorithmConfig {
     let required = match kind {
         "post-local-sgd" => "\nwarmup_steps = 10",
         "diloco" => "\ninner_steps = 10",
+        "streaming-diloco" => "\ninner_steps = 10",
         "rennala" => "\nbatch = 2",
         "ringmaster" => "\nmax_delay = 3",
         "choco" => "\nconsensus_lr = 0.5\ncompression = { kind = \"top-k\", fraction = 0.5 }",

@@ -44,6 +44,7 @@
 //! **Invariant**: after every outer step every worker's row equals the global model.
 
 use serde::{Deserialize, Serialize};
+use std::ops::Range;
 
 use super::allreduce::{bucket_bytes, ring_support};
 use super::ring::{Done, Ring, mark};
@@ -55,19 +56,19 @@ use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::tracked::Tracked;
 use crate::params::{GradId, ReplicaStore, Slot};
 
-fn default_inner_steps() -> u32 {
+pub(crate) fn default_inner_steps() -> u32 {
     500
 }
 
-fn default_outer_lr() -> f64 {
+pub(crate) fn default_outer_lr() -> f64 {
     0.7
 }
 
-fn default_outer_momentum() -> f64 {
+pub(crate) fn default_outer_momentum() -> f64 {
     0.9
 }
 
-fn default_nesterov() -> bool {
+pub(crate) fn default_nesterov() -> bool {
     true
 }
 
@@ -101,7 +102,9 @@ impl Default for DilocoConfig {
 }
 
 impl DilocoConfig {
-    fn check(&self, path: &str) -> Result<(), ConfigError> {
+    /// Checks the options; `path` is the entry's (`algorithms[0]`). Streaming DiLoCo checks its
+    /// own copies of them with it ([`super::streaming_diloco`]).
+    pub(crate) fn check(&self, path: &str) -> Result<(), ConfigError> {
         if self.inner_steps == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.inner_steps"),
@@ -134,6 +137,55 @@ impl DilocoConfig {
             .hint("the paper's outer momentum is 0.9"));
         }
         Ok(())
+    }
+}
+
+/// The outer optimizer's step, torch's `SGD(lr = η, momentum = μ, nesterov)`, on the rows
+/// `[θ, m, a]` (the global model, the outer momentum, the workers' average): `m ← μ·m + Δ` with
+/// `Δ = θ − a`, then `θ ← θ − η·(Δ + μ·m)` (Nesterov) or `θ ← θ − η·m`. With `fragment = None`
+/// the rows are updated in place; with `Some((t, blocks))` each new row is formed in the scratch
+/// row `t` and only its coordinates `blocks` are copied back, so the rest of `θ` and `m` is
+/// unchanged (Streaming DiLoCo's outer step on one fragment, [`super::streaming_diloco`]).
+pub(crate) fn outer_sgd(
+    store: &mut Tracked<'_>,
+    cfg: &DilocoConfig,
+    [g, m, a]: [usize; 3],
+    fragment: Option<(usize, &[Range<usize>])>,
+) {
+    let write = |store: &mut Tracked<'_>, dst: usize, terms: &[(Slot, f64)]| match fragment {
+        None => store.mix(dst, terms),
+        Some((t, blocks)) => {
+            store.mix(t, terms);
+            for b in blocks {
+                store.copy_block(dst, t, b.clone());
+            }
+        }
+    };
+    let (eta, mu) = (cfg.outer_lr, cfg.outer_momentum);
+    // m ← μ·m + Δ, with Δ = θ − a.
+    write(
+        store,
+        m,
+        &[
+            (Slot::Row(m), mu),
+            (Slot::Row(g), 1.0),
+            (Slot::Row(a), -1.0),
+        ],
+    );
+    if cfg.nesterov {
+        // θ ← θ − η·(Δ + μ·m) = (1 − η)·θ + η·a − η·μ·m.
+        write(
+            store,
+            g,
+            &[
+                (Slot::Row(g), 1.0 - eta),
+                (Slot::Row(a), eta),
+                (Slot::Row(m), -eta * mu),
+            ],
+        );
+    } else {
+        // θ ← θ − η·m.
+        write(store, g, &[(Slot::Row(g), 1.0), (Slot::Row(m), -eta)]);
     }
 }
 
@@ -249,30 +301,7 @@ impl Diloco {
         let share = 1.0 / n as f64;
         let workers: Vec<(Slot, f64)> = (0..n).map(|i| (Slot::Row(i), share)).collect();
         store.mix(a, &workers);
-        let (eta, mu) = (self.cfg.outer_lr, self.cfg.outer_momentum);
-        // m ← μ·m + Δ, with Δ = θ − a.
-        store.mix(
-            m,
-            &[
-                (Slot::Row(m), mu),
-                (Slot::Row(g), 1.0),
-                (Slot::Row(a), -1.0),
-            ],
-        );
-        if self.cfg.nesterov {
-            // θ ← θ − η·(Δ + μ·m) = (1 − η)·θ + η·a − η·μ·m.
-            store.mix(
-                g,
-                &[
-                    (Slot::Row(g), 1.0 - eta),
-                    (Slot::Row(a), eta),
-                    (Slot::Row(m), -eta * mu),
-                ],
-            );
-        } else {
-            // θ ← θ − η·m.
-            store.mix(g, &[(Slot::Row(g), 1.0), (Slot::Row(m), -eta)]);
-        }
+        outer_sgd(store, &self.cfg, [g, m, a], None);
         // Running statistics are averaged, not extrapolated.
         let state = store.state();
         if !state.is_empty() {

@@ -18,6 +18,9 @@
 //! | `rennala` | [`rennala`] | asynchronous workers, one server stepping on the first `B` gradients at its current point |
 //! | `ringmaster` | [`ringmaster`] | asynchronous SGD with one server, ignoring (and stopping) gradients of delay ≥ `R` |
 //! | `choco` | [`choco`] | neighbour-synchronous gossip of compressed differences of public copies |
+//! | `slowmo` | [`slowmo`] | synchronous every `τ` base iterations (local SGD, SGP or all-reduce): exact average, slow momentum step |
+//! | `async-local-sgd` | [`async_local_sgd`] | asynchronous: `H` inner steps, then the outer gradient to a server (Delayed Nesterov, DyLU) |
+//! | `streaming-diloco` | [`streaming_diloco`] | DiLoCo one fragment at a time, every `H/P` steps, its all-reduce overlapping `τ` inner steps |
 //!
 //! ## The registry
 //!
@@ -34,6 +37,7 @@
 
 pub mod adpsgd;
 pub mod allreduce;
+pub mod async_local_sgd;
 pub mod choco;
 pub mod dasgd;
 pub mod diloco;
@@ -45,7 +49,9 @@ pub mod rennala;
 pub mod ring;
 pub mod ringmaster;
 pub mod sgp;
+pub mod slowmo;
 pub mod star;
+pub mod streaming_diloco;
 
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -57,6 +63,7 @@ use crate::params::{OptimizerConfig, ReplicaStore};
 
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Bound, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
+pub use async_local_sgd::{AsyncLocalSgd, AsyncLocalSgdConfig};
 pub use choco::{Choco, ChocoConfig};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use diloco::{Diloco, DilocoConfig};
@@ -67,6 +74,8 @@ pub use ps::{ParameterServer, PsConfig, StepRule};
 pub use rennala::{Rennala, RennalaConfig};
 pub use ringmaster::{Ringmaster, RingmasterConfig};
 pub use sgp::{OverlapSgpConfig, SendRule, Sgp, SgpConfig};
+pub use slowmo::{Slowmo, SlowmoConfig};
+pub use streaming_diloco::{FragmentPattern, StreamingDiloco, StreamingDilocoConfig};
 
 /// What an entry's checks and its construction know besides its own options.
 #[derive(Clone, Copy, Debug)]
@@ -270,6 +279,15 @@ registry! {
     /// CHOCO-SGD: decentralized SGD gossiping compressed differences of public copies
     /// (Koloskova, Stich & Jaggi, 2019).
     "choco" => Choco(ChocoConfig),
+    /// SlowMo: `τ` iterations of a base algorithm, an exact average, then a slow momentum step
+    /// (Wang et al., 2020).
+    "slowmo" => Slowmo(SlowmoConfig),
+    /// Asynchronous Local-SGD: `H` inner steps, then the outer gradient to a server that steps
+    /// at once (Delayed Nesterov, dynamic local steps; Liu et al., 2024).
+    "async-local-sgd" => AsyncLocalSgd(AsyncLocalSgdConfig),
+    /// Streaming DiLoCo: DiLoCo one fragment at a time, overlapping its all-reduce with inner
+    /// steps, outer gradients optionally quantized (Douillard et al., 2025).
+    "streaming-diloco" => StreamingDiloco(StreamingDilocoConfig),
 }
 
 /// The serialized form of an entry. The tables come last, as TOML needs them after the values.
@@ -555,6 +573,9 @@ into_kind!(
     DilocoConfig => Diloco,
     RennalaConfig => Rennala,
     RingmasterConfig => Ringmaster,
+    AsyncLocalSgdConfig => AsyncLocalSgd,
+    StreamingDilocoConfig => StreamingDiloco,
+    SlowmoConfig => Slowmo,
     ChocoConfig => Choco
 );
 

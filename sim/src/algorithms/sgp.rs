@@ -232,6 +232,9 @@ struct Node {
     life: u64,
     /// Down (crashed, not rejoined).
     down: bool,
+    /// Held at a multiple of `hold_every` iterations until released (SlowMo's exact average).
+    #[serde(default)]
+    held: bool,
 }
 
 /// A node's gossip in flight (`send = "after-mix"`).
@@ -259,6 +262,13 @@ pub struct Sgp {
     mixed: u64,
     /// Push-sum weight carried by messages that were lost or dropped.
     mass_lost: f64,
+    /// Synchronous SGP inside SlowMo ([`super::slowmo`]): a node that completes an iteration
+    /// that is a multiple of `hold_every` (0: never) is held there, not starting its next step,
+    /// until [`Sgp::release`]; it is listed in `newly_held` until [`Sgp::take_held`].
+    #[serde(default)]
+    hold_every: u64,
+    #[serde(default)]
+    newly_held: Vec<usize>,
 }
 
 impl Sgp {
@@ -295,6 +305,7 @@ impl Sgp {
                     rounds: 0,
                     gossip: None,
                     updates: 0,
+                    held: false,
                 };
                 n
             ],
@@ -302,6 +313,41 @@ impl Sgp {
             max_age: 0,
             mixed: 0,
             mass_lost: 0.0,
+            hold_every: 0,
+            newly_held: Vec::new(),
+        }
+    }
+
+    /// Synchronous SGP whose nodes stop after every `every`-th iteration (after mixing it)
+    /// until released: the base of SlowMo ([`super::slowmo`]), which takes its exact average
+    /// there.
+    pub(crate) fn holding_every(cfg: &SgpConfig, schedule: &PeerSchedule, every: u64) -> Self {
+        let mut sgp = Sgp::synchronous(cfg, schedule);
+        sgp.hold_every = every;
+        sgp
+    }
+
+    /// The nodes held since the last call, in the order they stopped.
+    pub(crate) fn take_held(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.newly_held)
+    }
+
+    /// Node `i`, held, goes on with its next step (unless it is down). Every node is held then
+    /// with no message of its own in flight, and nothing in its inbox: synchronous SGP mixes
+    /// every message of an iteration before it completes it, and no node has started the next.
+    pub(crate) fn release(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+        debug_assert!(self.nodes[i].held, "node {i} is not held");
+        self.nodes[i].held = false;
+        if !self.nodes[i].down {
+            self.begin(i, cx);
+        }
+    }
+
+    /// Sets every node's push-sum weight to `w` (after an exact average has set every
+    /// numerator to the same model).
+    pub(crate) fn set_weights(&mut self, w: f64) {
+        for node in &mut self.nodes {
+            node.w = w;
         }
     }
 
@@ -549,6 +595,11 @@ impl Sgp {
         self.nodes[i].blocked = false;
         self.nodes[i].stalled = false;
         self.nodes[i].iter += 1;
+        if self.hold_every > 0 && self.nodes[i].iter.is_multiple_of(self.hold_every) {
+            self.nodes[i].held = true;
+            self.newly_held.push(i);
+            return;
+        }
         self.begin(i, cx);
     }
 
@@ -798,7 +849,7 @@ fn push_sum_support(_fault: FaultKind) -> FaultSupport {
 
 /// SGP and Overlap-SGP mix along the peer schedule: push-sum reaches the average only if every
 /// node reaches every other over a window of the schedule.
-fn require_strongly_connected(setup: &Setup<'_>, what: &str) -> Result<(), ConfigError> {
+pub(crate) fn require_strongly_connected(setup: &Setup<'_>, what: &str) -> Result<(), ConfigError> {
     if setup.topology.schedule().is_strongly_connected() {
         return Ok(());
     }

@@ -41,7 +41,9 @@
 //! - **Mixing** ([`ReplicaStore::mix`]): the stated linear combination of rows and messages, into
 //!   any row, atomically (a destination may be a source, even twice).
 //! - **Messages**: [`ReplicaStore::new_msg`] holds its value as of the instant it was taken,
-//!   whatever is written afterwards (to rows or by releasing the messages it was made from).
+//!   whatever is written afterwards (to rows or by releasing the messages it was made from); on
+//!   a store that computes, [`ReplicaStore::msg_values`] reads it back and
+//!   [`ReplicaStore::msg_from_values`] writes one from the host.
 //! - **Block copies and averages**: [`ReplicaStore::copy_block`] copies exactly its block and
 //!   nothing else; [`ReplicaStore::average`] sets every listed row to their mean and leaves the
 //!   others.
@@ -204,6 +206,7 @@ macro_rules! testgen_replica_store {
             mix_is_atomic,
             messages_are_snapshots,
             released_messages_leave_the_others,
+            message_values_read_back_and_write,
             copy_block_copies_only_its_block,
             average_sets_rows_to_their_mean,
             evaluate_is_the_mean_of_the_workers,
@@ -1706,6 +1709,50 @@ pub fn released_messages_leave_the_others<F: Fixture>(f: &F) {
         tol,
     );
     s.release_msg(double);
+}
+
+/// On a store that computes, [`ReplicaStore::msg_values`] reads a message's values back as the
+/// combination it holds, and [`ReplicaStore::msg_from_values`] makes a message that reads (by a
+/// mix) as the values given, up to the store's precision; neither touches a row. What a
+/// compressor, or Streaming DiLoCo's quantized outer gradients, rely on.
+pub fn message_values_read_back_and_write<F: Fixture>(f: &F) {
+    let tol = f.tolerance();
+    let mut s = f.store(WORKERS, &plain());
+    if !s.computes() {
+        return;
+    }
+    let scratch = s.add_rows(1);
+    spread(f, &mut s);
+    let x = read_all(f, &s);
+    let m = s.new_msg(&[(Slot::Row(1), 1.0), (Slot::Row(2), -1.0)]);
+    let values = s.msg_values(m);
+    assert_close(
+        "msg_values of a combination",
+        &values,
+        &lin(&[(&x[1], 1.0), (&x[2], -1.0)]),
+        tol,
+    );
+    let written: Vec<f64> = values
+        .iter()
+        .enumerate()
+        .map(|(k, v)| (v * 0.5).round() + k as f64 / 4.0)
+        .collect();
+    let w = s.msg_from_values(&written);
+    assert_untouched("reading and writing message values", f, &s, &x, &[]);
+    assert_close(
+        "a message written from values, read by a mix",
+        &read_msg(f, &mut s, scratch, w),
+        &written,
+        tol,
+    );
+    assert_close(
+        "a message written from values, read back",
+        &s.msg_values(w),
+        &written,
+        tol,
+    );
+    s.release_msg(m);
+    s.release_msg(w);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,865 @@
+//! Asynchronous Local-SGD: every worker takes `H` inner steps, sends its outer gradient to a
+//! server and, without waiting for the others, goes on from the model the server answers with.
+//!
+//! Liu, Chhaparia, Douillard, Kale, Rusu, Shen, Szlam & Ranzato, "Asynchronous Local-SGD
+//! Training for Language Modeling", arXiv:2401.09135 (2024): Algorithm 1 (the asynchronous task
+//! scheduling), Algorithm 3 (the Delayed Nesterov outer update, DN) and Eq. 6 (Dynamic Local
+//! Updates, DyLU). The reference code is the authors' toy notebook (google-deepmind/asyncdiloco).
+//!
+//! ```text
+//! paper (Algorithm 1)                          dasim
+//! server: θ; every worker starts from θ        server row θ, momentum m, buffer Δ; workers at θ₀
+//! worker w, given θ (and H_w):                 on the server's model: θ_w ← θ, start ← θ
+//!     H_w inner steps of its optimizer          H_w steps, each an optimizer step on row w
+//!     g_w = θ_start − θ_w                       push (start, θ_w): one model on the wire
+//! server, on g_w (whenever it lands):          on a push, at once, in arrival order:
+//!     θ ← OuterOpt(θ, g_w)  (DN below)            the outer update below, t ← t + 1
+//!     H_w ← DyLU(v_w)                              H_w from the measured speeds (DyLU)
+//!     send θ (and H_w) to w                        reply θ (a model) with H_w (header)
+//! ```
+//!
+//! **The outer update** is SGD with momentum, torch's `SGD(lr = η, momentum = μ, nesterov)` as in
+//! DiLoCo ([`super::diloco`]), with the paper's Delayed Nesterov momentum (Algorithm 3, `N =
+//! momentum_every`): the `t`-th outer gradient `g_t` to land is added to a buffer `Δ`; on every
+//! `N`-th one the momentum takes the buffer's mean and the momentum term is applied; in between
+//! only the gradient is, scaled by `1/N`:
+//!
+//! ```text
+//! Δ ← Δ + g_t
+//! if t mod N = 0:  m ← μ·m + Δ/N;  θ ← θ − η·(g_t/N + μ·m);  Δ ← 0     (Nesterov)
+//! else:            θ ← θ − η·g_t/N                                       (no momentum term)
+//! ```
+//!
+//! Over `N` consecutive updates θ moves by `−η·(Δ/N + μ·m)`, DiLoCo's Nesterov step on the mean
+//! of `N` outer gradients; `N = 1` (the default) is the plain Nesterov step on every gradient,
+//! `m ← μ·m + g_t`, `θ ← θ − η·(g_t + μ·m)`. Without Nesterov (`nesterov = false`; the paper
+//! defines DN for Nesterov only) dasim applies the heavy-ball term of the momentum *before* the
+//! update, `θ ← θ − η·(g_t/N + μ·m_old)`, so that the `N` updates again sum to the synchronous
+//! step on the mean (`θ ← θ − η·m`, and with `N = 1` exactly torch's `SGD(nesterov = false)`).
+//! With `η = 1`, `μ = 0` and one worker the server's model is the worker's at every push: plain
+//! local training (`tests/async_local_sgd.rs` checks it step for step, bit for bit).
+//!
+//! **Dynamic local updates** (`dynamic_local_steps = true`, Eq. 6): the server answers worker
+//! `w` with `H_w = max(1, ⌊H · v_w / v_max⌋)` steps, `v_w` its speed and `v_max` the fastest speed
+//! among the workers up. A speed is measured by the worker over its last round, in simulated
+//! time: the steps it took over their summed compute time (integer nanoseconds; communication
+//! is not counted), sent with the push (header only). Speeds are compared and `H_w` computed in
+//! integers (`⌊H·s_w·b_max / (b_w·s_max)⌋`, `s` steps and `b` busy nanoseconds), so the schedule
+//! never depends on floating point. A worker with no measurement yet (its first round) takes
+//! `H`; so does every worker without DyLU.
+//!
+//! **Messages.** The server is network node `n` (one extra node, its own NIC: the pushes it
+//! receives serialize at its downlink). A push carries the outer gradient, the model's size on
+//! the wire; the reply carries the server's model, the model's size. dasim forms `g_t = θ_start −
+//! θ_w` inside the server's update from two buffers — the model the worker started from (the
+//! reply it received, kept as it landed) and its model as pushed — which is the same vector,
+//! one model on the wire; written so, the update is one combination of rows and buffers and
+//! the reductions above hold bit for bit.
+//!
+//! **The server never waits.** Server-side work takes no simulated time: a push is applied the
+//! instant it lands and answered at once; pushes landing together are handled in event order.
+//! No worker is ever blocked on another: from its push until the reply lands it communicates
+//! (its own round trip).
+//!
+//! **Rows.** The server's model θ, the momentum `m`, the DN buffer `Δ` and a scratch row are four
+//! store rows after the workers' (`add_rows`); each worker's inner optimizer state stays on its
+//! own row across rounds, as in DiLoCo's references. Evaluation points measure θ. Running
+//! statistics (batch norm) are not extrapolated: after an update θ's take the pushing worker's.
+//!
+//! **Staleness** ([`Algorithm::staleness`]): for every outer gradient applied, the server updates
+//! between the one whose model the worker started from and this one.
+//!
+//! **Under faults** (following the parameter server, [`super::ps`]): lost messages are posted
+//! again after the parameter server's default timeout (four round trips of a model on an idle
+//! network); one whose link is cut for good is not, and its worker waits for good (the run stalls
+//! when nothing else is left). A crashed worker abandons its round (its inner steps are lost,
+//! `rounds_abandoned`); the server discards a push that lands while its worker is down
+//! (`outer_gradients_dropped`) and goes on with the others, and a crashed worker's speed no
+//! longer counts for `v_max`. On rejoin the worker asks the server for its model (header only)
+//! and starts a round from it; a reply to a request from before the crash is ignored.
+//!
+//! **Invariant** (checked at every event by `tests/async_local_sgd.rs`): each outer gradient
+//! that lands changes θ, `m` and `Δ` exactly as the update above says, in the event it lands;
+//! every worker starts a round from the server's model as sent.
+
+use serde::{Deserialize, Serialize};
+
+use super::ps::PsConfig;
+use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, SimTime, run_checkpointed};
+use crate::error::ConfigError;
+use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::params::{GradId, MsgId, ReplicaStore, Slot};
+use crate::record::Activity;
+
+fn default_inner_steps() -> u32 {
+    50
+}
+
+fn default_outer_lr() -> f64 {
+    0.7
+}
+
+fn default_outer_momentum() -> f64 {
+    0.9
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Options of asynchronous Local-SGD.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsyncLocalSgdConfig {
+    /// Inner steps per round `H ≥ 1` (default 50, the paper's); with DyLU, the fastest
+    /// worker's.
+    #[serde(default = "default_inner_steps")]
+    pub inner_steps: u32,
+    /// The outer learning rate η (default 0.7, DiLoCo's).
+    #[serde(default = "default_outer_lr")]
+    pub outer_lr: f64,
+    /// The outer momentum μ, in `[0, 1)` (default 0.9, DiLoCo's).
+    #[serde(default = "default_outer_momentum")]
+    pub outer_momentum: f64,
+    /// Nesterov momentum in the outer update (default true, the paper's).
+    #[serde(default = "yes")]
+    pub nesterov: bool,
+    /// Delayed Nesterov: the momentum is updated, and its term applied, on every `N`-th outer
+    /// gradient only, `N ≥ 1` (default 1: plain Nesterov; the paper's DN uses the number of
+    /// workers).
+    #[serde(default = "one")]
+    pub momentum_every: u32,
+    /// Dynamic local updates: each worker takes `max(1, ⌊H · v_w / v_max⌋)` inner steps, in
+    /// proportion to its measured speed (default false: `H` each).
+    #[serde(default)]
+    pub dynamic_local_steps: bool,
+}
+
+impl Default for AsyncLocalSgdConfig {
+    fn default() -> Self {
+        AsyncLocalSgdConfig {
+            inner_steps: default_inner_steps(),
+            outer_lr: default_outer_lr(),
+            outer_momentum: default_outer_momentum(),
+            nesterov: true,
+            momentum_every: 1,
+            dynamic_local_steps: false,
+        }
+    }
+}
+
+impl AsyncLocalSgdConfig {
+    fn check(&self, path: &str) -> Result<(), ConfigError> {
+        if self.inner_steps == 0 {
+            return Err(ConfigError::new(
+                &format!("{path}.inner_steps"),
+                "inner_steps must be at least 1",
+            )
+            .hint("inner_steps is H, the inner optimizer steps of a round between two pushes (the paper's 50)"));
+        }
+        if !(self.outer_lr.is_finite() && self.outer_lr > 0.0) {
+            return Err(ConfigError::new(
+                &format!("{path}.outer_lr"),
+                format!(
+                    "outer_lr must be positive and finite, not {}",
+                    self.outer_lr
+                ),
+            )
+            .hint("DiLoCo's outer learning rate is 0.7; 1.0 with outer_momentum = 0 applies each outer gradient whole"));
+        }
+        if !(0.0..1.0).contains(&self.outer_momentum) {
+            return Err(ConfigError::new(
+                &format!("{path}.outer_momentum"),
+                format!(
+                    "outer_momentum must be in [0, 1), not {}",
+                    self.outer_momentum
+                ),
+            )
+            .hint("DiLoCo's outer momentum is 0.9; 0 is outer SGD without momentum"));
+        }
+        if self.momentum_every == 0 {
+            return Err(ConfigError::new(
+                &format!("{path}.momentum_every"),
+                "momentum_every must be at least 1",
+            )
+            .hint("momentum_every = 1 is plain Nesterov on every outer gradient; the paper's Delayed Nesterov uses the number of workers"));
+        }
+        Ok(())
+    }
+}
+
+/// Events of asynchronous Local-SGD.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Event {
+    /// `worker` finished an inner step begun in its life `life` (a step abandoned by a crash is
+    /// ignored).
+    ComputeDone {
+        /// The worker.
+        worker: usize,
+        /// Its crash count when the step began.
+        life: u64,
+    },
+    /// `worker`'s outer gradient `start − model` reached the server.
+    Push {
+        /// The worker.
+        worker: usize,
+        /// The worker's request number this push is.
+        round: u64,
+        /// The model its round started from.
+        start: MsgId,
+        /// Its model at the end of the round.
+        model: MsgId,
+        /// The server's update count when `start` was sent.
+        base: u64,
+        /// Inner steps of the round.
+        steps: u32,
+        /// Their summed compute time, nanoseconds.
+        busy: u64,
+    },
+    /// The server's model `msg` (after `version` updates) reached `worker`, with its next
+    /// round's inner steps.
+    Model {
+        /// The worker.
+        worker: usize,
+        /// The request it answers.
+        round: u64,
+        /// The model.
+        msg: MsgId,
+        /// The server's update count when it was sent.
+        version: u64,
+        /// Inner steps of the worker's next round.
+        steps: u32,
+    },
+    /// A rejoined `worker`'s request for the model reached the server.
+    Hello {
+        /// The worker.
+        worker: usize,
+        /// Its request number.
+        round: u64,
+    },
+    /// Under faults: the lost message `id` is posted again.
+    Retransmit(u64),
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct WorkerState {
+    grad: Option<GradId>,
+    /// Crashes so far.
+    life: u64,
+    /// Requests for a model so far (pushes and hellos); a model answering an older one is
+    /// ignored.
+    round: u64,
+    /// Whether it computes (else it waits for the server's model, or is down).
+    computing: bool,
+    /// The model its round started from, and the server's update count then.
+    start: Option<MsgId>,
+    base: u64,
+    /// Inner steps of the round: assigned, done, and their compute time (nanoseconds).
+    assigned: u32,
+    done: u32,
+    busy: u64,
+    /// Rounds started.
+    rounds: u64,
+    /// Why it waits for good: a message of its lost for good.
+    cut: Option<String>,
+}
+
+/// A message posted with [`AsyncLocalSgd::post`]: enough to post it again.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Posted {
+    src: usize,
+    dst: usize,
+    bytes: u64,
+    event: Event,
+}
+
+/// The state machine of asynchronous Local-SGD.
+#[derive(Serialize, Deserialize)]
+pub struct AsyncLocalSgd {
+    cfg: AsyncLocalSgdConfig,
+    workers: Vec<WorkerState>,
+    /// The server's model row; the momentum's, the DN buffer's and a scratch row follow it.
+    global: usize,
+    /// The server's network node.
+    node: usize,
+    /// Outer updates applied (`t`).
+    updates: u64,
+    /// Pushes that reached the server (applied, or discarded because their worker was down).
+    pushes: u64,
+    /// The worker of the last update.
+    last: Option<usize>,
+    /// Each worker's last measured round: `(steps, busy nanoseconds)`.
+    speeds: Vec<Option<(u32, u64)>>,
+    stats: StalenessStats,
+    /// Under faults: the retransmission timeout (`None`: no faults).
+    retransmit: Option<SimTime>,
+    /// Lost messages waiting to be posted again.
+    lost: std::collections::BTreeMap<u64, Posted>,
+    next_lost: u64,
+    retransmissions: u64,
+    dropped: u64,
+    abandoned: u64,
+}
+
+impl AsyncLocalSgd {
+    /// A new instance for `n` workers; the server is network node `n`.
+    pub fn new(cfg: &AsyncLocalSgdConfig, n: usize) -> Self {
+        AsyncLocalSgd {
+            cfg: cfg.clone(),
+            workers: vec![WorkerState::default(); n],
+            global: 0,
+            node: n,
+            updates: 0,
+            pushes: 0,
+            last: None,
+            speeds: vec![None; n],
+            stats: StalenessStats::default(),
+            retransmit: None,
+            lost: std::collections::BTreeMap::new(),
+            next_lost: 0,
+            retransmissions: 0,
+            dropped: 0,
+            abandoned: 0,
+        }
+    }
+
+    /// Retransmits lost messages after `timeout` (set for runs with `[[faults]]`).
+    pub fn with_retransmit(mut self, timeout: SimTime) -> Self {
+        self.retransmit = Some(timeout);
+        self
+    }
+
+    /// The server's model row (valid once the run started).
+    pub fn global_row(&self) -> usize {
+        self.global
+    }
+
+    /// The outer momentum's row.
+    pub fn momentum_row(&self) -> usize {
+        self.global + 1
+    }
+
+    /// The Delayed Nesterov buffer's row (the sum of the outer gradients since the last
+    /// momentum update; always zero with `momentum_every = 1`).
+    pub fn buffer_row(&self) -> usize {
+        self.global + 2
+    }
+
+    fn scratch_row(&self) -> usize {
+        self.global + 3
+    }
+
+    /// Outer updates applied so far (`t`).
+    pub fn outer_steps(&self) -> u64 {
+        self.updates
+    }
+
+    /// Pushes that reached the server so far, applied or discarded.
+    pub fn pushes_received(&self) -> u64 {
+        self.pushes
+    }
+
+    /// The worker whose outer gradient the last update applied.
+    pub fn last_update(&self) -> Option<usize> {
+        self.last
+    }
+
+    /// Rounds `worker` has started (each from a model of the server's, but the first).
+    pub fn rounds(&self, worker: usize) -> u64 {
+        self.workers[worker].rounds
+    }
+
+    /// The inner steps of `worker`'s current (or last) round.
+    pub fn assigned(&self, worker: usize) -> u32 {
+        self.workers[worker].assigned
+    }
+
+    /// Whether `worker` computes (else it waits for the server's model, or is down).
+    pub fn computing(&self, worker: usize) -> bool {
+        self.workers[worker].computing
+    }
+
+    /// Outer gradients lost: discarded at the server (their worker was down) or lost for good.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let (grad, d) = cx.begin_step(w, 1.0);
+        let st = &mut self.workers[w];
+        st.grad = Some(grad);
+        st.computing = true;
+        st.busy += d.as_nanos();
+        let life = st.life;
+        cx.after(d, Event::ComputeDone { worker: w, life });
+    }
+
+    /// Sends `event` from `src` to `dst`; under faults, a lost message is posted again after
+    /// the retransmission timeout, unless its link is cut for good.
+    fn post(
+        &mut self,
+        src: usize,
+        dst: usize,
+        bytes: u64,
+        event: Event,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        let sent = cx.send(src, dst, bytes, event);
+        let Some(rto) = self.retransmit else {
+            return;
+        };
+        if sent.lost.is_none() {
+            return;
+        }
+        if cx.world.faults().cut_for_good(src, dst, cx.now()) {
+            self.lost_for_good(src, dst, event, cx);
+            return;
+        }
+        let id = self.next_lost;
+        self.next_lost += 1;
+        self.lost.insert(
+            id,
+            Posted {
+                src,
+                dst,
+                bytes,
+                event,
+            },
+        );
+        cx.after(rto, Event::Retransmit(id));
+    }
+
+    /// A message that can never be delivered: its buffers are freed, and its worker, if it
+    /// waits for it, waits for good.
+    fn lost_for_good(&mut self, src: usize, dst: usize, event: Event, cx: &mut Ctx<'_, '_, Event>) {
+        let (worker, round) = match event {
+            Event::Push {
+                worker,
+                round,
+                start,
+                model,
+                ..
+            } => {
+                cx.world.store.release_msg(start);
+                cx.world.store.release_msg(model);
+                self.dropped += 1;
+                (worker, round)
+            }
+            Event::Model {
+                worker, round, msg, ..
+            } => {
+                cx.world.store.release_msg(msg);
+                (worker, round)
+            }
+            Event::Hello { worker, round } => (worker, round),
+            Event::ComputeDone { .. } | Event::Retransmit(_) => return,
+        };
+        if round == self.workers[worker].round {
+            self.workers[worker].cut = Some(format!(
+                "worker {worker} waits for the server's model: its request {round} or the reply \
+                 was lost for good (the link {src} -> {dst} stays down)"
+            ));
+        }
+    }
+
+    /// `ComputeDone`: one inner step of the worker's own optimizer; at the round's last, the
+    /// push.
+    fn computed(&mut self, w: usize, life: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let st = &mut self.workers[w];
+        if cx.is_down(w) || life != st.life || !st.computing {
+            return;
+        }
+        let g = st.grad.take().expect("a computing worker has a gradient");
+        let lr = cx.lr_for(w);
+        cx.world.store.apply_gradient(w, g, lr);
+        cx.world.store.release_gradient(g);
+        cx.step_done(w);
+        let st = &mut self.workers[w];
+        st.done += 1;
+        if st.done < st.assigned {
+            self.begin(w, cx);
+            return;
+        }
+        st.computing = false;
+        st.round += 1;
+        let start = st.start.take().expect("a round has its start");
+        let (round, base, steps, busy) = (st.round, st.base, st.done, st.busy);
+        let model = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
+        let bytes = cx.world.net.payload_bytes(cx.world.store.num_params());
+        let node = self.node;
+        self.post(
+            w,
+            node,
+            bytes,
+            Event::Push {
+                worker: w,
+                round,
+                start,
+                model,
+                base,
+                steps,
+                busy,
+            },
+            cx,
+        );
+        cx.activity(w, Activity::Communicate);
+    }
+
+    /// The outer update with `g = start − model` (see the module's documentation).
+    fn outer_update(&mut self, w: usize, start: MsgId, model: MsgId, cx: &mut Ctx<'_, '_, Event>) {
+        let (g, m, d) = (self.global, self.momentum_row(), self.buffer_row());
+        let (eta, mu) = (self.cfg.outer_lr, self.cfg.outer_momentum);
+        let n = f64::from(self.cfg.momentum_every);
+        let store = &mut cx.world.store;
+        self.updates += 1;
+        let (a, x) = (Slot::Msg(start), Slot::Msg(model));
+        // θ − η·g/N, the gradient's part of every update.
+        let step = [(Slot::Row(g), 1.0), (a, -eta / n), (x, eta / n)];
+        if self.cfg.momentum_every == 1 {
+            // m ← μ·m + g.
+            let momentum = [(Slot::Row(m), mu), (a, 1.0), (x, -1.0)];
+            self.apply_momentum(&step, &momentum, store);
+        } else if self
+            .updates
+            .is_multiple_of(u64::from(self.cfg.momentum_every))
+        {
+            // m ← μ·m + (Δ + g)/N; Δ ← 0.
+            let momentum = [
+                (Slot::Row(m), mu),
+                (Slot::Row(d), 1.0 / n),
+                (a, 1.0 / n),
+                (x, -1.0 / n),
+            ];
+            self.apply_momentum(&step, &momentum, store);
+            store.mix(d, &[(Slot::Row(d), 0.0)]);
+        } else {
+            // Δ ← Δ + g; θ ← θ − η·g/N.
+            store.mix(d, &[(Slot::Row(d), 1.0), (a, 1.0), (x, -1.0)]);
+            store.mix(g, &step);
+        }
+        // Running statistics are the pushing worker's, not extrapolated.
+        let state = store.state();
+        if !state.is_empty() {
+            let s = self.scratch_row();
+            store.mix(s, &[(x, 1.0)]);
+            store.copy_block(g, s, state);
+        }
+        self.last = Some(w);
+    }
+
+    /// A momentum update `momentum` (the new `m`) and the step `θ − η·g/N` with the momentum
+    /// term: the new `m` with Nesterov, the old one without.
+    fn apply_momentum(
+        &self,
+        step: &[(Slot, f64)],
+        momentum: &[(Slot, f64)],
+        store: &mut crate::params::tracked::Tracked<'_>,
+    ) {
+        let (g, m) = (self.global, self.momentum_row());
+        let term = -self.cfg.outer_lr * self.cfg.outer_momentum;
+        let mut terms = step.to_vec();
+        terms.push((Slot::Row(m), term));
+        if self.cfg.nesterov {
+            store.mix(m, momentum);
+            store.mix(g, &terms);
+        } else {
+            store.mix(g, &terms);
+            store.mix(m, momentum);
+        }
+    }
+
+    /// `Push`: applied at once, and answered with the model.
+    #[allow(clippy::too_many_arguments)]
+    fn pushed(
+        &mut self,
+        w: usize,
+        round: u64,
+        start: MsgId,
+        model: MsgId,
+        base: u64,
+        steps: u32,
+        busy: u64,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        self.pushes += 1;
+        if cx.is_down(w) {
+            cx.world.store.release_msg(start);
+            cx.world.store.release_msg(model);
+            self.dropped += 1;
+            return;
+        }
+        self.stats.record(self.updates - base);
+        self.outer_update(w, start, model, cx);
+        cx.world.store.release_msg(start);
+        cx.world.store.release_msg(model);
+        self.speeds[w] = Some((steps, busy));
+        self.reply(w, round, cx);
+    }
+
+    /// The server's model to `w`, answering its request `round`, with its next round's steps.
+    fn reply(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let steps = self.steps_for(w, cx);
+        let msg = cx.world.store.new_msg(&[(Slot::Row(self.global), 1.0)]);
+        let bytes = cx.world.net.payload_bytes(cx.world.store.num_params());
+        let (node, version) = (self.node, self.updates);
+        self.post(
+            node,
+            w,
+            bytes,
+            Event::Model {
+                worker: w,
+                round,
+                msg,
+                version,
+                steps,
+            },
+            cx,
+        );
+    }
+
+    /// `w`'s inner steps for its next round: `H`, or with DyLU `max(1, ⌊H · v_w / v_max⌋)`,
+    /// `v_max` over the workers up (and `w`).
+    fn steps_for(&self, w: usize, cx: &Ctx<'_, '_, Event>) -> u32 {
+        let h = self.cfg.inner_steps;
+        if !self.cfg.dynamic_local_steps {
+            return h;
+        }
+        let Some(own) = self.speeds[w] else {
+            return h;
+        };
+        let fastest = (0..self.workers.len())
+            .filter(|&v| v == w || !cx.is_down(v))
+            .filter_map(|v| self.speeds[v])
+            .fold(own, |best, s| if faster(s, best) { s } else { best });
+        dylu_steps(h, own, fastest)
+    }
+
+    /// `Model`: the worker starts a round from it, unless it answers an older request (or the
+    /// worker is down).
+    fn arrived(
+        &mut self,
+        w: usize,
+        round: u64,
+        msg: MsgId,
+        version: u64,
+        steps: u32,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) {
+        if !cx.deliverable(w) {
+            cx.world.store.release_msg(msg);
+            return;
+        }
+        let st = &mut self.workers[w];
+        if round != st.round || st.computing {
+            cx.world.store.release_msg(msg);
+            return;
+        }
+        cx.world.store.mix(w, &[(Slot::Msg(msg), 1.0)]);
+        if let Some(old) = st.start.replace(msg) {
+            cx.world.store.release_msg(old);
+        }
+        st.base = version;
+        st.assigned = steps;
+        st.done = 0;
+        st.busy = 0;
+        st.rounds += 1;
+        st.cut = None;
+        self.begin(w, cx);
+    }
+}
+
+/// Whether speed `a` (steps over busy nanoseconds) is greater than speed `b`, in integers (a
+/// round of no compute time is infinitely fast).
+fn faster(a: (u32, u64), b: (u32, u64)) -> bool {
+    u128::from(a.0) * u128::from(b.1) > u128::from(b.0) * u128::from(a.1)
+}
+
+/// DyLU's steps for a worker of speed `own` when the fastest is `fastest` (each as `(steps,
+/// busy nanoseconds)`): `max(1, ⌊h · v_own / v_fastest⌋)`, at most `h`, in integers.
+pub fn dylu_steps(h: u32, own: (u32, u64), fastest: (u32, u64)) -> u32 {
+    let num = u128::from(h) * u128::from(own.0) * u128::from(fastest.1);
+    let den = u128::from(own.1) * u128::from(fastest.0);
+    if den == 0 {
+        // This worker took no compute time (infinitely fast): the full H.
+        return h;
+    }
+    u32::try_from((num / den).min(u128::from(h)))
+        .unwrap_or(h)
+        .max(1)
+}
+
+impl Algorithm for AsyncLocalSgd {
+    type Event = Event;
+
+    fn name(&self) -> &str {
+        "async-local-sgd"
+    }
+
+    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        let n = self.workers.len();
+        assert!(
+            cx.world.net.nodes() > n,
+            "the network needs the server's node (AlgorithmConfig::extra_nodes)"
+        );
+        // Added rows copy row 0, the initial model: the server's; the momentum and the DN
+        // buffer start at zero.
+        self.global = cx.world.store.add_rows(4);
+        for r in [self.momentum_row(), self.buffer_row()] {
+            cx.world.store.mix(r, &[(Slot::Row(r), 0.0)]);
+        }
+        for w in 0..n {
+            let start = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
+            let st = &mut self.workers[w];
+            st.start = Some(start);
+            st.assigned = self.cfg.inner_steps;
+            st.rounds = 1;
+            self.begin(w, cx);
+        }
+    }
+
+    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
+        match event {
+            Event::ComputeDone { worker, life } => self.computed(worker, life, cx),
+            Event::Push {
+                worker,
+                round,
+                start,
+                model,
+                base,
+                steps,
+                busy,
+            } => self.pushed(worker, round, start, model, base, steps, busy, cx),
+            Event::Model {
+                worker,
+                round,
+                msg,
+                version,
+                steps,
+            } => self.arrived(worker, round, msg, version, steps, cx),
+            Event::Hello { worker, round } => {
+                if !cx.is_down(worker) {
+                    self.reply(worker, round, cx);
+                }
+            }
+            Event::Retransmit(id) => {
+                let m = self.lost.remove(&id).expect("a lost message");
+                self.retransmissions += 1;
+                self.post(m.src, m.dst, m.bytes, m.event, cx);
+            }
+        }
+    }
+
+    fn waiting(&self) -> Vec<String> {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, st)| !st.computing)
+            .map(|(w, st)| {
+                st.cut.clone().unwrap_or_else(|| {
+                    format!(
+                        "worker {w} waits for the server's model answering its request {} (the server is at update {})",
+                        st.round, self.updates
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
+        Some(vec![(self.global, 1.0)])
+    }
+
+    fn staleness(&self) -> Option<StalenessStats> {
+        Some(self.stats)
+    }
+
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        vec![("outer_steps", self.updates as f64)]
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        match fault {
+            WorkerFault::Crash(w) => {
+                if self.workers[w].computing {
+                    self.abandoned += 1;
+                }
+                let st = &mut self.workers[w];
+                st.life += 1;
+                st.computing = false;
+                if let Some(g) = st.grad.take() {
+                    cx.world.store.release_gradient(g);
+                }
+                if let Some(start) = st.start.take() {
+                    cx.world.store.release_msg(start);
+                }
+            }
+            WorkerFault::Rejoin(w) => {
+                let st = &mut self.workers[w];
+                st.round += 1;
+                st.cut = None;
+                let round = st.round;
+                let node = self.node;
+                self.post(w, node, 0, Event::Hello { worker: w, round }, cx);
+                cx.activity(w, Activity::Communicate);
+            }
+        }
+    }
+
+    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("retransmissions", self.retransmissions),
+            ("outer_gradients_dropped", self.dropped),
+            ("rounds_abandoned", self.abandoned),
+        ]
+    }
+}
+
+impl AlgorithmSpec for AsyncLocalSgdConfig {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path)
+    }
+
+    fn extra_nodes(&self) -> usize {
+        1
+    }
+
+    fn extra_rows(&self) -> usize {
+        4
+    }
+
+    fn buffers_per_worker(&self) -> usize {
+        // The model each worker's round started from.
+        1
+    }
+
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
+    fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
+        // Every kind: see the module's "Under faults" (the server is not a worker: it never
+        // crashes).
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        _kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
+    ) -> crate::Result<Outcome> {
+        let mut alg = AsyncLocalSgd::new(self, world.workers());
+        if world.faults().configured() {
+            alg = alg.with_retransmit(PsConfig::default().retransmit(world));
+        }
+        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+    }
+}
