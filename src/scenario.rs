@@ -170,9 +170,9 @@ impl Scenario {
             ModelConfig::Quadratic { .. } | ModelConfig::Linear { .. } => (Some(false), Some(true)),
             ModelConfig::Softmax { l2 } => (Some(true), Some(*l2 > 0.0)),
             // A language model's accuracy is its next-token accuracy.
-            ModelConfig::Lenet {} | ModelConfig::Resnet { .. } | ModelConfig::Transformer { .. } => {
-                (Some(true), Some(false))
-            }
+            ModelConfig::Lenet {}
+            | ModelConfig::Resnet { .. }
+            | ModelConfig::Transformer { .. } => (Some(true), Some(false)),
             ModelConfig::Mlp { .. } => (None, Some(false)),
             ModelConfig::Timing { .. } => (Some(false), Some(false)),
         };

@@ -476,3 +476,82 @@ fn compression_is_refused_where_it_does_not_apply_and_checked_where_it_does() {
         ],
     );
 }
+
+/// The shipped language-model scenario with its corpus at an absolute path, `from` replaced by
+/// `to`; and the `bad.toml:LINE:` prefix of the line that holds `to`'s last line.
+fn lm_scenario(from: &str, to: &str) -> (String, String) {
+    let text = lm_text(None).replace(from, to);
+    assert!(text.contains(to), "{from}");
+    let last = to.lines().last().unwrap();
+    let line = text.lines().position(|l| l == last).unwrap() + 1;
+    (text, format!("bad.toml:{line}:"))
+}
+
+/// The shipped language-model scenario reading `path`, or the shipped corpus by its absolute
+/// path.
+fn lm_text(path: Option<&str>) -> String {
+    let shipped =
+        std::fs::read_to_string(common::manifest_dir().join("scenarios/transformer.toml")).unwrap();
+    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
+    let path = path.map_or(corpus.display().to_string(), str::to_owned);
+    let from = "path = \"../models/data/tinyshakespeare.txt.gz\"";
+    assert!(shipped.contains(from));
+    shipped.replace(from, &format!("path = {path:?}"))
+}
+
+#[test]
+fn a_language_model_is_checked_against_its_text_before_anything_runs() {
+    let (text, at) = lm_scenario("batch_size = 8", "batch_size = 8\ncontext = 40");
+    expect_error(
+        &text,
+        &[&at, "data.context", "longer than the model's context of 32"],
+    );
+    let (text, at) = lm_scenario(
+        "heads = 4                    # of 16 features each",
+        "heads = 3",
+    );
+    expect_error(&text, &[&at, "model.heads", "do not divide d_model = 64"]);
+    // An MLP on text: the model section replaced whole.
+    let text = lm_text(None);
+    let (model, data) = (text.find("[model]").unwrap(), text.find("[data]").unwrap());
+    let text = format!(
+        "{}[model]\nkind = \"mlp\"\n\n{}",
+        &text[..model],
+        &text[data..]
+    );
+    let line = text.lines().position(|l| l == "kind = \"mlp\"").unwrap() + 1;
+    expect_error(
+        &text,
+        &[
+            &format!("bad.toml:{line}:"),
+            "model.kind",
+            "does not read text",
+        ],
+    );
+    // A text too short for one window, and an empty one: at data.path, naming the file.
+    for (name, content, needle) in [
+        (
+            "short.txt",
+            "Now is the winter of our discontent",
+            "shorter than one window",
+        ),
+        ("empty.txt", "", "the file is empty"),
+    ] {
+        let text = lm_text(Some(name));
+        let (dir, path) = scenario(&text, "bad.toml");
+        std::fs::write(dir.path().join(name), content).unwrap();
+        let o = dasim(&["validate", path.to_str().unwrap()]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        let line = text.lines().position(|l| l.starts_with("path = ")).unwrap() + 1;
+        for n in [
+            &format!("bad.toml:{line}:") as &str,
+            "data.path",
+            name,
+            needle,
+        ] {
+            assert!(err.contains(n), "`{n}` not in:\n{err}");
+        }
+    }
+}

@@ -65,11 +65,16 @@ impl Block {
     fn forward(&self, params: &ParamRows, x: Tensor<4>) -> Tensor<4> {
         let [r, b, t, d] = x.dims();
         let flat = |x: Tensor<4>| x.reshape([r, b * t, d]);
-        let a = self
-            .attn
-            .forward(params, self.ln1.forward(params, flat(x.clone())).reshape([r, b, t, d]));
+        let a = self.attn.forward(
+            params,
+            self.ln1
+                .forward(params, flat(x.clone()))
+                .reshape([r, b, t, d]),
+        );
         let x = x + a;
-        let m = self.fc1.forward(params, self.ln2.forward(params, flat(x.clone())));
+        let m = self
+            .fc1
+            .forward(params, self.ln2.forward(params, flat(x.clone())));
         let m = self.fc2.forward(params, activation::gelu(m));
         x + m.reshape([r, b, t, d])
     }

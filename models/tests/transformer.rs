@@ -52,7 +52,13 @@ fn problem(dir: &Path, context: usize) -> Problem {
 }
 
 fn store(pb: &Problem, workers: usize, batch: usize) -> BurnStore {
-    pb.store(Device::flex(), workers, batch, OptimizerConfig::default(), 7)
+    pb.store(
+        Device::flex(),
+        workers,
+        batch,
+        OptimizerConfig::default(),
+        7,
+    )
 }
 
 /// `r` distinct rows around the store's initial row.
@@ -155,7 +161,10 @@ fn attention_is_causal_and_the_head_is_tied() {
     let p = m.num_params();
     // No output matrix: wte is the only `vocab × d` block.
     // LN₁ 16, qkv 8·24 + 24, proj 8·8 + 8, LN₂ 16, fc₁ 8·16 + 16, fc₂ 16·8 + 8 per block.
-    assert_eq!(p, 11 * 8 + 6 * 8 + 2 * (16 + 216 + 72 + 16 + 144 + 136) + 16);
+    assert_eq!(
+        p,
+        11 * 8 + 6 * 8 + 2 * (16 + 216 + 72 + 16 + 144 + 136) + 16
+    );
     let device = Device::flex();
     let params = m.init(&mut dasim_sim::clock::rng::stream(
         1,
@@ -168,9 +177,17 @@ fn attention_is_causal_and_the_head_is_tied() {
         t.push(last);
         Tensor::from_data(TensorData::new(t, [1, 1, 7]), &device)
     };
-    let a: Vec<f32> = m.forward(params.clone(), window(2.0)).into_data().try_to_vec::<f32>().unwrap();
+    let a: Vec<f32> = m
+        .forward(params.clone(), window(2.0))
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
     // The window's last token is only a target: the logits do not read it.
-    let b: Vec<f32> = m.forward(params.clone(), window(7.0)).into_data().try_to_vec::<f32>().unwrap();
+    let b: Vec<f32> = m
+        .forward(params.clone(), window(7.0))
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
     assert_eq!(a, b);
     // Changing position 4's token changes the logits of positions 4 and 5 only.
     let mut t = vec![3.0f32, 1.0, 4.0, 1.0, 6.0, 9.0, 2.0];
@@ -182,7 +199,11 @@ fn attention_is_causal_and_the_head_is_tied() {
         .into_data()
         .try_to_vec::<f32>()
         .unwrap();
-    assert_eq!(a[..4 * 11], c[..4 * 11], "positions 0..4 see only their past");
+    assert_eq!(
+        a[..4 * 11],
+        c[..4 * 11],
+        "positions 0..4 see only their past"
+    );
     assert_ne!(a[4 * 11..], c[4 * 11..]);
 }
 
@@ -280,7 +301,10 @@ fn bad_text_and_bad_shapes_are_clear_errors() {
     let bad_heads: ModelConfig =
         toml::from_str("kind = \"transformer\"\nd_model = 30\nheads = 4").unwrap();
     let e = load_err(&bad_heads, &text_cfg(&good, ""));
-    assert!(e.contains("model.heads") && e.contains("do not divide"), "{e}");
+    assert!(
+        e.contains("model.heads") && e.contains("do not divide"),
+        "{e}"
+    );
     let missing = dir.path().join("missing.txt");
     let e = load_err(&model_cfg(8), &text_cfg(&missing, ""));
     assert!(e.contains("missing.txt"), "{e}");

@@ -412,11 +412,12 @@ impl DataConfig {
 
     /// The held-out fraction, for datasets without an official split (0.2; a text's 0.1).
     pub fn test_fraction(&self) -> f64 {
-        self.test_fraction.unwrap_or(if self.kind() == DatasetKind::Text {
-            DEFAULT_TEXT_TEST_FRACTION
-        } else {
-            DEFAULT_TEST_FRACTION
-        })
+        self.test_fraction
+            .unwrap_or(if self.kind() == DatasetKind::Text {
+                DEFAULT_TEXT_TEST_FRACTION
+            } else {
+                DEFAULT_TEST_FRACTION
+            })
     }
 
     /// CSV options (defaults when `[data.csv]` is absent).

@@ -107,7 +107,9 @@ pub fn load_text(path: &Path, context: usize, test_fraction: f64) -> Result<(Spl
         reason,
     };
     if n == 0 {
-        return Err(data_err("the file is empty: a language model needs text".into()));
+        return Err(data_err(
+            "the file is empty: a language model needs text".into(),
+        ));
     }
     let test_len = ((n as f64) * test_fraction).round() as usize;
     let train_len = n - test_len;

@@ -50,7 +50,10 @@ impl CausalSelfAttention {
         // −∞ above the diagonal: position i attends to positions 0..=i only.
         let future: Tensor<4, Bool> = Tensor::tril_mask([1, 1, t, t], 0, &device);
         let mask = Tensor::<4>::zeros([1, 1, t, t], &device).mask_fill(future, f32::NEG_INFINITY);
-        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (dh as f64).sqrt()) + mask;
+        let scores = q
+            .matmul(k.swap_dims(2, 3))
+            .mul_scalar(1.0 / (dh as f64).sqrt())
+            + mask;
         let y = activation::softmax(scores, 3)
             .matmul(v)
             .swap_dims(1, 2)
