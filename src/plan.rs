@@ -84,7 +84,7 @@ impl Plan {
     /// error is located in the scenario file (a data file that cannot be read at `data.path`).
     pub fn prepare(loaded: &Loaded) -> Result<Plan> {
         let problem = load_problem(loaded)?;
-        loaded.check_against_model(problem.model.num_params(), &problem.model.matrices())?;
+        loaded.check_against_model(&problem.model)?;
         let claims = claims(loaded, &problem)?;
         let shards = partition(loaded, &problem)?;
         let faults = {

@@ -439,14 +439,15 @@ impl Loaded {
             .unwrap_or_else(|| PathBuf::from("."))
     }
 
-    /// The checks of each `[[algorithms]]` entry that need the model's parameter count (an
-    /// LPP-SGD process or a parameter-server shard needs at least one parameter), located at the
-    /// entry's key.
+    /// The checks of each `[[algorithms]]` entry that need the model (an LPP-SGD process or a
+    /// parameter-server shard needs at least one parameter, PowerSGD's rank fits the weight
+    /// matrices, Streaming DiLoCo's fragments the layers), located at the entry's key.
     pub fn check_against_model(
         &self,
-        params: usize,
-        matrices: &[dasim_sim::params::Matrix],
+        model: &dasim_models::Model,
     ) -> Result<(), Box<ScenarioError>> {
+        let (params, matrices, layers) = (model.num_params(), model.matrices(), model.layers());
+        let state = model.trainable().end..params;
         let s = &self.scenario;
         for (i, alg) in s.algorithms.iter().enumerate() {
             let topology = s
@@ -456,7 +457,9 @@ impl Loaded {
                 &topology,
                 &format!("algorithms[{i}]"),
                 Some(params),
-                matrices,
+                &matrices,
+                &layers,
+                state.clone(),
             )
             .map_err(|e| self.config_error(&e))?;
         }

@@ -555,3 +555,19 @@ fn a_language_model_is_checked_against_its_text_before_anything_runs() {
         }
     }
 }
+
+#[test]
+fn streaming_diloco_fragments_are_checked_against_the_models_layers_before_anything_runs() {
+    // The MLP 64-16-10 has two layers: three fragments of whole layers cannot be made.
+    expect_error(
+        &SMALL.replace(
+            "kind = \"adpsgd\"",
+            "kind = \"streaming-diloco\"\ninner_steps = 12\nfragments = 3",
+        ),
+        &[
+            "bad.toml:40:",
+            "algorithms[1].fragments",
+            "3 fragments for a model of 2 layers",
+        ],
+    );
+}

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::*;
-use dasim_reports::rundir::{CheckResult, RunData};
+use dasim_reports::rundir::{AlgorithmSummary, CheckResult, RunData, read_summary};
 
 fn paper(name: &str) -> String {
     let path = common::manifest_dir().join("scenarios/papers").join(name);
@@ -276,7 +276,8 @@ fn side_by_side_the_asynchronous_algorithms_escape_the_straggler() {
             "adpsgd",
             "sgp",
             "overlap-sgp",
-            "dasgd"
+            "dasgd",
+            "diloco"
         ]
     );
     let run = |label: &str| summary.run(label).unwrap();
@@ -359,4 +360,52 @@ fn under_fixed_speeds_the_asynchronous_methods_reach_the_target_before_minibatch
     assert_eq!(max_delay("rennala"), 0);
     assert!(max_delay("asgd") >= 16);
     assert!(run("ringmaster").final_loss < run("minibatch-sgd").final_loss);
+}
+
+#[test]
+fn diloco_sends_h_times_fewer_bytes_than_allreduce_on_the_language_model() {
+    // Three simulated seconds (one DiLoCo round of H = 100 steps and its ring; four all-reduce
+    // steps), the corpus at its absolute path, and without the claims, which are about the
+    // full minute (the exact byte ratio holds at round boundaries; see the README).
+    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
+    let text = set(&paper("diloco-lm.toml"), "sim_time_s", "3.0").replace(
+        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
+        &format!("path = {:?}", corpus.display().to_string()),
+    );
+    let text = &text[..text.find("[[expect]]").unwrap()];
+    let (dir, path) = scenario(text, "diloco-lm.toml");
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let summary = read_summary(&out).unwrap().expect("summary.json");
+    let run = |label: &str| summary.run(label).unwrap();
+    let (ar, dl) = (run("allreduce"), run("diloco"));
+    // Both all-reduce a model-sized vector over the same ring of 8: 2(n - 1)·n = 112 chunks of
+    // the same size. All-reduce SGD runs one per step; DiLoCo one per round of H = 100 steps,
+    // and by 3 s it has run exactly one (its round ends at 2 s, its ring within 0.8 s, and the
+    // next round's 100 steps are not done).
+    let ring = 2 * 7 * 8;
+    assert_eq!(dl.messages, ring);
+    assert_eq!(ar.bytes % ar.messages, 0);
+    assert_eq!(dl.bytes, ar.bytes / ar.messages * ring);
+    assert!((800..1600).contains(&dl.worker_steps), "{}", dl.worker_steps);
+    let per_step = |r: &AlgorithmSummary| r.bytes as f64 / r.worker_steps as f64;
+    assert!(per_step(dl) * 50.0 < per_step(ar));
+    assert!(dl.worker_steps > 20 * ar.worker_steps);
+    assert!(dl.final_loss < ar.final_loss);
+    assert!(dl.final_perplexity.is_some_and(|p| (p - dl.final_loss.exp()).abs() < 1e-9));
+}
+
+#[test]
+fn slowmo_keeps_sgps_pace_at_the_papers_scale() {
+    let (_dir, _out, data) = run(
+        &set(&paper("slowmo-sgp.toml"), "sim_time_s", "10.0"),
+        "slowmo-sgp.toml",
+    );
+    let summary = data.summary.as_ref().unwrap();
+    let run = |label: &str| summary.run(label).unwrap();
+    let pace = |label: &str| run(label).steps_per_sim_s;
+    assert!(pace("slowmo-sgp") < pace("sgp"), "the exact averages cost something");
+    assert!(pace("slowmo-sgp") > 0.9 * pace("sgp"));
+    assert!(pace("slowmo-sgp") > 1.3 * pace("allreduce"));
+    assert_eq!(summary.checks.len(), 2);
 }

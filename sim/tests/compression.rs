@@ -436,7 +436,7 @@ fn refusal(entry: AlgorithmKind, matrices: &[Matrix]) -> dasim_sim::ConfigError 
     let env = BuildEnv::new(SEED);
     let topology = Topology::build(&TopologyConfig::Ring {}, 6, &env).unwrap();
     AlgorithmConfig::from(entry)
-        .validate_model(&topology, "algorithms[0]", Some(DIM), matrices)
+        .validate_model(&topology, "algorithms[0]", Some(DIM), matrices, &[], 0..0)
         .unwrap_err()
 }
 
@@ -509,6 +509,6 @@ fn bad_compression_options_are_refused_at_their_field() {
     let env = BuildEnv::new(SEED);
     let topology = Topology::build(&TopologyConfig::Ring {}, 6, &env).unwrap();
     AlgorithmConfig::from(powersgd(3))
-        .validate_model(&topology, "algorithms[0]", Some(DIM), &m)
+        .validate_model(&topology, "algorithms[0]", Some(DIM), &m, &[], 0..0)
         .unwrap();
 }

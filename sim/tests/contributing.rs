@@ -201,6 +201,8 @@ fn validate(cfg: &GossipConfig, topology: &Topology) -> Result<(), ConfigError> 
         topology,
         params: None,
         matrices: &[],
+        layers: &[],
+        state: &(0..0),
     })
 }
 
@@ -336,6 +338,8 @@ fn gossip_keeps_the_walkthrough_invariants_at_every_event() {
         topology: &world.topology,
         params: Some(world.store.num_params()),
         matrices: &[],
+        layers: &[],
+        state: &(0..0),
     })
     .unwrap();
     let mut alg = Gossip::new(&cfg, n, SEED);

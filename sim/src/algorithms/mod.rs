@@ -93,6 +93,12 @@ pub struct Setup<'a> {
     /// The model's weight matrices ([`ReplicaStore::matrices`]); empty when the check runs
     /// before the model is known, or the model has none.
     pub matrices: &'a [crate::params::Matrix],
+    /// The model's layers ([`ReplicaStore::layers`]); empty when the check runs before the
+    /// model is known.
+    pub layers: &'a [crate::params::Layer],
+    /// The model's running statistics ([`ReplicaStore::state`]); empty when it has none or
+    /// the check runs before the model is known.
+    pub state: &'a std::ops::Range<usize>,
 }
 
 impl Setup<'_> {
@@ -463,17 +469,20 @@ impl AlgorithmConfig {
         path: &str,
         params: Option<usize>,
     ) -> Result<(), ConfigError> {
-        self.validate_model(topology, path, params, &[])
+        self.validate_model(topology, path, params, &[], &[], 0..0)
     }
 
-    /// [`AlgorithmConfig::validate`] knowing the model's weight matrices too (PowerSGD's rank is
-    /// checked against them).
+    /// [`AlgorithmConfig::validate`] knowing the model's weight matrices (PowerSGD's rank is
+    /// checked against them), layers and running statistics (Streaming DiLoCo's fragments are
+    /// made of whole layers) too.
     pub fn validate_model(
         &self,
         topology: &Topology,
         path: &str,
         params: Option<usize>,
         matrices: &[crate::params::Matrix],
+        layers: &[crate::params::Layer],
+        state: std::ops::Range<usize>,
     ) -> Result<(), ConfigError> {
         if self.label.as_deref().is_some_and(|l| l.trim().is_empty()) {
             return Err(
@@ -503,6 +512,8 @@ impl AlgorithmConfig {
                 topology,
                 params,
                 matrices,
+                layers,
+                state: &state,
             })
             .map_err(|e| self.own_field(e, path))
     }
@@ -604,12 +615,15 @@ pub fn run_algorithm_checkpointed(
     cfg.check_optimizer(&world.optimizer, "algorithms")?;
     let spec = cfg.algorithm.spec();
     let matrices = world.store.matrices();
+    let layers = world.store.layers();
     spec.validate(&Setup {
         kind: cfg.kind(),
         path: "algorithms",
         topology: &world.topology,
         params: Some(world.store.num_params()),
         matrices: &matrices,
+        layers: &layers,
+        state: &world.store.state(),
     })?;
     spec.run(cfg.kind(), world, run_cfg, observer, ckpt)
 }

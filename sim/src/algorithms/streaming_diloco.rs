@@ -45,8 +45,8 @@
 //! (`pattern = "strided"`: layer `k` in fragment `k mod P`, the paper's choice), or
 //! *sequential* (`P` runs of consecutive layers, as [`crate::params::blocks`] splits them). A
 //! model of one layer (the analytic problems, which have no layers) is split into `P`
-//! contiguous coordinate blocks instead. `P` is at most the number of layers (the run refuses
-//! more, at `fragments`). Running statistics (batch norm) travel with the last fragment and,
+//! contiguous coordinate blocks instead. `P` is at most the number of layers (`dasim validate`
+//! refuses more, at `fragments`, before anything runs). Running statistics (batch norm) travel with the last fragment and,
 //! as in DiLoCo, are averaged, not extrapolated.
 //!
 //! **Quantization** (`outer_bits` `b < 32`). Each worker's outer gradient on the fragment is
@@ -792,7 +792,11 @@ impl Algorithm for StreamingDiloco {
 
 impl AlgorithmSpec for StreamingDilocoConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
-        self.check(setup.path, setup.params)
+        self.check(setup.path, setup.params)?;
+        if !setup.layers.is_empty() {
+            self.fragments_of(setup.layers, setup.state.clone(), setup.path)?;
+        }
+        Ok(())
     }
 
     fn extra_rows(&self) -> usize {
@@ -820,7 +824,6 @@ impl AlgorithmSpec for StreamingDilocoConfig {
         observer: &mut dyn Observer,
         ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome> {
-        self.fragments_of(&world.store.layers(), world.store.state(), "algorithms")?;
         run_checkpointed(
             &mut StreamingDiloco::new(self, world.workers()),
             world,
