@@ -387,12 +387,19 @@ fn diloco_sends_h_times_fewer_bytes_than_allreduce_on_the_language_model() {
     assert_eq!(dl.messages, ring);
     assert_eq!(ar.bytes % ar.messages, 0);
     assert_eq!(dl.bytes, ar.bytes / ar.messages * ring);
-    assert!((800..1600).contains(&dl.worker_steps), "{}", dl.worker_steps);
+    assert!(
+        (800..1600).contains(&dl.worker_steps),
+        "{}",
+        dl.worker_steps
+    );
     let per_step = |r: &AlgorithmSummary| r.bytes as f64 / r.worker_steps as f64;
     assert!(per_step(dl) * 50.0 < per_step(ar));
     assert!(dl.worker_steps > 20 * ar.worker_steps);
     assert!(dl.final_loss < ar.final_loss);
-    assert!(dl.final_perplexity.is_some_and(|p| (p - dl.final_loss.exp()).abs() < 1e-9));
+    assert!(
+        dl.final_perplexity
+            .is_some_and(|p| (p - dl.final_loss.exp()).abs() < 1e-9)
+    );
 }
 
 #[test]
@@ -404,7 +411,10 @@ fn slowmo_keeps_sgps_pace_at_the_papers_scale() {
     let summary = data.summary.as_ref().unwrap();
     let run = |label: &str| summary.run(label).unwrap();
     let pace = |label: &str| run(label).steps_per_sim_s;
-    assert!(pace("slowmo-sgp") < pace("sgp"), "the exact averages cost something");
+    assert!(
+        pace("slowmo-sgp") < pace("sgp"),
+        "the exact averages cost something"
+    );
     assert!(pace("slowmo-sgp") > 0.9 * pace("sgp"));
     assert!(pace("slowmo-sgp") > 1.3 * pace("allreduce"));
     assert_eq!(summary.checks.len(), 2);
