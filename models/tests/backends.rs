@@ -42,6 +42,19 @@ fn compare(
     workers: usize,
     batch: usize,
 ) {
+    compare_within(wgpu, name, model, data, workers, batch, 2e-4);
+}
+
+/// [`compare`], the gradients within `tol` of the largest coordinate.
+fn compare_within(
+    wgpu: &Backend,
+    name: &str,
+    model: ModelConfig,
+    data: &str,
+    workers: usize,
+    batch: usize,
+    tol: f32,
+) {
     let data: DataConfig = toml::from_str(data).unwrap();
     let pb = Problem::load(&model, &data, Path::new("."), 42).unwrap();
     let opt = OptimizerConfig::default();
@@ -72,7 +85,7 @@ fn compare(
         let scale = ga.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (i, (x, y)) in ga.iter().zip(&gb).enumerate() {
             assert!(
-                (x - y).abs() <= 2e-4 * scale + 1e-6,
+                (x - y).abs() <= tol * scale + 1e-6,
                 "{name}, request {k}, coordinate {i}: {x} vs {y}"
             );
         }
@@ -144,6 +157,17 @@ fn conv_models_on_wgpu_match_flex_with_augmentation() {
         3,
         8,
     );
+}
+
+#[test]
+fn the_transformer_on_wgpu_matches_flex() {
+    let Some(wgpu) = wgpu() else { return };
+    let model: ModelConfig = toml::from_str(
+        "kind = \"transformer\"\nlayers = 2\nd_model = 16\nheads = 2\nd_ff = 32\ncontext = 16",
+    )
+    .unwrap();
+    let text = "dataset = \"text\"\npath = \"data/tinyshakespeare.txt.gz\"\ntest_fraction = 0.003";
+    compare_within(&wgpu, "transformer", model, text, 3, 4, 1e-4);
 }
 
 /// Threads split a flush into passes on `flex` only: on a GPU every group would pay the kernel
