@@ -162,6 +162,46 @@ fn data(model: &Model, r: usize, dim: usize) -> (Vec<f32>, Vec<u32>) {
     (x, y)
 }
 
+/// Times one training pass of the replicas `params` through burn's autodiff on the bench's
+/// device (the store's path there): the model's outputs on `x`, cross-entropy against the labels
+/// `y`, the gradient read back; each timed pass paired with a reference product.
+#[allow(clippy::too_many_arguments)]
+fn bench_burn_pass(
+    bencher: Bencher,
+    name: &'static str,
+    r: usize,
+    flops: f64,
+    model: &Model,
+    params: Tensor<2>,
+    x: Tensor<3>,
+    y: Tensor<3, Int>,
+) {
+    let pass = || {
+        let started = Instant::now();
+        let params = params.clone().autodiff().require_grad();
+        let (logits, _) = model.forward(params.clone(), x.clone().autodiff(), true);
+        let loss = activation::log_softmax(logits, 2)
+            .gather(2, y.clone().autodiff())
+            .neg()
+            .sum();
+        let grads = loss.backward();
+        let s = params
+            .grad(&grads)
+            .expect("a gradient")
+            .sum()
+            .into_scalar::<f32>();
+        (s, started.elapsed().as_secs_f64())
+    };
+    pass();
+    bencher
+        .with_inputs(reference_gflops)
+        .bench_values(|reference| {
+            let (s, secs) = pass();
+            record(name, r, flops, secs, reference);
+            s
+        });
+}
+
 /// One training pass of `r` replicas through the model's CPU program (the store's path on
 /// `flex`), or through burn on the device (the path on a GPU).
 fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r: usize) {
@@ -176,30 +216,7 @@ fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r
         let xt: Tensor<3> = Tensor::from_data(TensorData::new(x, [r, BATCH, dim]), device);
         let labels: Vec<i64> = y.iter().map(|&l| i64::from(l)).collect();
         let yt: Tensor<3, Int> = Tensor::from_data(TensorData::new(labels, [r, BATCH, 1]), device);
-        let pass = || {
-            let started = Instant::now();
-            let params = params.clone().autodiff().require_grad();
-            let (logits, _) = model.forward(params.clone(), xt.clone().autodiff(), true);
-            let loss = activation::log_softmax(logits, 2)
-                .gather(2, yt.clone().autodiff())
-                .neg()
-                .sum();
-            let grads = loss.backward();
-            let s = params
-                .grad(&grads)
-                .expect("a gradient")
-                .sum()
-                .into_scalar::<f32>();
-            (s, started.elapsed().as_secs_f64())
-        };
-        pass();
-        bencher
-            .with_inputs(reference_gflops)
-            .bench_values(|reference| {
-                let (s, secs) = pass();
-                record(name, r, flops, secs, reference);
-                s
-            });
+        bench_burn_pass(bencher, name, r, flops, &model, params, xt, yt);
         return;
     }
     let program = model.cpu_program().expect("a CPU program");
@@ -279,30 +296,7 @@ fn bench_transformer(bencher: Bencher, name: &'static str, model: Model, r: usiz
         Tensor::from_data(TensorData::new(row, [1, p]), device).repeat_dim(0, r);
     let xt: Tensor<3> = Tensor::from_data(TensorData::new(x, [r, batch, t + 1]), device);
     let yt: Tensor<3, Int> = Tensor::from_data(TensorData::new(y, [r, batch * t, 1]), device);
-    let pass = || {
-        let started = Instant::now();
-        let params = params.clone().autodiff().require_grad();
-        let (logits, _) = model.forward(params.clone(), xt.clone().autodiff(), true);
-        let loss = activation::log_softmax(logits, 2)
-            .gather(2, yt.clone().autodiff())
-            .neg()
-            .sum();
-        let grads = loss.backward();
-        let s = params
-            .grad(&grads)
-            .expect("a gradient")
-            .sum()
-            .into_scalar::<f32>();
-        (s, started.elapsed().as_secs_f64())
-    };
-    pass();
-    bencher
-        .with_inputs(reference_gflops)
-        .bench_values(|reference| {
-            let (s, secs) = pass();
-            record(name, r, flops, secs, reference);
-            s
-        });
+    bench_burn_pass(bencher, name, r, flops, &model, params, xt, yt);
 }
 
 #[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
