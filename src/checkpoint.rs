@@ -24,6 +24,9 @@ use serde::{Deserialize, Serialize};
 use dasim_reports::rundir::{Summary, Timings, WriterState, write_atomic};
 use dasim_sim::engine::checkpoint::{decode, encode};
 
+use dasim_models::BackendChoice;
+
+use crate::runtime::backend_name;
 use crate::{Error, Result};
 
 /// The checkpoint's file name in a run directory.
@@ -155,4 +158,35 @@ pub fn crash_point(point: &str) {
 
 fn corrupt(why: &str) -> Error {
     Error::Usage(format!("the checkpoint is damaged: {why}"))
+}
+
+impl RunCheckpoint {
+    /// The backend to continue the run on: the checkpoint's when `requested` is `auto`, else
+    /// `requested`, which must then be the checkpoint's.
+    pub fn backend_choice(&self, requested: BackendChoice) -> Result<BackendChoice> {
+        match requested {
+            BackendChoice::Auto => self.backend.parse().map_err(Error::Usage),
+            named if backend_name(named) != self.backend => Err(Error::Usage(format!(
+                "the checkpoint's run used the {} backend, not {}: resume it with --backend {} \
+                 (or without --backend)",
+                self.backend,
+                backend_name(named),
+                self.backend
+            ))),
+            named => Ok(named),
+        }
+    }
+
+    /// The scenario file the checkpoint's run read, which must still be there (unchanged) to
+    /// continue it.
+    pub fn scenario_file(&self) -> Result<&Path> {
+        if !self.scenario_path.exists() {
+            return Err(Error::Usage(format!(
+                "the checkpoint's scenario file {} is gone: it is needed (unchanged) to continue \
+                 the run",
+                self.scenario_path.display()
+            )));
+        }
+        Ok(&self.scenario_path)
+    }
 }

@@ -49,6 +49,8 @@ pub mod checkpoint;
 pub mod inspect;
 pub mod outputs;
 pub mod plan;
+#[cfg(feature = "python")]
+mod python;
 pub mod runner;
 pub mod runtime;
 pub mod scenario;

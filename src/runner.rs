@@ -54,6 +54,31 @@ pub fn run_scenario(loaded: &Loaded, opts: &RunOptions) -> Result<Results> {
 /// [`run_scenario`], drawing the plots at the end only when `plots` is set (`dasim check`
 /// leaves them out of the temporary run directories it removes).
 pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Result<Results> {
+    run_into_dir(
+        loaded,
+        opts,
+        plots,
+        opts.interrupt.map(|f| f as &AtomicBool),
+    )
+}
+
+/// [`run_scenario`] stopped by `interrupt` (rather than `opts.interrupt`, which must live for
+/// the whole program): a sweep's points in one process share a flag of the sweep's
+/// ([`crate::sweep::exec::run_sweep_here`]).
+pub fn run_scenario_interruptible(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    interrupt: Option<&AtomicBool>,
+) -> Result<Results> {
+    run_into_dir(loaded, opts, true, interrupt)
+}
+
+fn run_into_dir(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    plots: bool,
+    interrupt: Option<&AtomicBool>,
+) -> Result<Results> {
     let resume = opts.resume.as_deref();
     let mut sink = match resume {
         Some(_) => RunDir::resume(&opts.out, &loaded.path),
@@ -67,7 +92,7 @@ pub fn run_scenario_with(loaded: &Loaded, opts: &RunOptions, plots: bool) -> Res
         .memory_limit(opts.memory_limit)
         .checkpoints(Checkpoints {
             every_s: opts.checkpoint_every,
-            interrupt: opts.interrupt.map(|f| f as &AtomicBool),
+            interrupt,
             resume,
         })
         .run(&mut sink, &mut progress)

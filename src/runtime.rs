@@ -16,6 +16,15 @@ pub fn backend(choice: BackendChoice) -> Result<Backend> {
     Ok(dasim_models::backend::select(choice)?)
 }
 
+/// The name of a `--backend` choice, as a checkpoint or a sweep point records it.
+pub fn backend_name(b: BackendChoice) -> &'static str {
+    match b {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Wgpu => "wgpu",
+        BackendChoice::Flex => "flex",
+    }
+}
+
 /// mimalloc's `mi_option_purge_delay` (the 16th entry of `mi_option_e` in the bundled v3
 /// `mimalloc.h`; the crate exports no constant for it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;

@@ -16,8 +16,9 @@
 use std::path::{Path, PathBuf};
 
 use dasim_reports::rundir::{
-    CheckRow, GradientRow, MessageRow, MetricRow, Partition, RunData, RunWriter, SeriesRow, Stamp,
-    Summary, Tables, Timings, files, write_csv, write_partition, write_scenario,
+    CheckRow, EventLogs, GradientRow, MessageRow, MetricRow, Partition, RunData, RunWriter,
+    SeriesRow, Stamp, Summary, Tables, Timings, csv_text, files, json_text, partition_text,
+    write_csv, write_partition, write_scenario,
 };
 
 use crate::checkpoint::{self, RunCheckpoint, crash_point};
@@ -309,6 +310,9 @@ pub struct InMemory {
     pub timings: Option<Timings>,
     /// `checks.csv`.
     pub checks: Vec<CheckRow>,
+    /// Which per-event logs the scenario asked for (a run directory then has
+    /// `gradients.csv` or `messages.csv`, even with no row).
+    pub logs: EventLogs,
 }
 
 impl InMemory {
@@ -326,6 +330,49 @@ impl InMemory {
     }
 }
 
+impl InMemory {
+    /// The files a run directory of the same run would hold (the plots, `report.html` and
+    /// `checkpoint.bin` aside), by name, each with the bytes it would hold: `scenario.toml`,
+    /// `partition.csv` (with data), the CSV files (`gradients.csv` and `messages.csv` when
+    /// logged, `faults.csv` when a fault happened, `checks.csv` with claims), `summary.json`
+    /// and `timings.json` (once an algorithm finished). `tests/python` checks them against
+    /// the files `dasim run` writes, byte for byte.
+    pub fn files(&self) -> Vec<(&'static str, String)> {
+        let stamp = self.stamp.clone().unwrap_or_default();
+        let t = &self.tables;
+        let mut out = vec![(files::SCENARIO, self.scenario_toml.clone())];
+        if let Some(p) = &self.partition {
+            out.push((files::PARTITION, partition_text(&stamp, p)));
+        }
+        out.push((files::METRICS, csv_text(&stamp, &self.metrics)));
+        out.push((files::SERIES, csv_text(&stamp, &self.series)));
+        if self.logs.gradients {
+            out.push((files::GRADIENTS, csv_text(&stamp, &self.gradients)));
+        }
+        if self.logs.messages {
+            out.push((files::MESSAGES, csv_text(&stamp, &self.messages)));
+        }
+        if let Some(summary) = &self.summary {
+            out.push((files::STALENESS, csv_text(&stamp, &t.staleness)));
+            out.push((files::UTILIZATION, csv_text(&stamp, &t.utilization)));
+            out.push((files::WAITS, csv_text(&stamp, &t.waits)));
+            out.push((files::LINKS, csv_text(&stamp, &t.links)));
+            out.push((files::TIMELINE, csv_text(&stamp, &t.timeline)));
+            if !t.faults.is_empty() {
+                out.push((files::FAULTS, csv_text(&stamp, &t.faults)));
+            }
+            if !self.checks.is_empty() {
+                out.push((files::CHECKS, csv_text(&stamp, &self.checks)));
+            }
+            out.push((files::SUMMARY, json_text(summary)));
+        }
+        if let Some(timings) = &self.timings {
+            out.push((files::TIMINGS, json_text(timings)));
+        }
+        out
+    }
+}
+
 impl RunSink for InMemory {
     fn start(&mut self, run: &RunStart<'_>) -> Result<()> {
         if run.resume.is_some() {
@@ -337,6 +384,7 @@ impl RunSink for InMemory {
             stamp: Some(run.stamp.clone()),
             scenario_toml: run.scenario_toml.to_owned(),
             partition: run.partition.clone(),
+            logs: run.logs,
             ..InMemory::default()
         };
         Ok(())

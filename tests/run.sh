@@ -102,3 +102,22 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 # One profile for building, running and testing, so dependencies compile once.
 cargo test --release --workspace --all-targets "$@"
 cargo test --release --workspace --doc "$@"
+
+# The Python package (pyproject.toml; the binding is src/python.rs, the Python layer src/py/dasim):
+# `pip install` builds its wheel with maturin into a fresh virtual environment, with what its
+# tests need, and pytest runs tests/python against it, comparing it with the dasim binary built
+# above. The wheel's build reuses the release build of burn above (only PyO3 and the root crate,
+# with its `python` feature, are compiled). Packages come from PyPI (pip's cache keeps them).
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "tests/run.sh: installing python3-venv for the Python package's tests"
+  apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+fi
+venv="$(mktemp -d)/venv"
+"$PYTHON" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet ".[test]"
+DASIM_BIN="$(cargo metadata --format-version 1 --no-deps | "$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/dasim" \
+  "$venv/bin/python" -m pytest -q tests/python
+rm -rf "$(dirname "$venv")"

@@ -9,13 +9,4 @@ pub mod sweep;
 pub mod trace;
 pub mod validate;
 
-use dasim_models::BackendChoice;
-
-/// The name of a `--backend` choice, as a checkpoint or a sweep point records it.
-pub fn backend_name(b: BackendChoice) -> &'static str {
-    match b {
-        BackendChoice::Auto => "auto",
-        BackendChoice::Wgpu => "wgpu",
-        BackendChoice::Flex => "flex",
-    }
-}
+pub use dasim::runtime::backend_name;

@@ -9,8 +9,6 @@ use dasim::{Error, Loaded, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
 use dasim_reports::rundir::{CheckResult, Stopped};
 
-use super::backend_name;
-
 /// `dasim run`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -86,28 +84,9 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         Some(dir) => {
             let ckpt = RunCheckpoint::read(&dir)?;
             // The checkpoint's backend unless one is named (then it must be the same).
-            let backend = match backend {
-                BackendChoice::Auto => ckpt.backend.parse().map_err(Error::Usage)?,
-                named if backend_name(named) != ckpt.backend => {
-                    return Err(Error::Usage(format!(
-                        "the checkpoint's run used the {} backend, not {}: resume it \
-                         with --backend {} (or without --backend)",
-                        ckpt.backend,
-                        backend_name(named),
-                        ckpt.backend
-                    )));
-                }
-                named => named,
-            };
+            let backend = ckpt.backend_choice(backend)?;
             let every = checkpoint_every.or(ckpt.checkpoint_every_s);
-            if !ckpt.scenario_path.exists() {
-                return Err(Error::Usage(format!(
-                    "the checkpoint's scenario file {} is gone: it is needed (unchanged) \
-                     to continue the run",
-                    ckpt.scenario_path.display()
-                )));
-            }
-            let path = ckpt.scenario_path.clone();
+            let path = ckpt.scenario_file()?.to_path_buf();
             (path, dir, Some(Box::new(ckpt)), backend, every)
         }
         None => (

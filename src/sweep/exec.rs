@@ -20,7 +20,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use dasim_models::{Backend, Execution};
 use dasim_reports::rundir::sha256_hex;
 
-use crate::runner::{RunOptions, run_scenario};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::runner::{RunOptions, run_scenario_interruptible};
+use crate::simulation::Results;
 use crate::sweep::layout::{
     Completeness, Manifest, POINT_LOCK, POINT_LOG, POINT_TOML, PointStatus, RanBy, State,
     completeness, log_tail, point_dir, write_unique,
@@ -150,28 +154,8 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
     let plain: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
     Manifest::new(&sweep, &plain).write(&opts.out)?;
 
-    let mut report = SweepReport {
-        total: points.len(),
-        ..SweepReport::default()
-    };
-    let mut queue = VecDeque::new();
+    let (mut report, mut queue) = select(opts, &points);
     let current = RanBy::current(&opts.backend);
-    for (point, loaded) in &points {
-        if opts.shard.is_some_and(|s| !s.holds(point.index)) {
-            continue;
-        }
-        report.selected += 1;
-        let dir = point_dir(&opts.out, &point.name);
-        let sha = sha256_hex(point.text.as_bytes());
-        match completeness(&dir, &sha, loaded.scenario.algorithms.len(), &current) {
-            Completeness::Complete => report.skipped += 1,
-            Completeness::Incomplete => queue.push_back(point.clone()),
-            Completeness::RanByOther(other) => {
-                report.rerun.push((point.name.clone(), other));
-                queue.push_back(point.clone());
-            }
-        }
-    }
     let jobs = opts
         .jobs
         .unwrap_or_else(|| default_jobs(opts.threads))
@@ -300,6 +284,34 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
     Ok(report)
 }
 
+/// The points of `opts.shard` (every point without one) that are not complete yet, in order,
+/// and the report so far (the points counted, those skipped, those run again).
+fn select(opts: &SweepOptions, points: &[(Point, Loaded)]) -> (SweepReport, VecDeque<Point>) {
+    let mut report = SweepReport {
+        total: points.len(),
+        ..SweepReport::default()
+    };
+    let mut queue = VecDeque::new();
+    let current = RanBy::current(&opts.backend);
+    for (point, loaded) in points {
+        if opts.shard.is_some_and(|s| !s.holds(point.index)) {
+            continue;
+        }
+        report.selected += 1;
+        let dir = point_dir(&opts.out, &point.name);
+        let sha = sha256_hex(point.text.as_bytes());
+        match completeness(&dir, &sha, loaded.scenario.algorithms.len(), &current) {
+            Completeness::Complete => report.skipped += 1,
+            Completeness::Incomplete => queue.push_back(point.clone()),
+            Completeness::RanByOther(other) => {
+                report.rerun.push((point.name.clone(), other));
+                queue.push_back(point.clone());
+            }
+        }
+    }
+    (report, queue)
+}
+
 /// Starts the worker process of `point`: `dasim sweep point`, its output to the point's
 /// `log.txt`, its standard input a pipe it watches to exit with this process.
 fn spawn_point(exe: &Path, opts: &SweepOptions, point: &Point) -> Result<Child> {
@@ -354,12 +366,6 @@ pub fn run_point(
     (requested, backend): (&str, Backend),
     execution: Execution,
 ) -> Result<()> {
-    std::fs::create_dir_all(out).map_err(io(format!("cannot create {}", out.display())))?;
-    let lock_path = out.join(POINT_LOCK);
-    let lock = std::fs::File::create(&lock_path)
-        .map_err(io(format!("cannot create {}", lock_path.display())))?;
-    lock.lock()
-        .map_err(io(format!("cannot lock {}", lock_path.display())))?;
     let (sweep, points) = expand(scenario)?;
     let Some((point, loaded)) = points.into_iter().find(|(p, _)| p.name == name) else {
         return Err(Error::Usage(format!(
@@ -367,61 +373,233 @@ pub fn run_point(
             sweep.path.display()
         )));
     };
-    let sha = sha256_hex(point.text.as_bytes());
-    let current = RanBy::current(requested);
-    match completeness(out, &sha, loaded.scenario.algorithms.len(), &current) {
-        Completeness::Complete => {
-            eprintln!("{name}: complete already");
-            return Ok(());
-        }
-        Completeness::RanByOther(other) => {
-            eprintln!("{name}: its results are by {other}; running it again with {current}");
-        }
-        Completeness::Incomplete => {}
-    }
-    let _ = std::fs::remove_file(out.join(crate::sweep::layout::POINT_STATUS));
-    write_unique(&out.join(POINT_TOML), point.text.as_bytes())?;
-    let opts = RunOptions {
-        backend,
-        out: out.to_path_buf(),
-        progress: false,
+    let point = PointRun {
+        sweep: &sweep,
+        point: &point,
+        loaded: &loaded,
+        out,
+        backend: (requested, backend),
         execution,
-        memory_limit: None,
-        force: true,
-        checkpoint_every: None,
         interrupt: None,
-        resume: None,
     };
-    // A check that needs the model or the data, failing now, is located in the sweep's file.
-    let result = run_scenario(&loaded, &opts).map_err(|e| match e {
-        Error::Scenario(e) => Error::Scenario(sweep.relocate(&point, &e)),
-        other => other,
-    });
-    let status = PointStatus {
-        name: name.to_owned(),
-        state: if result.is_ok() {
-            State::Done
-        } else {
-            State::Failed
-        },
-        sha256: sha,
-        ran_by: Some(current),
-        error: result.as_ref().err().map(|e| e.to_string()),
-    };
-    status.write(out)?;
-    match result {
-        Ok(results) => {
-            for r in &results.runs {
-                println!(
-                    "{name}: {} sim {} s, {} steps, final loss {}",
-                    r.algorithm,
-                    crate::outputs::fixed(r.sim_time_s, 3),
-                    r.worker_steps,
-                    r.final_loss
-                );
-            }
-            Ok(())
+    if let Some(results) = point.run()? {
+        for r in &results.runs {
+            println!(
+                "{name}: {} sim {} s, {} steps, final loss {}",
+                r.algorithm,
+                crate::outputs::fixed(r.sim_time_s, 3),
+                r.worker_steps,
+                r.final_loss
+            );
         }
-        Err(e) => Err(e),
     }
+    Ok(())
+}
+
+/// One point of a sweep, to run into its directory.
+pub struct PointRun<'a> {
+    /// The sweep.
+    pub sweep: &'a Sweep,
+    /// The point.
+    pub point: &'a Point,
+    /// Its scenario, loaded.
+    pub loaded: &'a Loaded,
+    /// Its run directory.
+    pub out: &'a Path,
+    /// The backend as asked for (`auto`, `wgpu`, `flex`: it is recorded) and as chosen.
+    pub backend: (&'a str, Backend),
+    /// How the run executes its gradient passes.
+    pub execution: Execution,
+    /// Raised from outside: the run stops after the current event (left incomplete, so the
+    /// sweep runs it again).
+    pub interrupt: Option<&'a AtomicBool>,
+}
+
+impl PointRun<'_> {
+    /// Skips the point when complete (by this build, with this backend), else runs it
+    /// (replacing a partial run or one by another build or backend) and records how it ended,
+    /// and what ran it, in `point.json`. `None`: it was complete already.
+    pub fn run(&self) -> Result<Option<Results>> {
+        let PointRun {
+            sweep,
+            point,
+            loaded,
+            out,
+            backend: (requested, ref backend),
+            execution,
+            interrupt,
+        } = *self;
+        let name = &point.name;
+        // One process at a time runs a point (waiting for any other running it).
+        std::fs::create_dir_all(out).map_err(io(format!("cannot create {}", out.display())))?;
+        let lock_path = out.join(POINT_LOCK);
+        let lock = std::fs::File::create(&lock_path)
+            .map_err(io(format!("cannot create {}", lock_path.display())))?;
+        lock.lock()
+            .map_err(io(format!("cannot lock {}", lock_path.display())))?;
+        let sha = sha256_hex(point.text.as_bytes());
+        let current = RanBy::current(requested);
+        match completeness(out, &sha, loaded.scenario.algorithms.len(), &current) {
+            Completeness::Complete => {
+                eprintln!("{name}: complete already");
+                return Ok(None);
+            }
+            Completeness::RanByOther(other) => {
+                eprintln!("{name}: its results are by {other}; running it again with {current}");
+            }
+            Completeness::Incomplete => {}
+        }
+        let _ = std::fs::remove_file(out.join(crate::sweep::layout::POINT_STATUS));
+        write_unique(&out.join(POINT_TOML), point.text.as_bytes())?;
+        let opts = RunOptions {
+            backend: backend.clone(),
+            out: out.to_path_buf(),
+            progress: false,
+            execution,
+            memory_limit: None,
+            force: true,
+            checkpoint_every: None,
+            interrupt: None,
+            resume: None,
+        };
+        // A check that needs the model or the data, failing now, is located in the sweep's
+        // file.
+        let result = run_scenario_interruptible(loaded, &opts, interrupt).map_err(|e| match e {
+            Error::Scenario(e) => Error::Scenario(sweep.relocate(point, &e)),
+            other => other,
+        });
+        if matches!(result, Err(Error::Interrupted(_))) {
+            // Neither done nor failed: the next sweep runs it again.
+            return result.map(Some);
+        }
+        let status = PointStatus {
+            name: name.to_owned(),
+            state: if result.is_ok() {
+                State::Done
+            } else {
+                State::Failed
+            },
+            sha256: sha,
+            ran_by: Some(current),
+            error: result.as_ref().err().map(|e| e.to_string()),
+        };
+        status.write(out)?;
+        result.map(Some)
+    }
+}
+
+/// What a sweep run in this process ([`run_sweep_here`]) reports as it goes.
+pub trait SweepProgress {
+    /// The sweep starts: `report` counts the points selected and skipped; `to_run` will run.
+    fn started(&mut self, report: &SweepReport, to_run: usize);
+    /// Point `name` ended after `wall_s` seconds: `None` when it is done, else its error.
+    fn point_ended(&mut self, name: &str, error: Option<&str>, wall_s: f64);
+}
+
+/// [`run_sweep`] inside this process, for a program that embeds dasim (the Python package):
+/// the points of `opts.shard` that are not complete run on `opts.jobs` threads of this process
+/// (a panicking point fails alone, with the panic as its error), each with `opts.threads`
+/// threads of its own; the sweep directory is the one `run_sweep` writes, so either continues
+/// the other's sweep. `sweep` and `points` are [`expand`]'s (`opts.scenario` is not read). When
+/// `interrupt` is raised, the points running stop after their current event, are left
+/// incomplete, and no other point starts.
+pub fn run_sweep_here(
+    sweep: &Sweep,
+    points: &[(Point, Loaded)],
+    opts: &SweepOptions,
+    interrupt: &AtomicBool,
+    progress: &Mutex<dyn SweepProgress + Send>,
+) -> Result<SweepReport> {
+    std::fs::create_dir_all(&opts.out)
+        .map_err(io(format!("cannot create {}", opts.out.display())))?;
+    let plain: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
+    Manifest::new(sweep, &plain).write(&opts.out)?;
+    let (report, queue) = select(opts, points);
+    let jobs = opts
+        .jobs
+        .unwrap_or_else(|| default_jobs(opts.threads))
+        .clamp(1, queue.len().max(1));
+    let backend = crate::runtime::backend(opts.backend.parse().map_err(Error::Usage)?)?;
+    lock(progress).started(&report, queue.len());
+    let report = Mutex::new(report);
+    let queue = Mutex::new(queue);
+    // A thread pool per job: points installed in one pool would take turns on its threads.
+    let pools = (0..jobs)
+        .map(|_| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(opts.threads)
+                .stack_size(8 << 20)
+                .build()
+                .map_err(|e| Error::Usage(format!("cannot start {} threads: {e}", opts.threads)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    std::thread::scope(|s| {
+        for pool in &pools {
+            s.spawn(|| {
+                while !interrupt.load(Ordering::SeqCst) {
+                    let Some(point) = lock(&queue).pop_front() else {
+                        break;
+                    };
+                    let loaded = &points[point.index].1;
+                    let started = Instant::now();
+                    let run = PointRun {
+                        sweep,
+                        point: &point,
+                        loaded,
+                        out: &point_dir(&opts.out, &point.name),
+                        backend: (&opts.backend, backend.clone()),
+                        execution: Execution {
+                            threads: opts.threads,
+                            max_batch: None,
+                        },
+                        interrupt: Some(interrupt),
+                    };
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        pool.install(|| run.run())
+                    }))
+                    .unwrap_or_else(|panic| {
+                        Err(Error::Usage(format!(
+                            "dasim bug: the point's run panicked: {}",
+                            panic_message(&*panic)
+                        )))
+                    });
+                    let error = match result {
+                        Ok(_) => None,
+                        Err(Error::Interrupted(_)) => break,
+                        Err(e) => Some(e.to_string()),
+                    };
+                    let secs = started.elapsed().as_secs_f64();
+                    let mut report = lock(&report);
+                    match &error {
+                        None => report.done += 1,
+                        Some(e) => report.failed.push((point.name.clone(), e.clone())),
+                    }
+                    drop(report);
+                    lock(progress).point_ended(&point.name, error.as_deref(), secs);
+                }
+            });
+        }
+    });
+    let report = report.into_inner().unwrap_or_else(|e| e.into_inner());
+    if interrupt.load(Ordering::SeqCst) {
+        return Err(Error::Interrupted(format!(
+            "interrupted: {} of {} run; run the sweep again to run the others",
+            count_points(report.done + report.failed.len()),
+            count_points(report.selected - report.skipped)
+        )));
+    }
+    Ok(report)
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The message of a panic's payload (a `&str` or a `String`, as `panic!` makes them).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }

@@ -629,6 +629,15 @@ fn kind_of(v: &toml::Value) -> &'static str {
     }
 }
 
+/// Sets `value` at the key path `key` (as a `[sweep]` key is written:
+/// `cluster.stragglers[0].factor`) in the scenario document `doc`, as a sweep sets a point's
+/// values: missing tables on the way are created, list entries must exist, an integer where the
+/// document has a float becomes a float.
+pub fn set_key(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), String> {
+    let path = parse_key_path(key)?;
+    set(doc, &path, value)
+}
+
 /// Sets `value` at `path` in `doc`: missing tables on the way are created, list entries must
 /// exist. An integer where the document has a float becomes a float (`factor = [1, 2, 4]`).
 fn set(doc: &mut toml::Table, path: &[PathSeg], value: toml::Value) -> Result<(), String> {
@@ -695,6 +704,13 @@ fn coerce(existing: &toml::Value, value: &mut toml::Value) {
     if let (toml::Value::Float(_), toml::Value::Integer(i)) = (existing, &*value) {
         *value = toml::Value::Float(*i as f64);
     }
+}
+
+/// The key path (`cluster.stragglers[0].factor`) of the deepest key at 1-based `line` and
+/// `column` of the TOML document `text`, if any.
+pub fn key_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let path = path_at(text, offset_of(text, line, column)?)?;
+    Some(path_text(&path))
 }
 
 /// The byte offset of 1-based `line` and `column` (in characters) of `text`.

@@ -40,8 +40,8 @@ pub use schema::{
     Timings, Utilization, UtilizationRow, WaitRow, files, measured, num, sha256_hex,
 };
 pub use write::{
-    CsvStream, EventLogs, RunWriter, Tables, WriterState, write_atomic, write_csv, write_json,
-    write_partition, write_scenario,
+    CsvStream, EventLogs, RunWriter, Tables, WriterState, csv_text, json_text, partition_text,
+    write_atomic, write_csv, write_json, write_partition, write_scenario,
 };
 
 #[cfg(test)]

@@ -158,6 +158,41 @@ pub fn write_csv<R: CsvRow>(dir: &Path, stamp: &Stamp, rows: &[R]) -> Result<()>
     )
 }
 
+/// The bytes [`write_csv`] writes for `rows`: the stamp line, the header and the rows, as one
+/// string (a run kept in memory renders its tables with it; `tests/python` checks that they
+/// equal the files of a run directory).
+pub fn csv_text<R: CsvRow>(stamp: &Stamp, rows: &[R]) -> String {
+    let keep = kept_columns(rows);
+    let mut out = format!("{stamp}\n").into_bytes();
+    let mut w = csv_writer(&mut out);
+    w.write_record(header(R::COLUMNS, &keep))
+        .and_then(|()| write_rows(&mut w, rows, &keep))
+        .and_then(|()| w.flush().map_err(csv::Error::from))
+        .expect("writing CSV to memory cannot fail");
+    drop(w);
+    String::from_utf8(out).expect("CSV cells are UTF-8")
+}
+
+/// The bytes [`write_partition`] writes, as one string.
+pub fn partition_text(stamp: &Stamp, partition: &Partition) -> String {
+    let mut out = format!("{stamp}\n").into_bytes();
+    let mut w = csv_writer(&mut out);
+    std::iter::once(partition.columns())
+        .chain(partition.workers.iter().map(Partition::cells))
+        .try_for_each(|cells| w.write_record(cells))
+        .and_then(|()| w.flush().map_err(csv::Error::from))
+        .expect("writing CSV to memory cannot fail");
+    drop(w);
+    String::from_utf8(out).expect("CSV cells are UTF-8")
+}
+
+/// The bytes [`write_json`] writes for `value`, as one string.
+pub fn json_text(value: &impl serde::Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(value).expect("the run's JSON serializes");
+    text.push('\n');
+    text
+}
+
 /// Which of `R`'s columns a table of `rows` keeps: all but those of
 /// [`CsvRow::OMITTED_WHEN_EMPTY`] whose cells are all empty (a pass over the rows only for a
 /// table that can omit some).
