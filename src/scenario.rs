@@ -241,6 +241,7 @@ impl Scenario {
             target_accuracy: self.metrics.target_accuracy.is_some(),
             target_loss: self.metrics.target_loss.is_some(),
             eval_replicas: self.metrics.eval_replicas,
+            link_peaks: self.metrics.link_peaks,
             timing_only: !numerics,
             sim_time_s: self.run.sim_time_s,
             unavailable,

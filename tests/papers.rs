@@ -419,3 +419,40 @@ fn slowmo_keeps_sgps_pace_at_the_papers_scale() {
     assert!(pace("slowmo-sgp") > 1.3 * pace("allreduce"));
     assert_eq!(summary.checks.len(), 2);
 }
+
+#[test]
+fn streaming_diloco_sends_diloco_s_bytes_at_a_fraction_of_its_peak() {
+    // 2.1 s: DiLoCo's first ring (after 100 steps, at 2 s), and Streaming DiLoCo's fragments
+    // 0 to 3 (one every 25 steps, from 0.5 s), the largest one first: both have sent the model
+    // once, which the bytes claim needs (it holds at whole rounds).
+    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
+    let text = set(
+        &paper("streaming-diloco-bandwidth.toml"),
+        "sim_time_s",
+        "2.1",
+    )
+    .replace(
+        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
+        &format!("path = {:?}", corpus.display().to_string()),
+    );
+    let (_dir, out, data) = run(&text, "streaming-diloco-bandwidth.toml");
+    let summary = data.summary.as_ref().unwrap();
+    let run = |label: &str| summary.run(label).unwrap();
+    assert_eq!(run("diloco").messages, 112);
+    assert_eq!(run("streaming").messages, 4 * 112);
+    assert_eq!(run("streaming").bytes, run("diloco").bytes);
+    // Both claims of the file hold (`run` checks every verdict).
+    assert_eq!(summary.checks.len(), 2);
+    // The peaks are a whole model's ring and the largest fragment's: 2(n - 1) chunks of
+    // S/n parameters of 4 bytes on a link.
+    let peak = |label: &str| {
+        data.series
+            .iter()
+            .filter(|r| r.algorithm == label && r.name == "peak_link_bytes")
+            .filter_map(|r| r.value)
+            .fold(0.0, f64::max)
+    };
+    assert_eq!(peak("diloco"), (14 * 206_272 / 8 * 4) as f64);
+    assert_eq!(peak("streaming"), (14 * 56_320 / 8 * 4) as f64);
+    assert!(out.join("series.csv").exists());
+}

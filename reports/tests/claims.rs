@@ -27,6 +27,7 @@ fn facts() -> Facts {
         target_accuracy: true,
         target_loss: false,
         eval_replicas: false,
+        link_peaks: false,
         timing_only: false,
         sim_time_s: Some(0.3),
         unavailable: Vec::new(),

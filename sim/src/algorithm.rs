@@ -44,6 +44,7 @@ pub struct World<'s> {
     pub(crate) steps_of: Vec<u64>,
     pub(crate) recorder: Recorder,
     pub(crate) eval_replicas: bool,
+    pub(crate) link_peaks: bool,
     pub(crate) faults: Faults,
 }
 
@@ -73,6 +74,7 @@ impl<'s> World<'s> {
             steps_of,
             recorder,
             eval_replicas: false,
+            link_peaks: false,
             faults: Faults::none(),
         }
     }
@@ -93,6 +95,7 @@ impl<'s> World<'s> {
         self.recorder.configure(cfg);
         self.store.log_gradients(cfg.log_gradients);
         self.eval_replicas = cfg.eval_replicas;
+        self.link_peaks = cfg.link_peaks;
     }
 
     /// What has been recorded so far (activities, waits, message ages, timeline).

@@ -354,6 +354,11 @@ pub struct MetricsConfig {
     /// Write every message (`messages.csv`).
     #[serde(default)]
     pub log_messages: bool,
+    /// At each evaluation point, record the most bytes posted on one link (an ordered pair of
+    /// nodes) since the previous point: the series `peak_link_bytes` of `series.csv`, the
+    /// claim metric of that name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub link_peaks: bool,
 }
 
 impl MetricsConfig {

@@ -31,6 +31,8 @@ pub enum Needs {
     ReplicaEval,
     /// A model trained for real: not `kind = "timing"`, which computes no loss.
     Numerics,
+    /// `[metrics] link_peaks = true`.
+    LinkPeaks,
 }
 
 impl Needs {
@@ -44,6 +46,7 @@ impl Needs {
             Needs::TargetAccuracy => "`[metrics] target_accuracy`",
             Needs::TargetLoss => "`[metrics] target_loss`",
             Needs::ReplicaEval => "`[metrics] eval_replicas = true`",
+            Needs::LinkPeaks => "`[metrics] link_peaks = true`",
             Needs::Numerics => "a model trained for real (a `timing` model computes no loss)",
         }
     }
@@ -704,6 +707,14 @@ pub static METRICS: &[MetricDef] = &[
         &[Needs::ReplicaEval, Needs::Accuracy],
         Source::Metrics(|r| r.replica_accuracy_max),
         "largest accuracy of a worker replica"
+    ),
+    m!(
+        "peak_link_bytes",
+        "bytes",
+        None,
+        &[Needs::LinkPeaks],
+        Source::Series("peak_link_bytes"),
+        "the most bytes posted on one link (an ordered pair of nodes) between two evaluation points; `over = \"max\"` is the run's peak, the bandwidth a link must carry in bursts"
     ),
     m!(
         "pushsum_weight.min",

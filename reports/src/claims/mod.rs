@@ -311,6 +311,8 @@ pub struct Facts {
     pub target_loss: bool,
     /// `[metrics] eval_replicas` is on.
     pub eval_replicas: bool,
+    /// `[metrics] link_peaks` is on.
+    pub link_peaks: bool,
     /// The model is a `timing` model: it computes no loss (metrics of the loss are refused).
     pub timing_only: bool,
     /// `[run] sim_time_s`: when a series' last evaluation point is known to be.
@@ -344,6 +346,7 @@ impl Facts {
             Needs::TargetAccuracy => Some(self.target_accuracy),
             Needs::TargetLoss => Some(self.target_loss),
             Needs::ReplicaEval => Some(self.eval_replicas),
+            Needs::LinkPeaks => Some(self.link_peaks),
             Needs::Numerics => Some(!self.timing_only),
         }
     }

@@ -917,6 +917,10 @@ fn evaluate<A: Algorithm>(
         None
     };
     let suboptimality = world.store.suboptimality(model.as_deref());
+    let mut series = alg.series();
+    if world.link_peaks {
+        series.push(("peak_link_bytes", world.net.take_peak_link_bytes() as f64));
+    }
     let point = EvalPoint {
         time,
         worker_steps: world.worker_steps,
@@ -926,7 +930,7 @@ fn evaluate<A: Algorithm>(
         consensus,
         replicas,
         suboptimality,
-        series: alg.series(),
+        series,
     };
     observer.on_eval(&point).map_err(Error::Observer)?;
     Ok(point)

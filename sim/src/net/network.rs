@@ -219,6 +219,8 @@ pub struct Network {
     /// The last serialization time computed, `(bytes, bytes/s, time)`: collectives send the same
     /// size over links of the same rate again and again, and a division per message shows.
     last_transfer: (u64, u64, SimTime),
+    /// The bytes each pair had carried at the last [`Network::take_peak_link_bytes`].
+    marks: BTreeMap<(usize, usize), u64>,
 }
 
 impl Network {
@@ -310,6 +312,7 @@ impl Network {
             stats: NetworkStats::default(),
             links_used: vec![Vec::new(); nodes],
             last_transfer: (0, 0, SimTime::ZERO),
+            marks: BTreeMap::new(),
         })
     }
 
@@ -589,6 +592,20 @@ impl Network {
         Some(got)
     }
 
+    /// The most bytes posted on one ordered pair `src -> dst` since the last call (since the
+    /// start, the first time), and a new mark. A message counts when it is posted (a ring
+    /// all-reduce round's chunks, when the round is), headers included.
+    pub fn take_peak_link_bytes(&mut self) -> u64 {
+        let mut peak = 0;
+        for (src, out) in self.links_used.iter().enumerate() {
+            for &(dst, link, _) in out {
+                let before = self.marks.insert((src, dst), link.bytes).unwrap_or(0);
+                peak = peak.max(link.bytes.saturating_sub(before));
+            }
+        }
+        peak
+    }
+
     /// The totals of every ordered pair `(src, dst)` that carried a message, in pair order.
     pub fn link_stats(&self) -> BTreeMap<(usize, usize), LinkStats> {
         self.links_used
@@ -733,6 +750,24 @@ mod tests {
         assert_eq!(links[&(2, 1)].busy.as_nanos(), 3000);
         let total: u64 = links.values().map(|l| l.bytes).sum();
         assert_eq!(total, n.stats().bytes);
+    }
+
+    #[test]
+    fn the_peak_link_bytes_are_those_of_the_busiest_pair_since_the_last_mark() {
+        let mut n = net(4);
+        assert_eq!(n.take_peak_link_bytes(), 0);
+        n.send(SimTime::ZERO, 0, 1, 1000);
+        n.send(SimTime::ZERO, 0, 1, 500);
+        n.send(SimTime::ZERO, 2, 3, 1200);
+        // 0 -> 1 carried 1,500 bytes; 2 -> 3, 1,200 (no header in this network).
+        assert_eq!(n.take_peak_link_bytes(), 1500);
+        assert_eq!(n.take_peak_link_bytes(), 0);
+        n.send(SimTime::ZERO, 2, 3, 700);
+        assert_eq!(n.take_peak_link_bytes(), 700);
+        // A ring round in closed form counts each link's 2(n - 1) chunks at once.
+        let mut r = net(4);
+        r.ring_round(&[SimTime::ZERO; 4], 100).unwrap();
+        assert_eq!(r.take_peak_link_bytes(), 6 * 100);
     }
 
     /// The loop the closed form replaces: `2(n − 1)` steps, every worker posting its chunk once

@@ -32,7 +32,7 @@ class Reporter:
     def started(self, label: str) -> None:
         self._close()
         if self.show:
-            self.bar = self._new_bar(total=1000, desc=label, bar_format="{desc} {bar} {percentage:3.0f}% [{elapsed}] {postfix}")
+            self.bar = self._new_bar(total=1000, desc=label, bar_format="{desc} {bar:30} {percentage:3.0f}% [{elapsed}]{postfix}")
 
     def advanced(self, label: str, fraction: float, sim_time_s: float, steps: int, wall_s: float) -> None:
         if self.bar is not None:
