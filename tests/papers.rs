@@ -456,3 +456,25 @@ fn streaming_diloco_sends_diloco_s_bytes_at_a_fraction_of_its_peak() {
     assert_eq!(peak("streaming"), (14 * 56_320 / 8 * 4) as f64);
     assert!(out.join("series.csv").exists());
 }
+
+#[test]
+fn slowmo_over_local_sgd_keeps_its_schedule_on_the_language_model() {
+    // Six simulated seconds, without the claims (the loss claim is about the full 30 s: the
+    // slow momentum starts behind and overtakes from about 15 s; see the README).
+    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
+    let text = set(&paper("slowmo-local-sgd-lm.toml"), "sim_time_s", "6.0").replace(
+        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
+        &format!("path = {:?}", corpus.display().to_string()),
+    );
+    let text = &text[..text.find("[[expect]]").unwrap()];
+    let (_dir, _out, data) = run(text, "slowmo-local-sgd-lm.toml");
+    let summary = data.summary.as_ref().unwrap();
+    let run = |label: &str| summary.run(label).unwrap();
+    let (local, slowmo) = (run("local-sgd"), run("slowmo-0.5"));
+    // The same averages at the same instants: the same steps, messages and bytes.
+    assert_eq!(slowmo.worker_steps, local.worker_steps);
+    assert_eq!(slowmo.messages, local.messages);
+    assert_eq!(slowmo.bytes, local.bytes);
+    // But not the same model: the slow momentum moves it.
+    assert_ne!(slowmo.final_loss, local.final_loss);
+}
