@@ -31,7 +31,7 @@ use dasim_sim::engine::RunProgress;
 use crate::checkpoint::RunCheckpoint;
 use crate::simulation::{Checkpoints, Progress};
 use crate::sweep::exec::{SweepProgress, SweepReport, panic_message, run_sweep_here};
-use crate::sweep::spec::{key_at, set_key};
+use crate::sweep::spec::{key_at, set_key, without_sweep};
 use crate::sweep::{MergeOptions, Sweep, SweepOptions, merge};
 use crate::{Error, InMemory, Loaded, Plan, RunDir, RunSink, ScenarioError, Simulation};
 
@@ -307,56 +307,6 @@ impl PyScenario {
     #[getter]
     fn workers(&self) -> usize {
         self.loaded.scenario.cluster.workers
-    }
-}
-
-/// A scenario file's text without its `[sweep]` table, and the table. The table's lines are
-/// blanked (from its header to the next table header), so that every other line keeps its
-/// number and errors point into the file; where that cannot be done faithfully (the blanked
-/// text is not the document without the table), the document is written anew.
-fn without_sweep(text: &str) -> (String, Option<toml::Table>) {
-    let Ok(mut doc) = toml::from_str::<toml::Table>(text) else {
-        return (text.to_owned(), None);
-    };
-    let grid = match doc.remove("sweep") {
-        Some(toml::Value::Table(t)) => Some(t),
-        _ => None,
-    };
-    let header = |l: &str| {
-        let t = l.trim_start();
-        let t = t
-            .strip_prefix("[[")
-            .or_else(|| t.strip_prefix('['))
-            .unwrap_or("");
-        t.trim_start()
-            .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    };
-    let mut inside = false;
-    let blanked: Vec<&str> = text
-        .lines()
-        .map(|l| {
-            if header(l) {
-                inside = l
-                    .trim_start()
-                    .trim_start_matches('[')
-                    .trim_start()
-                    .starts_with("sweep")
-                    && l.trim_end()
-                        .trim_end_matches(']')
-                        .trim_end()
-                        .ends_with("sweep");
-            }
-            if inside { "" } else { l }
-        })
-        .collect();
-    let mut blanked = blanked.join("\n");
-    blanked.push('\n');
-    match toml::from_str::<toml::Table>(&blanked) {
-        Ok(t) if t == doc => (blanked, grid),
-        _ => (
-            toml::to_string(&doc).unwrap_or_else(|_| text.to_owned()),
-            grid,
-        ),
     }
 }
 

@@ -215,6 +215,16 @@ fn dasgd_average_staleness_is_n_minus_one_and_its_maximum_grows_with_the_slowdow
     }
 }
 
+/// A paper scenario that reads the shipped corpus, shortened to `sim_time_s`, with the corpus
+/// at its absolute path (the scenario is run from a temporary directory).
+fn lm_paper(name: &str, sim_time_s: &str) -> String {
+    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
+    set(&paper(name), "sim_time_s", sim_time_s).replace(
+        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
+        &format!("path = {:?}", corpus.display().to_string()),
+    )
+}
+
 fn run(text: &str, name: &str) -> (tempfile::TempDir, PathBuf, RunData) {
     let (dir, path) = scenario(text, name);
     let out = dir.path().join("out");
@@ -367,11 +377,7 @@ fn diloco_sends_h_times_fewer_bytes_than_allreduce_on_the_language_model() {
     // Three simulated seconds (one DiLoCo round of H = 100 steps and its ring; four all-reduce
     // steps), the corpus at its absolute path, and without the claims, which are about the
     // full minute (the exact byte ratio holds at round boundaries; see the README).
-    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
-    let text = set(&paper("diloco-lm.toml"), "sim_time_s", "3.0").replace(
-        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
-        &format!("path = {:?}", corpus.display().to_string()),
-    );
+    let text = lm_paper("diloco-lm.toml", "3.0");
     let text = &text[..text.find("[[expect]]").unwrap()];
     let (dir, path) = scenario(text, "diloco-lm.toml");
     let out = dir.path().join("out");
@@ -425,16 +431,7 @@ fn streaming_diloco_sends_diloco_s_bytes_at_a_fraction_of_its_peak() {
     // 2.1 s: DiLoCo's first ring (after 100 steps, at 2 s), and Streaming DiLoCo's fragments
     // 0 to 3 (one every 25 steps, from 0.5 s), the largest one first: both have sent the model
     // once, which the bytes claim needs (it holds at whole rounds).
-    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
-    let text = set(
-        &paper("streaming-diloco-bandwidth.toml"),
-        "sim_time_s",
-        "2.1",
-    )
-    .replace(
-        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
-        &format!("path = {:?}", corpus.display().to_string()),
-    );
+    let text = lm_paper("streaming-diloco-bandwidth.toml", "2.1");
     let (_dir, out, data) = run(&text, "streaming-diloco-bandwidth.toml");
     let summary = data.summary.as_ref().unwrap();
     let run = |label: &str| summary.run(label).unwrap();
@@ -461,11 +458,7 @@ fn streaming_diloco_sends_diloco_s_bytes_at_a_fraction_of_its_peak() {
 fn slowmo_over_local_sgd_keeps_its_schedule_on_the_language_model() {
     // Six simulated seconds, without the claims (the loss claim is about the full 30 s: the
     // slow momentum starts behind and overtakes from about 15 s; see the README).
-    let corpus = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
-    let text = set(&paper("slowmo-local-sgd-lm.toml"), "sim_time_s", "6.0").replace(
-        "path = \"../../models/data/tinyshakespeare.txt.gz\"",
-        &format!("path = {:?}", corpus.display().to_string()),
-    );
+    let text = lm_paper("slowmo-local-sgd-lm.toml", "6.0");
     let text = &text[..text.find("[[expect]]").unwrap()];
     let (_dir, _out, data) = run(text, "slowmo-local-sgd-lm.toml");
     let summary = data.summary.as_ref().unwrap();

@@ -192,6 +192,19 @@ fn bench_burn_pass(
             .into_scalar::<f32>();
         (s, started.elapsed().as_secs_f64())
     };
+    time_passes(bencher, name, r, flops, pass);
+}
+
+/// Times `pass` (a training pass of `r` replicas, `flops` in all: its checksum and its wall
+/// seconds) after one warm-up pass, each sample beside the reference matrix product measured
+/// just before it, and records both.
+fn time_passes(
+    bencher: Bencher,
+    name: &'static str,
+    r: usize,
+    flops: f64,
+    pass: impl Fn() -> (f32, f64) + Sync,
+) {
     pass();
     bencher
         .with_inputs(reference_gflops)
@@ -248,14 +261,7 @@ fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r
         };
         (s, started.elapsed().as_secs_f64())
     };
-    pass();
-    bencher
-        .with_inputs(reference_gflops)
-        .bench_values(|reference| {
-            let (s, secs) = pass();
-            record(name, r, flops, secs, reference);
-            s
-        });
+    time_passes(bencher, name, r, flops, pass);
 }
 
 /// A GPT of `layers` blocks of width `d` (`d / 16` heads, `d_ff = 4d`) over Tiny

@@ -149,17 +149,8 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
 /// report lists it.
 pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
     let (sweep, points) = expand(&opts.scenario)?;
-    std::fs::create_dir_all(&opts.out)
-        .map_err(io(format!("cannot create {}", opts.out.display())))?;
-    let plain: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
-    Manifest::new(&sweep, &plain).write(&opts.out)?;
-
-    let (mut report, mut queue) = select(opts, &points);
+    let (mut report, mut queue, jobs) = start(&sweep, &points, opts)?;
     let current = RanBy::current(&opts.backend);
-    let jobs = opts
-        .jobs
-        .unwrap_or_else(|| default_jobs(opts.threads))
-        .clamp(1, queue.len().max(1));
     let shard = opts
         .shard
         .map(|s| format!(" (shard {s})"))
@@ -282,6 +273,25 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
     }
     bar.finish_and_clear();
     Ok(report)
+}
+
+/// What both ways of running a sweep do first: create the sweep directory, write its
+/// manifest, select the points to run ([`select`]) and decide how many run at once.
+fn start(
+    sweep: &Sweep,
+    points: &[(Point, Loaded)],
+    opts: &SweepOptions,
+) -> Result<(SweepReport, VecDeque<Point>, usize)> {
+    std::fs::create_dir_all(&opts.out)
+        .map_err(io(format!("cannot create {}", opts.out.display())))?;
+    let plain: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
+    Manifest::new(sweep, &plain).write(&opts.out)?;
+    let (report, queue) = select(opts, points);
+    let jobs = opts
+        .jobs
+        .unwrap_or_else(|| default_jobs(opts.threads))
+        .clamp(1, queue.len().max(1));
+    Ok((report, queue, jobs))
 }
 
 /// The points of `opts.shard` (every point without one) that are not complete yet, in order,
@@ -510,15 +520,7 @@ pub fn run_sweep_here(
     interrupt: &AtomicBool,
     progress: &Mutex<dyn SweepProgress + Send>,
 ) -> Result<SweepReport> {
-    std::fs::create_dir_all(&opts.out)
-        .map_err(io(format!("cannot create {}", opts.out.display())))?;
-    let plain: Vec<Point> = points.iter().map(|(p, _)| p.clone()).collect();
-    Manifest::new(sweep, &plain).write(&opts.out)?;
-    let (report, queue) = select(opts, points);
-    let jobs = opts
-        .jobs
-        .unwrap_or_else(|| default_jobs(opts.threads))
-        .clamp(1, queue.len().max(1));
+    let (report, queue, jobs) = start(sweep, points, opts)?;
     let backend = crate::runtime::backend(opts.backend.parse().map_err(Error::Usage)?)?;
     lock(progress).started(&report, queue.len());
     let report = Mutex::new(report);

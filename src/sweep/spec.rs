@@ -629,6 +629,56 @@ fn kind_of(v: &toml::Value) -> &'static str {
     }
 }
 
+/// A scenario file's text without its `[sweep]` table, and the table. The table's lines are
+/// blanked (from its header to the next table header), so that every other line keeps its
+/// number and errors point into the file; where that cannot be done faithfully (the blanked
+/// text is not the document without the table), the document is written anew.
+pub fn without_sweep(text: &str) -> (String, Option<toml::Table>) {
+    let Ok(mut doc) = toml::from_str::<toml::Table>(text) else {
+        return (text.to_owned(), None);
+    };
+    let grid = match doc.remove("sweep") {
+        Some(toml::Value::Table(t)) => Some(t),
+        _ => None,
+    };
+    let header = |l: &str| {
+        let t = l.trim_start();
+        let t = t
+            .strip_prefix("[[")
+            .or_else(|| t.strip_prefix('['))
+            .unwrap_or("");
+        t.trim_start()
+            .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    let mut inside = false;
+    let blanked: Vec<&str> = text
+        .lines()
+        .map(|l| {
+            if header(l) {
+                inside = l
+                    .trim_start()
+                    .trim_start_matches('[')
+                    .trim_start()
+                    .starts_with("sweep")
+                    && l.trim_end()
+                        .trim_end_matches(']')
+                        .trim_end()
+                        .ends_with("sweep");
+            }
+            if inside { "" } else { l }
+        })
+        .collect();
+    let mut blanked = blanked.join("\n");
+    blanked.push('\n');
+    match toml::from_str::<toml::Table>(&blanked) {
+        Ok(t) if t == doc => (blanked, grid),
+        _ => (
+            toml::to_string(&doc).unwrap_or_else(|_| text.to_owned()),
+            grid,
+        ),
+    }
+}
+
 /// Sets `value` at the key path `key` (as a `[sweep]` key is written:
 /// `cluster.stragglers[0].factor`) in the scenario document `doc`, as a sweep sets a point's
 /// values: missing tables on the way are created, list entries must exist, an integer where the
@@ -767,6 +817,22 @@ fn path_at(text: &str, offset: usize) -> Option<Vec<PathSeg>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_sweep_blanks_the_table_and_keeps_every_other_line() {
+        let text = "seed = 1\n[sweep]\n\"cluster.workers\" = [2, 4]\nzip = [\n  [\"a\", \"b\"],\n]\n\n[[expect]]\nmetric = \"loss\"\n";
+        let (base, grid) = without_sweep(text);
+        let grid = grid.expect("the table");
+        assert_eq!(grid.len(), 2);
+        assert!(!base.contains("sweep") && !base.contains("zip"));
+        let lines: Vec<&str> = base.lines().collect();
+        assert_eq!(lines.len(), text.lines().count());
+        assert_eq!(
+            (lines[0], lines[7], lines[8]),
+            ("seed = 1", "[[expect]]", "metric = \"loss\"")
+        );
+        assert_eq!(without_sweep("seed = 1\n"), ("seed = 1\n".to_owned(), None));
+    }
 
     #[test]
     fn key_paths_parse_strictly() {
