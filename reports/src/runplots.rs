@@ -152,17 +152,35 @@ const EVAL_NOTE: &str = "held-out split; evaluated model: the replicas' average,
 /// The plots of one run, in the order the report shows them.
 pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
     let name = data.scenario_name();
+    let mut out = convergence_figures(data, &name);
+    out.extend(replica_figures(data, &name));
+    out.extend(consensus_figure(data, &name));
+    out.extend(series_figures(data, &name));
+    out.extend(staleness_figures(data, &name));
+    let shares = worker_shares(data);
+    if !shares.is_empty() {
+        out.push(steps_figure(data, &name, &shares));
+        out.push(utilization_figure(data, &name, &shares));
+    }
+    out.extend(timeline_figures(data, &name, &shares));
+    mark_identical(&mut out);
+    out
+}
+
+/// A [`NamedFigure`] from its stem, heading and chart.
+fn named(stem: &str, heading: &str, chart: Chart) -> NamedFigure {
+    NamedFigure {
+        stem: stem.to_owned(),
+        heading: heading.to_owned(),
+        chart,
+    }
+}
+
+/// Convergence: held-out loss and accuracy against time and epochs, then the training loss
+/// and the suboptimality against time.
+fn convergence_figures(data: &RunData, name: &str) -> Vec<NamedFigure> {
     let algs = &data.algorithms;
     let mut out = Vec::new();
-    let mut push = |stem: &str, heading: &str, chart: Chart| {
-        out.push(NamedFigure {
-            stem: stem.to_owned(),
-            heading: heading.to_owned(),
-            chart,
-        });
-    };
-
-    // Convergence.
     let percent = |series: Vec<Series>| -> Vec<Series> {
         series
             .into_iter()
@@ -176,7 +194,7 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
         let against = if x == XAxis::Time { "time" } else { "epochs" };
         let loss = series_of(data, algs, x, Metric::Loss);
         if has_points(&loss) {
-            push(
+            out.push(named(
                 &format!("loss{suffix}"),
                 &format!("Held-out loss against {against}"),
                 Chart::Lines(lines_chart(
@@ -187,11 +205,11 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
                     true,
                     &loss,
                 )),
-            );
+            ));
         }
         let accuracy = percent(series_of(data, algs, x, Metric::Accuracy));
         if has_points(&accuracy) {
-            push(
+            out.push(named(
                 &format!("accuracy{suffix}"),
                 &format!("Held-out accuracy against {against}"),
                 Chart::Lines(lines_chart(
@@ -202,12 +220,12 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
                     false,
                     &accuracy,
                 )),
-            );
+            ));
         }
     }
     let train = series_of(data, algs, XAxis::Time, Metric::TrainLoss);
     if has_points(&train) {
-        push(
+        out.push(named(
             "train_loss",
             "Training loss",
             Chart::Lines(lines_chart(
@@ -218,11 +236,11 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
                 true,
                 &train,
             )),
-        );
+        ));
     }
     let subopt = series_of(data, algs, XAxis::Time, Metric::Suboptimality);
     if has_points(&subopt) {
-        push(
+        out.push(named(
             "suboptimality",
             "Suboptimality",
             Chart::Lines(lines_chart(
@@ -233,8 +251,15 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
                 true,
                 &subopt,
             )),
-        );
+        ));
     }
+    out
+}
+
+/// Held-out loss and accuracy across the worker replicas: the mean, with a min–max band.
+fn replica_figures(data: &RunData, name: &str) -> Vec<NamedFigure> {
+    let algs = &data.algorithms;
+    let mut out = Vec::new();
     for (stem, heading, metric, min, max, y_label, scale, log) in [
         (
             "replica_loss",
@@ -289,24 +314,28 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             });
         }
         if !chart.lines.is_empty() {
-            push(stem, heading, Chart::Lines(chart));
+            out.push(named(stem, heading, Chart::Lines(chart)));
         }
     }
+    out
+}
 
-    // Consensus distance.
-    let consensus = series_of(data, algs, XAxis::Time, Metric::Consensus);
-    if has_points(&consensus) {
-        push(
+/// The consensus distance against time, when some algorithm has one.
+fn consensus_figure(data: &RunData, name: &str) -> Option<NamedFigure> {
+    let consensus = series_of(data, &data.algorithms, XAxis::Time, Metric::Consensus);
+    has_points(&consensus).then(|| {
+        named(
             "consensus",
             "Consensus distance",
-            Chart::Lines(consensus_chart(&name, &consensus)),
-        );
-    }
+            Chart::Lines(consensus_chart(name, &consensus)),
+        )
+    })
+}
 
-    // Algorithm-specific series.
-    out.extend(series_figures(data, &name));
-
-    // Staleness histograms.
+/// The staleness histograms (global, row, message age, oldest message per mixing step), one
+/// panel per algorithm.
+fn staleness_figures(data: &RunData, name: &str) -> Vec<NamedFigure> {
+    let mut out = Vec::new();
     for (measure, stem, heading, x_label, y_label, note) in [
         (
             "global",
@@ -341,7 +370,7 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             "at each step that mixed messages in, the age in the receiver's iterations of the oldest one; summed over workers",
         ),
     ] {
-        let histograms = staleness_histograms(&data.staleness, algs, measure);
+        let histograms = staleness_histograms(&data.staleness, &data.algorithms, measure);
         if histograms.is_empty() {
             continue;
         }
@@ -364,124 +393,144 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
                 }
             })
             .collect();
-        out.push(NamedFigure {
-            stem: stem.into(),
-            heading: heading.into(),
-            chart: Chart::Histograms(HistogramPanels {
+        out.push(named(
+            stem,
+            heading,
+            Chart::Histograms(HistogramPanels {
                 title: format!("{name}: {}", heading.to_lowercase()),
                 note: note.into(),
                 x_label: x_label.into(),
                 y_label: y_label.into(),
                 panels,
             }),
-        });
+        ));
     }
+    out
+}
 
-    // Utilization.
-    let shares: Vec<(usize, &String, Vec<WorkerShare>)> = algs
+/// One algorithm's per-worker shares of `utilization.csv`: its colour, its name, its workers.
+type AlgorithmShares<'a> = (usize, &'a String, Vec<WorkerShare>);
+
+/// The per-worker shares of every algorithm that has some, in the order of the algorithms.
+fn worker_shares(data: &RunData) -> Vec<AlgorithmShares<'_>> {
+    data.algorithms
         .iter()
         .enumerate()
         .map(|(i, a)| (i, a, utilization(&data.utilization, a)))
         .filter(|(_, _, s)| !s.is_empty())
-        .collect();
-    if !shares.is_empty() {
-        let mut groups: Vec<u64> = shares
-            .iter()
-            .flat_map(|(_, _, s)| s.iter().map(|w| w.worker))
-            .collect();
-        groups.sort_unstable();
-        groups.dedup();
-        // Each share list is sorted by worker: a binary search per worker, not a scan.
-        let series: Vec<(String, usize, Vec<f64>)> = shares
-            .iter()
-            .map(|(color, alg, s)| {
-                let values = groups
-                    .iter()
-                    .map(|g| {
-                        s.binary_search_by_key(g, |w| w.worker)
-                            .map_or(f64::NAN, |i| s[i].steps as f64)
-                    })
-                    .collect();
-                (data.legend(alg), *color, values)
-            })
-            .collect();
-        let bin = worker_bin(groups.len(), series.len());
-        let mut note =
-            String::from("gradients each worker computed and applied over the whole run");
-        if bin > 1 {
-            note.push_str(&format!(
-                "; {} workers in {} bars of {bin} consecutive workers: bar = their mean, whisker = their min to max",
-                thousands(groups.len() as u64),
-                groups.len().div_ceil(bin),
-            ));
-        }
-        out.push(NamedFigure {
-            stem: "steps".into(),
-            heading: "Steps per worker".into(),
-            chart: Chart::Bars(GroupedBars {
-                title: format!("{name}: local steps per worker"),
-                note,
-                x_label: "worker".into(),
-                y_label: "steps".into(),
-                groups,
-                series,
-                bin,
-            }),
-        });
-        let panels = shares
-            .iter()
-            .map(|(_, alg, s)| {
-                let mean = |k: usize| s.iter().map(|w| w.fractions[k]).sum::<f64>() / s.len() as f64;
-                // Down time is named only where a worker was down (a run with crashes).
-                let down = if s.iter().any(|w| w.fractions[4] > 0.0) {
-                    format!(", down {:.1}%", mean(4) * 100.0)
-                } else {
-                    String::new()
-                };
-                StackedPanel {
-                    caption: format!(
-                        "{}: compute {:.1}%, communicate {:.1}%, blocked {:.1}%, idle {:.1}%{down} (mean over workers)",
-                        data.legend(alg),
-                        mean(0) * 100.0,
-                        mean(1) * 100.0,
-                        mean(2) * 100.0,
-                        mean(3) * 100.0
-                    ),
-                    workers: s.iter().map(|w| w.worker).collect(),
-                    fractions: s.iter().map(|w| w.fractions).collect(),
-                    bin: worker_bin(s.len(), 1),
-                }
-            })
-            .collect::<Vec<StackedPanel>>();
-        let mut note = String::from(
-            "blocked: waiting for a peer; communicate: sending or receiving and nothing else",
-        );
-        if let Some(widest) = panels
-            .iter()
-            .filter(|p| p.bin > 1)
-            .max_by_key(|p| p.workers.len())
-        {
-            note.push_str(&format!(
-                "; {} workers in {} bars of {} consecutive workers, each bar their mean shares",
-                thousands(widest.workers.len() as u64),
-                widest.workers.len().div_ceil(widest.bin),
-                widest.bin,
-            ));
-        }
-        out.push(NamedFigure {
-            stem: "utilization".into(),
-            heading: "Where each worker's time went".into(),
-            chart: Chart::Stacked(StackedPanels {
-                title: format!("{name}: where each worker's time went"),
-                note,
-                panels,
-            }),
-        });
-    }
+        .collect()
+}
 
-    // Timelines.
+/// Local steps per worker, one bar per algorithm, binned beyond a few workers.
+fn steps_figure(data: &RunData, name: &str, shares: &[AlgorithmShares<'_>]) -> NamedFigure {
+    let mut groups: Vec<u64> = shares
+        .iter()
+        .flat_map(|(_, _, s)| s.iter().map(|w| w.worker))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    // Each share list is sorted by worker: a binary search per worker, not a scan.
+    let series: Vec<(String, usize, Vec<f64>)> = shares
+        .iter()
+        .map(|(color, alg, s)| {
+            let values = groups
+                .iter()
+                .map(|g| {
+                    s.binary_search_by_key(g, |w| w.worker)
+                        .map_or(f64::NAN, |i| s[i].steps as f64)
+                })
+                .collect();
+            (data.legend(alg), *color, values)
+        })
+        .collect();
+    let bin = worker_bin(groups.len(), series.len());
+    let mut note = String::from("gradients each worker computed and applied over the whole run");
+    if bin > 1 {
+        note.push_str(&format!(
+            "; {} workers in {} bars of {bin} consecutive workers: bar = their mean, whisker = their min to max",
+            thousands(groups.len() as u64),
+            groups.len().div_ceil(bin),
+        ));
+    }
+    named(
+        "steps",
+        "Steps per worker",
+        Chart::Bars(GroupedBars {
+            title: format!("{name}: local steps per worker"),
+            note,
+            x_label: "worker".into(),
+            y_label: "steps".into(),
+            groups,
+            series,
+            bin,
+        }),
+    )
+}
+
+/// Where each worker's time went (compute, communicate, blocked, idle, down), one panel per
+/// algorithm.
+fn utilization_figure(data: &RunData, name: &str, shares: &[AlgorithmShares<'_>]) -> NamedFigure {
+    let panels = shares
+        .iter()
+        .map(|(_, alg, s)| {
+            let mean = |k: usize| s.iter().map(|w| w.fractions[k]).sum::<f64>() / s.len() as f64;
+            // Down time is named only where a worker was down (a run with crashes).
+            let down = if s.iter().any(|w| w.fractions[4] > 0.0) {
+                format!(", down {:.1}%", mean(4) * 100.0)
+            } else {
+                String::new()
+            };
+            StackedPanel {
+                caption: format!(
+                    "{}: compute {:.1}%, communicate {:.1}%, blocked {:.1}%, idle {:.1}%{down} (mean over workers)",
+                    data.legend(alg),
+                    mean(0) * 100.0,
+                    mean(1) * 100.0,
+                    mean(2) * 100.0,
+                    mean(3) * 100.0
+                ),
+                workers: s.iter().map(|w| w.worker).collect(),
+                fractions: s.iter().map(|w| w.fractions).collect(),
+                bin: worker_bin(s.len(), 1),
+            }
+        })
+        .collect::<Vec<StackedPanel>>();
+    let mut note = String::from(
+        "blocked: waiting for a peer; communicate: sending or receiving and nothing else",
+    );
+    if let Some(widest) = panels
+        .iter()
+        .filter(|p| p.bin > 1)
+        .max_by_key(|p| p.workers.len())
+    {
+        note.push_str(&format!(
+            "; {} workers in {} bars of {} consecutive workers, each bar their mean shares",
+            thousands(widest.workers.len() as u64),
+            widest.workers.len().div_ceil(widest.bin),
+            widest.bin,
+        ));
+    }
+    named(
+        "utilization",
+        "Where each worker's time went",
+        Chart::Stacked(StackedPanels {
+            title: format!("{name}: where each worker's time went"),
+            note,
+            panels,
+        }),
+    )
+}
+
+/// One worker-timeline Gantt chart per algorithm with a timeline, its rows ranked by the
+/// algorithm's `shares` when it has them.
+fn timeline_figures(
+    data: &RunData,
+    name: &str,
+    shares: &[AlgorithmShares<'_>],
+) -> Vec<NamedFigure> {
+    let mut out = Vec::new();
     let mut stems: Vec<String> = Vec::new();
-    for alg in algs {
+    for alg in &data.algorithms {
         let mut lanes = timeline_lanes(&data.timeline, alg);
         if lanes.is_empty() {
             continue;
@@ -519,7 +568,6 @@ pub(crate) fn run_figures(data: &RunData) -> Vec<NamedFigure> {
             chart: Chart::Gantt(gantt),
         });
     }
-    mark_identical(&mut out);
     out
 }
 
