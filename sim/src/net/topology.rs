@@ -49,7 +49,7 @@
 //! `1 − (1 + 2cos(2π/n))/3` on a ring of `n ≥ 4`, 0 on a disconnected graph.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use petgraph::graph::{NodeIndex, UnGraph};
 use rand::Rng;
@@ -331,278 +331,364 @@ fn random_regular(n: usize, d: usize, rng: &mut Stream) -> Option<Vec<(usize, us
     None
 }
 
+/// Refuses a graph of `cfg` on `n` workers that is too large to build: a complete graph or
+/// random-peer union beyond [`MAX_EDGES`] edges, an Erdős–Rényi graph beyond [`MAX_PAIR_DRAWS`]
+/// pair draws. (The bipartite graph's count is checked once its sides are known.)
+fn check_size(cfg: &TopologyConfig, n: usize) -> Result<(), ConfigError> {
+    let pairs = n as u128 * (n as u128).saturating_sub(1) / 2;
+    match cfg {
+        TopologyConfig::Complete {} | TopologyConfig::RandomPeer {} => {
+            edge_budget(pairs, cfg, n, "topology.kind")
+        }
+        // One draw per pair, whatever p.
+        TopologyConfig::ErdosRenyi { .. } if pairs > MAX_PAIR_DRAWS => Err(ConfigError::new(
+            "topology.kind",
+            format!(
+                "an Erdős–Rényi graph on {n} workers draws {pairs} pairs, more than {MAX_PAIR_DRAWS}"
+            ),
+        )
+        .hint("use a random regular graph (kind = \"random-regular\") at this size")),
+        _ => Ok(()),
+    }
+}
+
+/// A bipartite graph's edges, with each worker's side (`true`: active).
+type SidedEdges = (Vec<(usize, usize)>, Vec<bool>);
+
+/// Every pair of `0..n`.
+fn complete_edges(n: usize) -> Vec<(usize, usize)> {
+    let mut edges = Vec::new();
+    for i in 0..n {
+        edges.extend((i + 1..n).map(|j| (i, j)));
+    }
+    edges
+}
+
+/// The hypercube's edges `i — i xor 2^m`; `n` must be a power of two.
+fn hypercube_edges(n: usize) -> Result<Vec<(usize, usize)>, ConfigError> {
+    if !n.is_power_of_two() {
+        return Err(ConfigError::new(
+            "topology.kind",
+            format!("a hypercube needs a power-of-two number of workers, got {n}"),
+        )
+        .hint("use 8, 16, 32, … workers, or another topology"));
+    }
+    let mut edges = Vec::new();
+    for i in 0..n {
+        let mut bit = 1;
+        while bit < n {
+            if i < i ^ bit {
+                edges.push((i, i ^ bit));
+            }
+            bit <<= 1;
+        }
+    }
+    Ok(edges)
+}
+
+/// The edges of a `rows × cols` torus, which must have `n` nodes.
+fn torus_edges(rows: usize, cols: usize, n: usize) -> Result<Vec<(usize, usize)>, ConfigError> {
+    if rows * cols != n || rows == 0 || cols == 0 {
+        return Err(ConfigError::new(
+            "topology.rows",
+            format!(
+                "a {rows}×{cols} torus has {} nodes, but the cluster has {n} workers",
+                rows * cols
+            ),
+        )
+        .hint("rows × cols must equal cluster.workers"));
+    }
+    let mut edges = Vec::new();
+    for r in 0..rows {
+        for c in 0..cols {
+            let i = r * cols + c;
+            edges.push((i, r * cols + (c + 1) % cols));
+            edges.push((i, ((r + 1) % rows) * cols + c));
+        }
+    }
+    Ok(edges)
+}
+
+/// The static exponential graph's edges `i — (i + 2^m) mod n`.
+fn exponential_edges(n: usize) -> Vec<(usize, usize)> {
+    let mut edges = Vec::new();
+    let mut step = 1;
+    while step < n {
+        edges.extend((0..n).map(|i| (i, (i + step) % n)));
+        step <<= 1;
+    }
+    edges
+}
+
+/// A random `degree`-regular graph on `n` workers, drawn from the topology stream of `seed`.
+fn random_regular_edges(
+    n: usize,
+    degree: usize,
+    seed: u64,
+) -> Result<Vec<(usize, usize)>, ConfigError> {
+    let blame = "topology.degree";
+    if degree == 0 || degree >= n || (n * degree) % 2 == 1 {
+        return Err(ConfigError::new(
+            blame,
+            format!("no {degree}-regular graph on {n} workers exists"),
+        )
+        .hint(format!(
+            "degree must be between 1 and {} and n·degree even; degree ≥ 3 is connected with high probability",
+            n.saturating_sub(1)
+        )));
+    }
+    random_regular(n, degree, &mut stream(seed, StreamKind::Topology, 0)).ok_or_else(|| {
+        ConfigError::new(
+            blame,
+            format!("could not draw a {degree}-regular graph on {n} workers"),
+        )
+        .hint("lower the degree, or use kind = \"complete\"")
+    })
+}
+
+/// An Erdős–Rényi graph `G(n, p)`: one draw from the topology stream of `seed` per pair, in
+/// order.
+fn erdos_renyi_edges(n: usize, p: f64, seed: u64) -> Result<Vec<(usize, usize)>, ConfigError> {
+    if !(p.is_finite() && p > 0.0 && p <= 1.0) {
+        return Err(ConfigError::new(
+            "topology.p",
+            format!("an edge probability must be in (0, 1], got {p}"),
+        )
+        .hint(threshold_hint(n)));
+    }
+    let mut edges = Vec::new();
+    let mut rng = stream(seed, StreamKind::Topology, 0);
+    for i in 0..n {
+        for j in i + 1..n {
+            if rng.random_bool(p) {
+                edges.push((i, j));
+            }
+        }
+    }
+    Ok(edges)
+}
+
+/// The complete bipartite graph between the `active` workers (default: the even ones) and the
+/// others, with each worker's side (`true`: active).
+fn bipartite_edges(
+    cfg: &TopologyConfig,
+    active: Option<&WorkerSet>,
+    n: usize,
+    seed: u64,
+) -> Result<SidedEdges, ConfigError> {
+    let blame = "topology.active";
+    let active = match active {
+        Some(set) => set.resolve(n, seed, blame)?,
+        None => (0..n).step_by(2).collect(),
+    };
+    let mut side = vec![false; n];
+    for &a in &active {
+        side[a] = true;
+    }
+    if active.len() == n {
+        return Err(
+            ConfigError::new(blame, "every worker is active: the passive side is empty")
+                .hint("leave some workers out of `active`"),
+        );
+    }
+    let active_count = side.iter().filter(|&&s| s).count() as u128;
+    edge_budget(active_count * (n as u128 - active_count), cfg, n, blame)?;
+    let passive: Vec<usize> = (0..n).filter(|&b| !side[b]).collect();
+    let mut edges = Vec::new();
+    for a in (0..n).filter(|&a| side[a]) {
+        edges.extend(passive.iter().map(|&b| (a, b)));
+    }
+    Ok((edges, side))
+}
+
+/// AD-PSGD's bipartite exponential graph on an even `n`, with each worker's side (`true`:
+/// active, the odd workers).
+fn bipartite_exponential_edges(n: usize) -> Result<SidedEdges, ConfigError> {
+    if n % 2 == 1 {
+        return Err(ConfigError::new(
+            "topology.kind",
+            format!(
+                "the bipartite exponential graph needs an even number of workers (odd ones active, even ones passive), got {n}"
+            ),
+        ));
+    }
+    // The reference's phone book of an active (odd) rank: 1 and 1 + 2^i hops ahead
+    // and behind, for i = 1 ..= floor(log2(n - 1)); every offset is odd, so every
+    // peer is passive.
+    let mut offsets = vec![1usize];
+    let mut m = 1;
+    while m < usize::BITS && (1usize << m) < n {
+        offsets.push(1 + (1usize << m));
+        m += 1;
+    }
+    let mut edges = Vec::new();
+    for a in (1..n).step_by(2) {
+        for &d in &offsets {
+            edges.push((a, (a + d) % n));
+            edges.push((a, (a + n - d % n) % n));
+        }
+    }
+    Ok((edges, (0..n).map(|i| i % 2 == 1).collect()))
+}
+
+/// The edges listed in the file at `path` (already resolved), over `n` workers.
+fn edge_list_edges(path: &Path, n: usize) -> Result<Vec<(usize, usize)>, ConfigError> {
+    let blame = "topology.file";
+    let hint = "one edge `i,j` (or `i j`) per line, `#` comments, an optional header; a relative path is resolved against the scenario file's directory";
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            blame,
+            format!("cannot read the edge list {}: {e}", path.display()),
+        )
+        .hint(hint)
+    })?;
+    parse_edges(&text, n).map_err(|m| {
+        ConfigError::new(blame, format!("edge list {}: {m}", path.display())).hint(hint)
+    })
+}
+
+/// The reference's bidirectional exponential schedule with `peers` per iteration, its
+/// `peers_schedule` checked and every phase strongly connected over a period.
+fn bidirectional_schedule(
+    n: usize,
+    peers: usize,
+    peers_schedule: &[(u64, usize)],
+) -> Result<PeerSchedule, ConfigError> {
+    if peers == 0 {
+        return Err(ConfigError::new(
+            "topology.peers",
+            "peers must be at least 1",
+        ));
+    }
+    let s = PeerSchedule::bidirectional_exponential(n, peers);
+    check_peers_schedule(peers_schedule, s.book_len().unwrap_or(0))?;
+    for &(_, p) in peers_schedule {
+        let comps = s
+            .phase_schedule(p)
+            .strong_components(s.phase_schedule(p).check_window());
+        if comps.len() > 1 {
+            return Err(ConfigError::new(
+                "topology.peers_schedule",
+                format!(
+                    "the bidirectional-exponential schedule on {n} workers with {p} peers per iteration is not strongly connected over a period: components {}",
+                    describe_sets(&comps)
+                ),
+            ));
+        }
+    }
+    Ok(s)
+}
+
 impl Topology {
     /// Builds the graph of `cfg` over `n` workers. Random graphs draw from the topology stream of
     /// [`BuildEnv::seed`]; an edge-list file is read relative to [`BuildEnv::base_dir`]. Fails
     /// when a value is invalid, or when the graph is disconnected (a schedule: not strongly
     /// connected over a period), naming the components.
     pub fn build(cfg: &TopologyConfig, n: usize, env: &BuildEnv) -> Result<Self, ConfigError> {
-        let rng = || stream(env.seed, StreamKind::Topology, 0);
-        // `peers_schedule` of a bidirectional exponential schedule, in epochs.
-        let mut peer_phases: Vec<(u64, usize)> = Vec::new();
-        // The key whose value made the graph what it is, for a connectivity error.
-        let mut blame = "topology.kind";
-        let pairs = n as u128 * (n as u128).saturating_sub(1) / 2;
-        match cfg {
-            // The bipartite graph's count is checked once its sides are known.
-            TopologyConfig::Complete {} | TopologyConfig::RandomPeer {} => {
-                edge_budget(pairs, cfg, n, "topology.kind")?
-            }
-            // One draw per pair, whatever p.
-            TopologyConfig::ErdosRenyi { .. } if pairs > MAX_PAIR_DRAWS => {
-                return Err(ConfigError::new(
-                    "topology.kind",
-                    format!(
-                        "an Erdős–Rényi graph on {n} workers draws {pairs} pairs, more than {MAX_PAIR_DRAWS}"
-                    ),
-                )
-                .hint("use a random regular graph (kind = \"random-regular\") at this size"));
-            }
-            _ => {}
-        }
-        let mut edges = Vec::new();
+        check_size(cfg, n)?;
         let mut sides = None;
-        match cfg {
-            TopologyConfig::Ring {} => edges.extend((0..n).map(|i| (i, (i + 1) % n))),
-            TopologyConfig::Complete {} => {
-                for i in 0..n {
-                    edges.extend((i + 1..n).map(|j| (i, j)));
-                }
-            }
-            TopologyConfig::Star {} => edges.extend((1..n).map(|i| (0, i))),
-            TopologyConfig::Hypercube {} => {
-                if !n.is_power_of_two() {
-                    return Err(ConfigError::new(
-                        "topology.kind",
-                        format!("a hypercube needs a power-of-two number of workers, got {n}"),
-                    )
-                    .hint("use 8, 16, 32, … workers, or another topology"));
-                }
-                for i in 0..n {
-                    let mut bit = 1;
-                    while bit < n {
-                        if i < i ^ bit {
-                            edges.push((i, i ^ bit));
-                        }
-                        bit <<= 1;
-                    }
-                }
-            }
-            &TopologyConfig::Torus { rows, cols } => {
-                if rows * cols != n || rows == 0 || cols == 0 {
-                    return Err(ConfigError::new(
-                        "topology.rows",
-                        format!(
-                            "a {rows}×{cols} torus has {} nodes, but the cluster has {n} workers",
-                            rows * cols
-                        ),
-                    )
-                    .hint("rows × cols must equal cluster.workers"));
-                }
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let i = r * cols + c;
-                        edges.push((i, r * cols + (c + 1) % cols));
-                        edges.push((i, ((r + 1) % rows) * cols + c));
-                    }
-                }
-            }
-            TopologyConfig::Exponential {} => {
-                let mut step = 1;
-                while step < n {
-                    edges.extend((0..n).map(|i| (i, (i + step) % n)));
-                    step <<= 1;
-                }
-            }
-            &TopologyConfig::RandomRegular { degree } => {
-                blame = "topology.degree";
-                if degree == 0 || degree >= n || (n * degree) % 2 == 1 {
-                    return Err(ConfigError::new(
-                        blame,
-                        format!("no {degree}-regular graph on {n} workers exists"),
-                    )
-                    .hint(format!(
-                        "degree must be between 1 and {} and n·degree even; degree ≥ 3 is connected with high probability",
-                        n.saturating_sub(1)
-                    )));
-                }
-                edges = random_regular(n, degree, &mut rng()).ok_or_else(|| {
-                    ConfigError::new(
-                        blame,
-                        format!("could not draw a {degree}-regular graph on {n} workers"),
-                    )
-                    .hint("lower the degree, or use kind = \"complete\"")
-                })?;
-            }
-            &TopologyConfig::ErdosRenyi { p } => {
-                blame = "topology.p";
-                if !(p.is_finite() && p > 0.0 && p <= 1.0) {
-                    return Err(ConfigError::new(
-                        blame,
-                        format!("an edge probability must be in (0, 1], got {p}"),
-                    )
-                    .hint(threshold_hint(n)));
-                }
-                let mut rng = rng();
-                for i in 0..n {
-                    for j in i + 1..n {
-                        if rng.random_bool(p) {
-                            edges.push((i, j));
-                        }
-                    }
-                }
-            }
+        let edges = match cfg {
+            TopologyConfig::Ring {} => (0..n).map(|i| (i, (i + 1) % n)).collect(),
+            TopologyConfig::Complete {} => complete_edges(n),
+            TopologyConfig::Star {} => (1..n).map(|i| (0, i)).collect(),
+            TopologyConfig::Hypercube {} => hypercube_edges(n)?,
+            &TopologyConfig::Torus { rows, cols } => torus_edges(rows, cols, n)?,
+            TopologyConfig::Exponential {} => exponential_edges(n),
+            &TopologyConfig::RandomRegular { degree } => random_regular_edges(n, degree, env.seed)?,
+            &TopologyConfig::ErdosRenyi { p } => erdos_renyi_edges(n, p, env.seed)?,
             TopologyConfig::Bipartite { active } => {
-                blame = "topology.active";
-                let active = match active {
-                    Some(set) => set.resolve(n, env.seed, blame)?,
-                    None => (0..n).step_by(2).collect(),
-                };
-                let mut side = vec![false; n];
-                for &a in &active {
-                    side[a] = true;
-                }
-                if active.len() == n {
-                    return Err(ConfigError::new(
-                        blame,
-                        "every worker is active: the passive side is empty",
-                    )
-                    .hint("leave some workers out of `active`"));
-                }
-                let active_count = side.iter().filter(|&&s| s).count() as u128;
-                edge_budget(active_count * (n as u128 - active_count), cfg, n, blame)?;
-                let passive: Vec<usize> = (0..n).filter(|&b| !side[b]).collect();
-                for a in (0..n).filter(|&a| side[a]) {
-                    edges.extend(passive.iter().map(|&b| (a, b)));
-                }
+                let (edges, side) = bipartite_edges(cfg, active.as_ref(), n, env.seed)?;
                 sides = Some(side);
+                edges
             }
             TopologyConfig::BipartiteExponential {} => {
-                if n % 2 == 1 {
-                    return Err(ConfigError::new(
-                        "topology.kind",
-                        format!(
-                            "the bipartite exponential graph needs an even number of workers (odd ones active, even ones passive), got {n}"
-                        ),
-                    ));
-                }
-                // The reference's phone book of an active (odd) rank: 1 and 1 + 2^i hops ahead
-                // and behind, for i = 1 ..= floor(log2(n - 1)); every offset is odd, so every
-                // peer is passive.
-                let mut offsets = vec![1usize];
-                let mut m = 1;
-                while m < usize::BITS && (1usize << m) < n {
-                    offsets.push(1 + (1usize << m));
-                    m += 1;
-                }
-                for a in (1..n).step_by(2) {
-                    for &d in &offsets {
-                        edges.push((a, (a + d) % n));
-                        edges.push((a, (a + n - d % n) % n));
-                    }
-                }
-                sides = Some((0..n).map(|i| i % 2 == 1).collect());
+                let (edges, side) = bipartite_exponential_edges(n)?;
+                sides = Some(side);
+                edges
             }
-            TopologyConfig::EdgeList { file } => {
-                blame = "topology.file";
-                let path = env.resolve(file);
-                let hint = "one edge `i,j` (or `i j`) per line, `#` comments, an optional header; a relative path is resolved against the scenario file's directory";
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    ConfigError::new(
-                        blame,
-                        format!("cannot read the edge list {}: {e}", path.display()),
-                    )
-                    .hint(hint)
-                })?;
-                edges = parse_edges(&text, n).map_err(|m| {
-                    ConfigError::new(blame, format!("edge list {}: {m}", path.display())).hint(hint)
-                })?;
-            }
+            TopologyConfig::EdgeList { file } => edge_list_edges(&env.resolve(file), n)?,
             TopologyConfig::OnePeerExponential {}
             | TopologyConfig::TwoPeerExponential {}
             | TopologyConfig::BidirectionalExponential { .. }
-            | TopologyConfig::RandomPeer {} => {
-                let schedule = match *cfg {
-                    TopologyConfig::OnePeerExponential {} => PeerSchedule::one_peer_exponential(n),
-                    TopologyConfig::TwoPeerExponential {} => PeerSchedule::two_peer_exponential(n),
-                    TopologyConfig::BidirectionalExponential {
-                        peers,
-                        ref peers_schedule,
-                    } => {
-                        if peers == 0 {
-                            return Err(ConfigError::new(
-                                "topology.peers",
-                                "peers must be at least 1",
-                            ));
-                        }
-                        let s = PeerSchedule::bidirectional_exponential(n, peers);
-                        check_peers_schedule(peers_schedule, s.book_len().unwrap_or(0))?;
-                        peer_phases.clone_from(peers_schedule);
-                        for &(_, p) in peers_schedule {
-                            let comps = s
-                                .phase_schedule(p)
-                                .strong_components(s.phase_schedule(p).check_window());
-                            if comps.len() > 1 {
-                                return Err(ConfigError::new(
-                                    "topology.peers_schedule",
-                                    format!(
-                                        "the bidirectional-exponential schedule on {n} workers with {p} peers per iteration is not strongly connected over a period: components {}",
-                                        describe_sets(&comps)
-                                    ),
-                                ));
-                            }
-                        }
-                        s
-                    }
-                    _ => PeerSchedule::random_peer(n, env.seed),
-                };
-                if schedule.period().is_some() {
-                    let comps = schedule.strong_components(schedule.check_window());
-                    if comps.len() > 1 {
-                        return Err(ConfigError::new(
-                            "topology.kind",
-                            format!(
-                                "the {} schedule on {n} workers is not strongly connected over a period: components {}",
-                                cfg.kind(),
-                                describe_sets(&comps)
-                            ),
-                        )
-                        .hint("use more workers, or another topology"));
-                    }
-                }
-                let union = match schedule.period() {
-                    Some(p) => schedule.union_edges(0..p),
-                    None => (0..n)
-                        .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
-                        .collect(),
-                };
-                let mut t = Self::from_edges(n, union);
-                t.schedule = schedule;
-                t.peer_phases = peer_phases;
-                return Ok(t);
-            }
-        }
+            | TopologyConfig::RandomPeer {} => return Self::scheduled(cfg, n, env.seed),
+        };
         let mut t = Self::from_edges(n, edges);
         t.sides = sides;
-        if !t.is_connected() {
-            let mut e = ConfigError::new(
-                blame,
-                format!(
-                    "the {} graph on {n} workers is disconnected: components {}",
-                    cfg.kind(),
-                    describe_sets(&t.components())
-                ),
-            );
-            e = match cfg {
-                TopologyConfig::ErdosRenyi { .. } => e.hint(threshold_hint(n)),
-                TopologyConfig::RandomRegular { .. } => {
-                    e.hint("a random regular graph of degree ≥ 3 is connected with high probability; or change the seed")
-                }
-                _ => e.hint("every worker must be able to reach every other; add the missing edges"),
-            };
-            return Err(e);
+        t.require_connected(cfg, n)
+    }
+
+    /// The topology of a time-varying schedule: the schedule of `cfg`, checked strongly
+    /// connected over a period, over the union of its edges (every pair for `random-peer`).
+    fn scheduled(cfg: &TopologyConfig, n: usize, seed: u64) -> Result<Self, ConfigError> {
+        // `peers_schedule` of a bidirectional exponential schedule, in epochs.
+        let mut peer_phases: Vec<(u64, usize)> = Vec::new();
+        let schedule = match *cfg {
+            TopologyConfig::OnePeerExponential {} => PeerSchedule::one_peer_exponential(n),
+            TopologyConfig::TwoPeerExponential {} => PeerSchedule::two_peer_exponential(n),
+            TopologyConfig::BidirectionalExponential {
+                peers,
+                ref peers_schedule,
+            } => {
+                let s = bidirectional_schedule(n, peers, peers_schedule)?;
+                peer_phases.clone_from(peers_schedule);
+                s
+            }
+            _ => PeerSchedule::random_peer(n, seed),
+        };
+        if schedule.period().is_some() {
+            let comps = schedule.strong_components(schedule.check_window());
+            if comps.len() > 1 {
+                return Err(ConfigError::new(
+                    "topology.kind",
+                    format!(
+                        "the {} schedule on {n} workers is not strongly connected over a period: components {}",
+                        cfg.kind(),
+                        describe_sets(&comps)
+                    ),
+                )
+                .hint("use more workers, or another topology"));
+            }
         }
+        let union = match schedule.period() {
+            Some(p) => schedule.union_edges(0..p),
+            None => (0..n)
+                .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+                .collect(),
+        };
+        let mut t = Self::from_edges(n, union);
+        t.schedule = schedule;
+        t.peer_phases = peer_phases;
         Ok(t)
+    }
+
+    /// `self`, or an error naming the components when the static graph of `cfg` is
+    /// disconnected, blaming the key whose value made the graph what it is.
+    fn require_connected(self, cfg: &TopologyConfig, n: usize) -> Result<Self, ConfigError> {
+        if self.is_connected() {
+            return Ok(self);
+        }
+        let blame = match cfg {
+            TopologyConfig::RandomRegular { .. } => "topology.degree",
+            TopologyConfig::ErdosRenyi { .. } => "topology.p",
+            TopologyConfig::Bipartite { .. } => "topology.active",
+            TopologyConfig::EdgeList { .. } => "topology.file",
+            _ => "topology.kind",
+        };
+        let e = ConfigError::new(
+            blame,
+            format!(
+                "the {} graph on {n} workers is disconnected: components {}",
+                cfg.kind(),
+                describe_sets(&self.components())
+            ),
+        );
+        Err(match cfg {
+            TopologyConfig::ErdosRenyi { .. } => e.hint(threshold_hint(n)),
+            TopologyConfig::RandomRegular { .. } => {
+                e.hint("a random regular graph of degree ≥ 3 is connected with high probability; or change the seed")
+            }
+            _ => e.hint("every worker must be able to reach every other; add the missing edges"),
+        })
     }
 
     /// A graph over `n` nodes from an edge list; self-loops and duplicate edges are dropped.
