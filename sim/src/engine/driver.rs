@@ -399,7 +399,7 @@ impl std::fmt::Display for Divergence {
 }
 
 /// Watches the held-out loss at every evaluation point.
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct DivergenceGuard {
     bound: Option<f64>,
     configured: bool,
@@ -606,74 +606,172 @@ fn drive<A: Algorithm, I: FnMut(&A, &World<'_>, SimTime)>(
     world: &mut World<'_>,
     cfg: &RunConfig,
     observer: &mut dyn Observer,
-    mut inspect: I,
+    inspect: I,
     start: Start<A::Event>,
-    mut hook: Option<Hook<'_, A>>,
+    hook: Option<Hook<'_, A>>,
 ) -> Result<Outcome> {
-    let Start {
-        position,
-        mut queue,
-        mut diverged,
-    } = start;
-    let time_limit = cfg.sim_time_s.map(SimTime::from_secs_f64);
-    let eval_every = eval_every(cfg);
-    let Position {
-        mut now,
-        mut events,
-        mut next_eval,
-        mut next_step_eval,
-        mut guard,
-        last_eval: (last_time, last_result),
-        mut next_checkpoint,
-    } = position;
-    let mut last_eval = EvalPoint {
-        time: last_time,
-        worker_steps: world.worker_steps,
-        epoch: world.epochs(),
-        eval: last_result,
-        train_loss: f64::NAN,
-        consensus: f64::NAN,
-        replicas: None,
-        suboptimality: None,
-        series: Vec::new(),
-    };
-    if let Some(every) = hook.as_ref().and_then(|h| h.every)
-        && next_checkpoint == SimTime::ZERO
-    {
-        next_checkpoint = every;
+    let mut run = Run::new(alg, world, cfg, observer, inspect, start, hook);
+    let stalled = run.handle_events()?;
+    run.evaluate_at_the_stop()?;
+    Ok(run.finish(stalled))
+}
+
+/// What comes next in the run loop.
+enum Next {
+    /// The earliest event or fault, at this time; `true`: a fault.
+    At(SimTime, bool),
+    /// Nothing: the algorithm has nothing left to do.
+    Done,
+    /// Nothing can wake the workers that wait: a run with faults stalls.
+    Stalled(Stall),
+}
+
+/// The state of [`drive`]'s loop: what it runs, and where it stands ([`Position`], with the
+/// last evaluation point whole).
+struct Run<'r, 'w, 'h, A: Algorithm, I> {
+    alg: &'r mut A,
+    world: &'r mut World<'w>,
+    cfg: &'r RunConfig,
+    observer: &'r mut dyn Observer,
+    inspect: I,
+    hook: Option<Hook<'h, A>>,
+    queue: EventQueue<A::Event>,
+    time_limit: Option<SimTime>,
+    eval_every: SimTime,
+    now: SimTime,
+    events: u64,
+    next_eval: SimTime,
+    next_step_eval: Option<u64>,
+    guard: DivergenceGuard,
+    last_eval: EvalPoint,
+    next_checkpoint: SimTime,
+    diverged: Option<Divergence>,
+}
+
+impl<'r, 'w, 'h, A: Algorithm, I: FnMut(&A, &World<'_>, SimTime)> Run<'r, 'w, 'h, A, I> {
+    /// The loop's state at `start`; the first checkpoint falls one interval after time 0.
+    fn new(
+        alg: &'r mut A,
+        world: &'r mut World<'w>,
+        cfg: &'r RunConfig,
+        observer: &'r mut dyn Observer,
+        inspect: I,
+        start: Start<A::Event>,
+        hook: Option<Hook<'h, A>>,
+    ) -> Self {
+        let Start {
+            position,
+            queue,
+            diverged,
+        } = start;
+        let Position {
+            now,
+            events,
+            next_eval,
+            next_step_eval,
+            guard,
+            last_eval: (last_time, last_result),
+            mut next_checkpoint,
+        } = position;
+        let last_eval = EvalPoint {
+            time: last_time,
+            worker_steps: world.worker_steps,
+            epoch: world.epochs(),
+            eval: last_result,
+            train_loss: f64::NAN,
+            consensus: f64::NAN,
+            replicas: None,
+            suboptimality: None,
+            series: Vec::new(),
+        };
+        if let Some(every) = hook.as_ref().and_then(|h| h.every)
+            && next_checkpoint == SimTime::ZERO
+        {
+            next_checkpoint = every;
+        }
+        Run {
+            alg,
+            world,
+            cfg,
+            observer,
+            inspect,
+            hook,
+            queue,
+            time_limit: cfg.sim_time_s.map(SimTime::from_secs_f64),
+            eval_every: eval_every(cfg),
+            now,
+            events,
+            next_eval,
+            next_step_eval,
+            guard,
+            last_eval,
+            next_checkpoint,
+            diverged,
+        }
     }
 
-    let fraction = |world: &World<'_>, now: SimTime| -> f64 {
-        let mut f: f64 = 0.0;
-        if let Some(t) = time_limit {
-            f = f.max(now.as_nanos() as f64 / t.as_nanos().max(1) as f64);
+    /// Handles events and faults in time order, with the evaluation points and checkpoints
+    /// between them, until a stop rule, a divergence or the end of the work; returns the stall
+    /// of a run that stopped with workers waiting that nothing can wake.
+    fn handle_events(&mut self) -> Result<Option<Stall>> {
+        while self.diverged.is_none() {
+            let (t, fault) = match self.what_comes_next()? {
+                Next::At(t, fault) => (t, fault),
+                Next::Done => break,
+                Next::Stalled(stall) => return Ok(Some(stall)),
+            };
+            // Time arithmetic saturates: an event at `SimTime::MAX` would happen after the end
+            // of simulated time. A time limit (at most `SimTime::MAX_CONFIG`) stops the run
+            // before it; without one, the run cannot go on.
+            if t == SimTime::MAX && self.time_limit.is_none() {
+                return Err(beyond_the_clock(self.now).into());
+            }
+            // Every event before `t` has been handled: points strictly before `t` are complete.
+            let horizon = self.time_limit.map_or(t, |limit| {
+                t.min(limit.saturating_add(SimTime::from_nanos(1)))
+            });
+            if self.evaluate_grid_before(horizon)? {
+                break;
+            }
+            if let Some(limit) = self.time_limit
+                && t > limit
+            {
+                self.now = limit;
+                break;
+            }
+            self.checkpoint_before(t)?;
+            if fault {
+                self.handle_fault(t)?;
+                continue;
+            }
+            self.handle_event()?;
+            if self.evaluate_on_steps()? || self.stop_reached() {
+                break;
+            }
         }
-        if let Some(e) = cfg.epochs {
-            f = f.max(world.epochs() / e);
-        }
-        if let Some(s) = cfg.worker_steps {
-            f = f.max(world.worker_steps as f64 / s as f64);
-        }
-        f.min(1.0)
-    };
+        Ok(None)
+    }
 
-    let mut stalled = None;
-    'run: while diverged.is_none() {
-        // A crash or rejoin due no later than the next event comes first; with no event left,
-        // only a rejoin can wake anyone.
-        let next_fault = world.faults.next_time();
-        let (t, fault) = match (queue.peek_time(), next_fault) {
-            (Some(a), Some(f)) if f <= a => (f, true),
-            (Some(a), _) => (a, false),
-            (None, Some(f)) if world.faults.rejoin_pending() => (f, true),
+    /// When the next thing happens: a crash or rejoin due no later than the next event comes
+    /// first; with no event left, only a rejoin can wake anyone. Fails with a deadlock when
+    /// workers wait for an event that will not come in a run without faults.
+    fn what_comes_next(&mut self) -> Result<Next> {
+        let next_fault = self.world.faults.next_time();
+        Ok(match (self.queue.peek_time(), next_fault) {
+            (Some(a), Some(f)) if f <= a => Next::At(f, true),
+            (Some(a), _) => Next::At(a, false),
+            (None, Some(f)) if self.world.faults.rejoin_pending() => Next::At(f, true),
             (None, _) => {
-                let mut waiting = alg.waiting();
-                let down = world.faults.down_workers();
+                let mut waiting = self.alg.waiting();
+                let down = self.world.faults.down_workers();
                 if waiting.is_empty() && down.is_empty() {
-                    break; // the algorithm has nothing left to do
+                    return Ok(Next::Done); // the algorithm has nothing left to do
                 }
-                if !world.faults.configured() {
-                    return Err(Error::Deadlock { time: now, waiting });
+                if !self.world.faults.configured() {
+                    return Err(Error::Deadlock {
+                        time: self.now,
+                        waiting,
+                    });
                 }
                 waiting.extend(down.into_iter().map(|(w, since)| {
                     format!(
@@ -681,175 +779,218 @@ fn drive<A: Algorithm, I: FnMut(&A, &World<'_>, SimTime)>(
                         num(since.as_secs_f64())
                     )
                 }));
-                stalled = Some(Stall { time: now, waiting });
-                break;
+                Next::Stalled(Stall {
+                    time: self.now,
+                    waiting,
+                })
             }
+        })
+    }
+
+    /// Evaluates the points of the time grid strictly before `horizon`; whether one diverged
+    /// (the run then ends at that point).
+    fn evaluate_grid_before(&mut self, horizon: SimTime) -> Result<bool> {
+        while self.next_eval < horizon {
+            self.last_eval = evaluate(self.alg, self.world, self.next_eval, self.observer)?;
+            self.next_eval = self.next_eval.saturating_add(self.eval_every);
+            self.diverged = self.guard.check(&self.last_eval);
+            if self.diverged.is_some() {
+                self.now = self.last_eval.time;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Between two events, with every point before `t` written: takes a checkpoint when the
+    /// time grid's next mark lies before `t`, or when the run is interrupted (and then fails
+    /// with [`Error::Interrupted`]).
+    fn checkpoint_before(&mut self, t: SimTime) -> Result<()> {
+        let Some(h) = self.hook.as_mut() else {
+            return Ok(());
         };
-        // Time arithmetic saturates: an event at `SimTime::MAX` would happen after the end of
-        // simulated time. A time limit (at most `SimTime::MAX_CONFIG`) stops the run before it;
-        // without one, the run cannot go on.
-        if t == SimTime::MAX && time_limit.is_none() {
-            return Err(beyond_the_clock(now).into());
+        let interrupted = h.interrupt.is_some_and(|i| i.load(Ordering::SeqCst));
+        let due = h.every.is_some() && self.next_checkpoint < t;
+        if !(due || interrupted) {
+            return Ok(());
         }
-        // Every event before `t` has been handled: points strictly before `t` are complete.
-        let horizon = time_limit.map_or(t, |limit| {
-            t.min(limit.saturating_add(SimTime::from_nanos(1)))
-        });
-        while next_eval < horizon {
-            last_eval = evaluate(alg, world, next_eval, observer)?;
-            next_eval = next_eval.saturating_add(eval_every);
-            diverged = guard.check(&last_eval);
-            if diverged.is_some() {
-                now = last_eval.time;
-                break 'run;
+        if let Some(every) = h.every {
+            while self.next_checkpoint < t {
+                self.next_checkpoint = self.next_checkpoint.saturating_add(every);
             }
         }
-        if let Some(limit) = time_limit
-            && t > limit
-        {
-            now = limit;
-            break;
+        let position = Position {
+            now: self.now,
+            events: self.events,
+            next_eval: self.next_eval,
+            next_step_eval: self.next_step_eval,
+            guard: self.guard.clone(),
+            last_eval: (self.last_eval.time, self.last_eval.eval),
+            next_checkpoint: self.next_checkpoint,
+        };
+        let bytes = (h.save)(self.alg, &self.queue, self.world, &position)?;
+        self.observer
+            .on_checkpoint(&bytes, self.now)
+            .map_err(Error::Observer)?;
+        if interrupted {
+            return Err(Error::Interrupted { time: self.now });
         }
-        // Between two events, with every point before `t` written: a checkpoint is due when
-        // the time grid's next mark lies before `t`, or when the run is interrupted.
-        if let Some(h) = hook.as_mut() {
-            let interrupted = h.interrupt.is_some_and(|i| i.load(Ordering::SeqCst));
-            let due = h.every.is_some() && next_checkpoint < t;
-            if due || interrupted {
-                if let Some(every) = h.every {
-                    while next_checkpoint < t {
-                        next_checkpoint = next_checkpoint.saturating_add(every);
+        Ok(())
+    }
+
+    /// Advances the clock to `t` and applies the crash or rejoin due then, which the algorithm
+    /// then reacts to.
+    fn handle_fault(&mut self, t: SimTime) -> Result<()> {
+        self.now = t;
+        self.world.store.set_now(self.now);
+        if let Some(f) = self.world.faults.pop(self.now) {
+            // A crashed worker is down on the timeline until it rejoins (or the run ends);
+            // a rejoined one is idle until the algorithm gives it work.
+            match f {
+                WorkerFault::Crash(w) => self.world.recorder.crash(w, self.now),
+                WorkerFault::Rejoin(w) => {
+                    self.world.recorder.rejoin(w, self.now);
+                    if self.world.faults.rejoin_state() == RejoinState::Neighbour
+                        && let Some(terms) = self.alg.rejoin_model(w, self.world)
+                    {
+                        self.world.store.mix(w, &terms);
                     }
                 }
-                let position = Position {
-                    now,
-                    events,
-                    next_eval,
-                    next_step_eval,
-                    guard,
-                    last_eval: (last_eval.time, last_eval.eval),
-                    next_checkpoint,
-                };
-                let bytes = (h.save)(alg, &queue, world, &position)?;
-                observer
-                    .on_checkpoint(&bytes, now)
-                    .map_err(Error::Observer)?;
-                guard = position.guard;
-                if interrupted {
-                    return Err(Error::Interrupted { time: now });
-                }
             }
+            self.alg.on_fault(
+                f,
+                &mut Ctx {
+                    now: self.now,
+                    queue: &mut self.queue,
+                    world: self.world,
+                },
+            );
+            (self.inspect)(self.alg, self.world, self.now);
+            drain_logs(self.world, self.observer)?;
         }
-        if fault {
-            now = t;
-            world.store.set_now(now);
-            if let Some(f) = world.faults.pop(now) {
-                // A crashed worker is down on the timeline until it rejoins (or the run ends);
-                // a rejoined one is idle until the algorithm gives it work.
-                match f {
-                    WorkerFault::Crash(w) => world.recorder.crash(w, now),
-                    WorkerFault::Rejoin(w) => {
-                        world.recorder.rejoin(w, now);
-                        if world.faults.rejoin_state() == RejoinState::Neighbour
-                            && let Some(terms) = alg.rejoin_model(w, world)
-                        {
-                            world.store.mix(w, &terms);
-                        }
-                    }
-                }
-                alg.on_fault(
-                    f,
-                    &mut Ctx {
-                        now,
-                        queue: &mut queue,
-                        world,
-                    },
-                );
-                inspect(alg, world, now);
-                drain_logs(world, observer)?;
-            }
-            continue;
-        }
-        let (t, event) = queue.pop().expect("peeked");
-        now = t;
-        world.store.set_now(now);
-        alg.handle(
+        Ok(())
+    }
+
+    /// Pops the next event, advances the clock to it and hands it to the algorithm; reports
+    /// progress every [`PROGRESS_EVERY`] events.
+    fn handle_event(&mut self) -> Result<()> {
+        let (t, event) = self.queue.pop().expect("peeked");
+        self.now = t;
+        self.world.store.set_now(self.now);
+        self.alg.handle(
             event,
             &mut Ctx {
-                now,
-                queue: &mut queue,
-                world,
+                now: self.now,
+                queue: &mut self.queue,
+                world: self.world,
             },
         );
-        inspect(alg, world, now);
-        drain_logs(world, observer)?;
-        events += 1;
-        if events.is_multiple_of(PROGRESS_EVERY) {
-            observer.on_progress(&RunProgress {
-                time: now,
-                worker_steps: world.worker_steps,
-                events,
-                fraction: fraction(world, now),
+        (self.inspect)(self.alg, self.world, self.now);
+        drain_logs(self.world, self.observer)?;
+        self.events += 1;
+        if self.events.is_multiple_of(PROGRESS_EVERY) {
+            self.observer.on_progress(&RunProgress {
+                time: self.now,
+                worker_steps: self.world.worker_steps,
+                events: self.events,
+                fraction: self.fraction(),
             });
         }
-        if let (Some(every), Some(at)) = (cfg.eval_every_steps, next_step_eval)
-            && world.worker_steps >= at
+        Ok(())
+    }
+
+    /// How far the run is towards its first stop rule, in `[0, 1]`.
+    fn fraction(&self) -> f64 {
+        let mut f: f64 = 0.0;
+        if let Some(t) = self.time_limit {
+            f = f.max(self.now.as_nanos() as f64 / t.as_nanos().max(1) as f64);
+        }
+        if let Some(e) = self.cfg.epochs {
+            f = f.max(self.world.epochs() / e);
+        }
+        if let Some(s) = self.cfg.worker_steps {
+            f = f.max(self.world.worker_steps as f64 / s as f64);
+        }
+        f.min(1.0)
+    }
+
+    /// Evaluates after an event that brought the worker steps to the next multiple of
+    /// `eval_every_steps`; whether the point diverged.
+    fn evaluate_on_steps(&mut self) -> Result<bool> {
+        if let (Some(every), Some(at)) = (self.cfg.eval_every_steps, self.next_step_eval)
+            && self.world.worker_steps >= at
         {
-            last_eval = evaluate(alg, world, now, observer)?;
-            next_step_eval = Some((world.worker_steps / every + 1).saturating_mul(every));
-            diverged = guard.check(&last_eval);
-            if diverged.is_some() {
-                break;
-            }
+            self.last_eval = evaluate(self.alg, self.world, self.now, self.observer)?;
+            self.next_step_eval = Some((self.world.worker_steps / every + 1).saturating_mul(every));
+            self.diverged = self.guard.check(&self.last_eval);
+            return Ok(self.diverged.is_some());
         }
-        let steps_done = cfg.worker_steps.is_some_and(|s| world.worker_steps >= s);
-        let epochs_done = cfg.epochs.is_some_and(|e| world.epochs() >= e);
-        if steps_done || epochs_done {
-            break;
+        Ok(false)
+    }
+
+    /// Whether the worker-step or epoch stop rule is reached.
+    fn stop_reached(&self) -> bool {
+        let steps_done = self
+            .cfg
+            .worker_steps
+            .is_some_and(|s| self.world.worker_steps >= s);
+        let epochs_done = self.cfg.epochs.is_some_and(|e| self.world.epochs() >= e);
+        steps_done || epochs_done
+    }
+
+    /// After the loop: evaluates the grid points up to the stop and the point at the stop,
+    /// unless the run diverged (it then ends at the point that detected it).
+    fn evaluate_at_the_stop(&mut self) -> Result<()> {
+        // Every event at or before `now` has been handled (a diverged run ends at the point
+        // that detected it).
+        while self.diverged.is_none() && self.next_eval <= self.now {
+            self.last_eval = evaluate(self.alg, self.world, self.next_eval, self.observer)?;
+            self.next_eval = self.next_eval.saturating_add(self.eval_every);
+            self.diverged = self.guard.check(&self.last_eval);
+        }
+        if self.diverged.is_none() && self.last_eval.time != self.now {
+            self.last_eval = evaluate(self.alg, self.world, self.now, self.observer)?;
+            self.diverged = self.guard.check(&self.last_eval);
+        }
+        if self.diverged.is_some() {
+            self.now = self.last_eval.time;
+        }
+        Ok(())
+    }
+
+    /// The run's [`Outcome`] at the stop, after the last progress report.
+    fn finish(self, stalled: Option<Stall>) -> Outcome {
+        let now = self.now;
+        let world = self.world;
+        self.observer.on_progress(&RunProgress {
+            time: now,
+            worker_steps: world.worker_steps,
+            events: self.events,
+            fraction: 1.0,
+        });
+        let faults = world.faults.configured().then(|| FaultReport {
+            stats: world.faults.stats(now),
+            mass_lost: self.alg.mass_lost(),
+            counts: self.alg.fault_counts(),
+        });
+        let mut record = world.recorder.finish(now);
+        record.global_staleness = world.store.global_staleness().to_vec();
+        record.row_staleness = world.store.row_staleness().to_vec();
+        record.links = world.net.link_stats();
+        Outcome {
+            sim_time: now,
+            events: self.events,
+            worker_steps: world.worker_steps,
+            epochs: world.epochs(),
+            final_eval: self.last_eval.eval,
+            network: world.net.stats(),
+            staleness: self.alg.staleness(),
+            record,
+            diverged: self.diverged,
+            stalled,
+            faults,
         }
     }
-    // Every event at or before `now` has been handled (a diverged run ends at the point that
-    // detected it).
-    while diverged.is_none() && next_eval <= now {
-        last_eval = evaluate(alg, world, next_eval, observer)?;
-        next_eval = next_eval.saturating_add(eval_every);
-        diverged = guard.check(&last_eval);
-    }
-    if diverged.is_none() && last_eval.time != now {
-        last_eval = evaluate(alg, world, now, observer)?;
-        diverged = guard.check(&last_eval);
-    }
-    if diverged.is_some() {
-        now = last_eval.time;
-    }
-    observer.on_progress(&RunProgress {
-        time: now,
-        worker_steps: world.worker_steps,
-        events,
-        fraction: 1.0,
-    });
-    let faults = world.faults.configured().then(|| FaultReport {
-        stats: world.faults.stats(now),
-        mass_lost: alg.mass_lost(),
-        counts: alg.fault_counts(),
-    });
-    let mut record = world.recorder.finish(now);
-    record.global_staleness = world.store.global_staleness().to_vec();
-    record.row_staleness = world.store.row_staleness().to_vec();
-    record.links = world.net.link_stats();
-    Ok(Outcome {
-        sim_time: now,
-        events,
-        worker_steps: world.worker_steps,
-        epochs: world.epochs(),
-        final_eval: last_eval.eval,
-        network: world.net.stats(),
-        staleness: alg.staleness(),
-        record,
-        diverged,
-        stalled,
-        faults,
-    })
 }
 
 /// The error of a run without a time limit whose next event lies beyond the end of simulated
