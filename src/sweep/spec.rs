@@ -189,21 +189,240 @@ fn short_names(paths: &[Vec<PathSeg>]) -> Vec<String> {
         .collect()
 }
 
+/// A scenario file, for locating the errors of its `[sweep]` table.
+#[derive(Clone, Copy)]
+struct InFile<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl InFile<'_> {
+    /// The error `message` located at the start of `span` in the file, with an optional hint.
+    fn err(
+        &self,
+        span: Option<Range<usize>>,
+        message: String,
+        hint: Option<&str>,
+    ) -> Box<ScenarioError> {
+        Box::new(locate(
+            self.path,
+            self.text,
+            span.map(|s| s.start),
+            None,
+            message,
+            hint.map(str::to_owned),
+        ))
+    }
+}
+
+/// A swept key of the `[sweep]` table, nested tables flattened: its path, where it is, and
+/// its value in the spanned and in the typed document.
+struct Leaf<'a> {
+    path: Vec<PathSeg>,
+    key_span: Range<usize>,
+    de: &'a Spanned<DeValue<'a>>,
+    value: toml::Value,
+}
+
+/// The `zip` entry of a `[sweep]` table: its key's span and its value.
+type ZipEntry<'a> = (Range<usize>, &'a Spanned<DeValue<'a>>);
+
+/// Flattens nested tables (`cluster.workers = [..]` without quotes nests) into `leaves`; the
+/// `zip` entry at the `top` level goes to `zip`. Fails with the span of a malformed key path.
+fn flatten<'a>(
+    de: &'a DeTable<'a>,
+    typed: &toml::Table,
+    prefix: &[PathSeg],
+    top: bool,
+    leaves: &mut Vec<Leaf<'a>>,
+    zip: &mut Option<ZipEntry<'a>>,
+) -> Result<(), (Range<usize>, String)> {
+    for (k, v) in de.iter() {
+        let name = k.get_ref().as_ref();
+        let typed_v = typed
+            .get(name)
+            .expect("the typed and the spanned documents agree");
+        if top && name == ZIP {
+            *zip = Some((k.span(), v));
+            continue;
+        }
+        let mut path = prefix.to_vec();
+        path.extend(parse_key_path(name).map_err(|m| (k.span(), m))?);
+        match (v.get_ref(), typed_v) {
+            (DeValue::Table(t), toml::Value::Table(tt)) => {
+                flatten(t, tt, &path, false, leaves, zip)?
+            }
+            _ => leaves.push(Leaf {
+                path,
+                key_span: k.span(),
+                de: v,
+                value: typed_v.clone(),
+            }),
+        }
+    }
+    Ok(())
+}
+
+/// The axes of the swept keys `leaves`, in their order, with their short names; a key swept
+/// twice is an error.
+fn axes_of(leaves: Vec<Leaf<'_>>, file: InFile<'_>) -> Result<Vec<Axis>, Box<ScenarioError>> {
+    let mut axes: Vec<Axis> = Vec::new();
+    for leaf in leaves {
+        if let Some(other) = axes.iter().find(|a| a.path == leaf.path) {
+            return Err(file.err(
+                Some(leaf.key_span),
+                format!(
+                    "`{}` is swept twice (also as `{}`)",
+                    path_text(&leaf.path),
+                    other.key
+                ),
+                None,
+            ));
+        }
+        axes.push(axis_of(leaf, file)?);
+    }
+    let shorts = short_names(&axes.iter().map(|a| a.path.clone()).collect::<Vec<_>>());
+    for (axis, short) in axes.iter_mut().zip(shorts) {
+        axis.short = short;
+    }
+    Ok(axes)
+}
+
+/// The axis of one swept key: its values from a non-empty list or an integer range string
+/// (its short name left empty).
+fn axis_of(leaf: Leaf<'_>, file: InFile<'_>) -> Result<Axis, Box<ScenarioError>> {
+    let key = path_text(&leaf.path);
+    let (values, value_spans) = match (&leaf.value, leaf.de.get_ref()) {
+        (toml::Value::Array(items), DeValue::Array(de_items)) => {
+            if items.is_empty() {
+                return Err(file.err(
+                    Some(leaf.de.span()),
+                    format!("`{key}` is swept over an empty list"),
+                    Some("give at least one value"),
+                ));
+            }
+            (items.clone(), de_items.iter().map(|d| d.span()).collect())
+        }
+        (toml::Value::String(s), _) => {
+            let values = parse_range(s)
+                .map_err(|m| file.err(Some(leaf.de.span()), format!("`{key}`: {m}"), None))?;
+            let spans = vec![leaf.de.span(); values.len()];
+            (values, spans)
+        }
+        _ => {
+            return Err(file.err(
+                Some(leaf.de.span()),
+                format!("`{key}` must be swept over a list of values or an integer range"),
+                Some("write `[1, 2, 4]` or `\"1..=5\"` (a string for a range)"),
+            ));
+        }
+    };
+    Ok(Axis {
+        key,
+        path: leaf.path,
+        values,
+        short: String::new(),
+        key_span: leaf.key_span,
+        value_spans,
+    })
+}
+
+/// The groups of axes the product runs over: each `zip` entry is one, every other axis its
+/// own, in the order of each group's first axis.
+fn groups_of(
+    zip: Option<ZipEntry<'_>>,
+    axes: &[Axis],
+    file: InFile<'_>,
+) -> Result<Vec<Vec<usize>>, Box<ScenarioError>> {
+    let mut group_of: Vec<Option<usize>> = vec![None; axes.len()];
+    let mut zipped: Vec<Vec<usize>> = Vec::new();
+    if let Some((zip_key, zip_value)) = zip {
+        let DeValue::Array(groups) = zip_value.get_ref() else {
+            return Err(file.err(Some(zip_key), ZIP_SHAPE.into(), None));
+        };
+        for group in groups.iter() {
+            let members = zip_group(group, axes, &mut group_of, zipped.len(), file)?;
+            if !members.is_empty() {
+                zipped.push(members);
+            }
+        }
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut placed = vec![false; zipped.len()];
+    for (a, group) in group_of.iter().enumerate() {
+        match *group {
+            None => groups.push(vec![a]),
+            Some(g) if !placed[g] => {
+                placed[g] = true;
+                groups.push(zipped[g].clone());
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(groups)
+}
+
+/// What a `zip` entry must look like.
+const ZIP_SHAPE: &str =
+    "`zip` is a list of groups of swept keys, e.g. zip = [[\"cluster.workers\", \"seed\"]]";
+
+/// The axes of one `zip` group, marked in `group_of` as group `index`: swept keys, each in
+/// one group only, with as many values each.
+fn zip_group(
+    group: &Spanned<DeValue<'_>>,
+    axes: &[Axis],
+    group_of: &mut [Option<usize>],
+    index: usize,
+    file: InFile<'_>,
+) -> Result<Vec<usize>, Box<ScenarioError>> {
+    let DeValue::Array(keys) = group.get_ref() else {
+        return Err(file.err(Some(group.span()), ZIP_SHAPE.into(), None));
+    };
+    let mut members: Vec<usize> = Vec::new();
+    for k in keys.iter() {
+        let Some(name) = k.get_ref().as_str() else {
+            return Err(file.err(Some(k.span()), ZIP_SHAPE.into(), None));
+        };
+        let p = parse_key_path(name).map_err(|m| file.err(Some(k.span()), m, None))?;
+        let Some(a) = axes.iter().position(|a| a.path == p) else {
+            return Err(file.err(
+                Some(k.span()),
+                format!("`zip` names `{name}`, which is not swept"),
+                Some("zip groups keys of the [sweep] table itself"),
+            ));
+        };
+        if group_of[a].is_some() {
+            return Err(file.err(
+                Some(k.span()),
+                format!("`{name}` is in two zip groups (or twice in one)"),
+                None,
+            ));
+        }
+        if let Some(&first) = members.first() {
+            let (n, m) = (axes[first].values.len(), axes[a].values.len());
+            if n != m {
+                return Err(file.err(
+                    Some(k.span()),
+                    format!(
+                        "zipped keys need as many values each: `{}` has {n}, `{name}` has {m}",
+                        axes[first].key
+                    ),
+                    None,
+                ));
+            }
+        }
+        group_of[a] = Some(index);
+        members.push(a);
+    }
+    Ok(members)
+}
+
 impl Sweep {
     /// Parses the `[sweep]` table of scenario text; `Ok(None)` when it has none. Errors in the
     /// table itself (a malformed key path, a value that is neither a list nor a range, a `zip`
     /// group naming an unswept key or of unequal lengths) are located in the file.
     pub fn parse(path: &Path, text: &str) -> Result<Option<Sweep>, Box<ScenarioError>> {
-        let err = |span: Option<Range<usize>>, message: String, hint: Option<&str>| {
-            Box::new(locate(
-                path,
-                text,
-                span.map(|s| s.start),
-                None,
-                message,
-                hint.map(str::to_owned),
-            ))
-        };
+        let file = InFile { path, text };
         let doc = match DeTable::parse(text) {
             Ok(d) => d,
             // Not TOML: the scenario loader says why, located.
@@ -212,14 +431,14 @@ impl Sweep {
             }
         };
         let mut base: toml::Table = toml::from_str(text)
-            .map_err(|e| err(e.span(), e.message().trim_end().to_owned(), None))?;
+            .map_err(|e| file.err(e.span(), e.message().trim_end().to_owned(), None))?;
         let Some((sweep_key, sweep_value)) =
             doc.get_ref().iter().find(|(k, _)| k.get_ref() == "sweep")
         else {
             return Ok(None);
         };
         let Some(toml::Value::Table(raw)) = base.remove("sweep") else {
-            return Err(err(
+            return Err(file.err(
                 Some(sweep_key.span()),
                 "`sweep` must be a table: [sweep] followed by `key = [values]` lines".into(),
                 None,
@@ -229,178 +448,25 @@ impl Sweep {
             unreachable!("the typed and the spanned documents agree");
         };
 
-        // Flatten nested tables (`cluster.workers = [..]` without quotes nests) into leaves.
-        struct Leaf<'a> {
-            path: Vec<PathSeg>,
-            key_span: Range<usize>,
-            de: &'a Spanned<DeValue<'a>>,
-            value: toml::Value,
-        }
-        fn walk<'a>(
-            de: &'a DeTable<'a>,
-            typed: &toml::Table,
-            prefix: &[PathSeg],
-            top: bool,
-            leaves: &mut Vec<Leaf<'a>>,
-            zip: &mut Option<(Range<usize>, &'a Spanned<DeValue<'a>>)>,
-        ) -> Result<(), (Range<usize>, String)> {
-            for (k, v) in de.iter() {
-                let name = k.get_ref().as_ref();
-                let typed_v = typed
-                    .get(name)
-                    .expect("the typed and the spanned documents agree");
-                if top && name == ZIP {
-                    *zip = Some((k.span(), v));
-                    continue;
-                }
-                let mut path = prefix.to_vec();
-                path.extend(parse_key_path(name).map_err(|m| (k.span(), m))?);
-                match (v.get_ref(), typed_v) {
-                    (DeValue::Table(t), toml::Value::Table(tt)) => {
-                        walk(t, tt, &path, false, leaves, zip)?
-                    }
-                    _ => leaves.push(Leaf {
-                        path,
-                        key_span: k.span(),
-                        de: v,
-                        value: typed_v.clone(),
-                    }),
-                }
-            }
-            Ok(())
-        }
         let mut leaves = Vec::new();
         let mut zip = None;
-        walk(table, &raw, &[], true, &mut leaves, &mut zip)
-            .map_err(|(span, m)| err(Some(span), m, None))?;
+        flatten(table, &raw, &[], true, &mut leaves, &mut zip)
+            .map_err(|(span, m)| file.err(Some(span), m, None))?;
         leaves.sort_by_key(|l| l.key_span.start);
         if leaves.is_empty() {
-            return Err(err(
+            return Err(file.err(
                 Some(sweep_key.span()),
                 "the [sweep] table sweeps no key".into(),
                 Some("add `\"cluster.workers\" = [8, 16]` or `seed = \"1..=5\"` under [sweep]"),
             ));
         }
-
-        let mut axes: Vec<Axis> = Vec::new();
-        for leaf in leaves {
-            let key = path_text(&leaf.path);
-            if let Some(other) = axes.iter().find(|a| a.path == leaf.path) {
-                return Err(err(
-                    Some(leaf.key_span),
-                    format!("`{key}` is swept twice (also as `{}`)", other.key),
-                    None,
-                ));
-            }
-            let (values, value_spans) = match (&leaf.value, leaf.de.get_ref()) {
-                (toml::Value::Array(items), DeValue::Array(de_items)) => {
-                    if items.is_empty() {
-                        return Err(err(
-                            Some(leaf.de.span()),
-                            format!("`{key}` is swept over an empty list"),
-                            Some("give at least one value"),
-                        ));
-                    }
-                    (items.clone(), de_items.iter().map(|d| d.span()).collect())
-                }
-                (toml::Value::String(s), _) => {
-                    let values = parse_range(s)
-                        .map_err(|m| err(Some(leaf.de.span()), format!("`{key}`: {m}"), None))?;
-                    let spans = vec![leaf.de.span(); values.len()];
-                    (values, spans)
-                }
-                _ => {
-                    return Err(err(
-                        Some(leaf.de.span()),
-                        format!("`{key}` must be swept over a list of values or an integer range"),
-                        Some("write `[1, 2, 4]` or `\"1..=5\"` (a string for a range)"),
-                    ));
-                }
-            };
-            axes.push(Axis {
-                key,
-                path: leaf.path,
-                values,
-                short: String::new(),
-                key_span: leaf.key_span,
-                value_spans,
-            });
-        }
-        let shorts = short_names(&axes.iter().map(|a| a.path.clone()).collect::<Vec<_>>());
-        for (axis, short) in axes.iter_mut().zip(shorts) {
-            axis.short = short;
-        }
-
-        // Groups: each `zip` entry is one, every other axis its own.
-        let mut group_of: Vec<Option<usize>> = vec![None; axes.len()];
-        let mut zipped: Vec<Vec<usize>> = Vec::new();
-        if let Some((zip_key, zip_value)) = zip {
-            let shape = "`zip` is a list of groups of swept keys, e.g. zip = [[\"cluster.workers\", \"seed\"]]";
-            let DeValue::Array(groups) = zip_value.get_ref() else {
-                return Err(err(Some(zip_key), shape.into(), None));
-            };
-            for group in groups.iter() {
-                let DeValue::Array(keys) = group.get_ref() else {
-                    return Err(err(Some(group.span()), shape.into(), None));
-                };
-                let mut members: Vec<usize> = Vec::new();
-                for k in keys.iter() {
-                    let Some(name) = k.get_ref().as_str() else {
-                        return Err(err(Some(k.span()), shape.into(), None));
-                    };
-                    let p = parse_key_path(name).map_err(|m| err(Some(k.span()), m, None))?;
-                    let Some(a) = axes.iter().position(|a| a.path == p) else {
-                        return Err(err(
-                            Some(k.span()),
-                            format!("`zip` names `{name}`, which is not swept"),
-                            Some("zip groups keys of the [sweep] table itself"),
-                        ));
-                    };
-                    if group_of[a].is_some() {
-                        return Err(err(
-                            Some(k.span()),
-                            format!("`{name}` is in two zip groups (or twice in one)"),
-                            None,
-                        ));
-                    }
-                    if let Some(&first) = members.first() {
-                        let (n, m) = (axes[first].values.len(), axes[a].values.len());
-                        if n != m {
-                            return Err(err(
-                                Some(k.span()),
-                                format!(
-                                    "zipped keys need as many values each: `{}` has {n}, `{name}` has {m}",
-                                    axes[first].key
-                                ),
-                                None,
-                            ));
-                        }
-                    }
-                    group_of[a] = Some(zipped.len());
-                    members.push(a);
-                }
-                if !members.is_empty() {
-                    zipped.push(members);
-                }
-            }
-        }
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut placed = vec![false; zipped.len()];
-        for (a, group) in group_of.iter().enumerate() {
-            match *group {
-                None => groups.push(vec![a]),
-                Some(g) if !placed[g] => {
-                    placed[g] = true;
-                    groups.push(zipped[g].clone());
-                }
-                Some(_) => {}
-            }
-        }
+        let axes = axes_of(leaves, file)?;
+        let groups = groups_of(zip, &axes, file)?;
         let count = groups
             .iter()
             .try_fold(1usize, |n, g| n.checked_mul(axes[g[0]].values.len()));
         if count.is_none_or(|c| c > MAX_POINTS) {
-            return Err(err(
+            return Err(file.err(
                 Some(sweep_key.span()),
                 format!("the sweep has more than {MAX_POINTS} points"),
                 None,
