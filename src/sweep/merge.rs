@@ -169,47 +169,14 @@ struct Row<'a> {
 pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
     let manifest = Manifest::read(dir)?;
     let results = point_results(dir, &manifest)?;
-    let expects: Vec<u64> = {
-        let mut e: Vec<u64> = results
-            .iter()
-            .filter_map(|r| match r {
-                PointResult::Done(s) => Some(s.checks.iter().map(|c| c.expect)),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        e.sort_unstable();
-        e.dedup();
-        e
-    };
-
-    let mut header: Vec<String> = vec!["point".into()];
-    header.extend(manifest.keys.iter().cloned());
-    header.extend(
-        [
-            "algorithm",
-            "kind",
-            "status",
-            "stopped",
-            "dasim_version",
-            "git_revision",
-            "backend",
-        ]
-        .map(String::from),
-    );
-    header.extend(METRICS.iter().map(|(n, _)| (*n).to_owned()));
-    header.extend(["checks_passed", "checks_failed", "checks_skipped"].map(String::from));
-    for k in &expects {
-        header.push(format!("expect{k}"));
-        header.push(format!("expect{k}_observed"));
-    }
-    header.push("error".into());
+    let expects = expect_numbers(&results);
 
     let mut out = csv::WriterBuilder::new()
         .terminator(csv::Terminator::Any(b'\n'))
         .from_writer(Vec::new());
     let csv_err = |e: csv::Error| Error::Usage(format!("cannot write {SWEEP_CSV}: {e}"));
-    out.write_record(&header).map_err(csv_err)?;
+    out.write_record(csv_header(&manifest, &expects))
+        .map_err(csv_err)?;
     let mut report = MergeReport {
         points: manifest.points.len(),
         csv: dir.join(SWEEP_CSV),
@@ -231,37 +198,8 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
                     None => report.ran_by.push((by, vec![point.name.clone()])),
                 }
                 for run in &summary.runs {
-                    let mut record = lead.clone();
-                    record.push(run.algorithm.clone());
-                    record.push(run.kind.clone());
-                    record.push("done".into());
-                    record.push(run.stopped.map(|s| s.name().to_owned()).unwrap_or_default());
-                    record.push(summary.dasim_version.clone());
-                    record.push(summary.git_revision.clone().unwrap_or_default());
-                    record.push(run.backend.clone());
-                    for (_, get) in METRICS {
-                        record.push(get(run).map(num).unwrap_or_default());
-                    }
-                    let checks: Vec<&CheckRow> = summary
-                        .checks
-                        .iter()
-                        .filter(|c| c.algorithm == run.algorithm)
-                        .collect();
-                    for want in [CheckResult::Pass, CheckResult::Fail, CheckResult::Skip] {
-                        let n = checks.iter().filter(|c| c.result == want).count();
-                        record.push(n.to_string());
-                    }
-                    for k in &expects {
-                        let check = checks.iter().find(|c| c.expect == *k);
-                        record.push(
-                            check
-                                .map(|c| c.result.name().to_owned())
-                                .unwrap_or_default(),
-                        );
-                        record.push(check.and_then(|c| c.observed).map(num).unwrap_or_default());
-                    }
-                    record.push(String::new());
-                    out.write_record(&record).map_err(csv_err)?;
+                    out.write_record(run_record(&lead, summary, run, &expects))
+                        .map_err(csv_err)?;
                     report.rows += 1;
                     if let Some(stopped) = run.stopped {
                         // No result to average in: a diverged loss, or a stalled or empty run.
@@ -300,14 +238,105 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
         .map_err(|e| Error::Usage(format!("cannot write {SWEEP_CSV}: {e}")))?;
     dasim_reports::write_atomic(&report.csv, &bytes)?;
 
-    // What the points ran, when it is not a model trained for real: every title says so.
+    let what = what_ran(&results);
+    let caveats = caveats(&report);
+    report.plots = plots(dir, &manifest, &rows, opts, &what, &caveats)?;
+    Ok(report)
+}
+
+/// The numbers of the `[[expect]]` claims of the complete points, sorted, each once.
+fn expect_numbers(results: &[PointResult]) -> Vec<u64> {
+    let mut e: Vec<u64> = results
+        .iter()
+        .filter_map(|r| match r {
+            PointResult::Done(s) => Some(s.checks.iter().map(|c| c.expect)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    e.sort_unstable();
+    e.dedup();
+    e
+}
+
+/// The header of `sweep.csv`: the point, the swept keys, the run's identity and status, the
+/// metrics, the check counts, each claim's verdict and observed value, the error.
+fn csv_header(manifest: &Manifest, expects: &[u64]) -> Vec<String> {
+    let mut header: Vec<String> = vec!["point".into()];
+    header.extend(manifest.keys.iter().cloned());
+    header.extend(
+        [
+            "algorithm",
+            "kind",
+            "status",
+            "stopped",
+            "dasim_version",
+            "git_revision",
+            "backend",
+        ]
+        .map(String::from),
+    );
+    header.extend(METRICS.iter().map(|(n, _)| (*n).to_owned()));
+    header.extend(["checks_passed", "checks_failed", "checks_skipped"].map(String::from));
+    for k in expects {
+        header.push(format!("expect{k}"));
+        header.push(format!("expect{k}_observed"));
+    }
+    header.push("error".into());
+    header
+}
+
+/// The `sweep.csv` row of one algorithm's `run` of a complete point (`lead`: its name and
+/// swept values).
+fn run_record(
+    lead: &[String],
+    summary: &Summary,
+    run: &AlgorithmSummary,
+    expects: &[u64],
+) -> Vec<String> {
+    let mut record = lead.to_vec();
+    record.push(run.algorithm.clone());
+    record.push(run.kind.clone());
+    record.push("done".into());
+    record.push(run.stopped.map(|s| s.name().to_owned()).unwrap_or_default());
+    record.push(summary.dasim_version.clone());
+    record.push(summary.git_revision.clone().unwrap_or_default());
+    record.push(run.backend.clone());
+    for (_, get) in METRICS {
+        record.push(get(run).map(num).unwrap_or_default());
+    }
+    let checks: Vec<&CheckRow> = summary
+        .checks
+        .iter()
+        .filter(|c| c.algorithm == run.algorithm)
+        .collect();
+    for want in [CheckResult::Pass, CheckResult::Fail, CheckResult::Skip] {
+        let n = checks.iter().filter(|c| c.result == want).count();
+        record.push(n.to_string());
+    }
+    for k in expects {
+        let check = checks.iter().find(|c| c.expect == *k);
+        record.push(
+            check
+                .map(|c| c.result.name().to_owned())
+                .unwrap_or_default(),
+        );
+        record.push(check.and_then(|c| c.observed).map(num).unwrap_or_default());
+    }
+    record.push(String::new());
+    record
+}
+
+/// What the points ran, when it is not a model trained for real, for every plot's title:
+/// ` (timing only: no gradient computed)`, ` (timed as …)`, or nothing.
+fn what_ran(results: &[PointResult]) -> String {
     let done = || {
         results.iter().filter_map(|r| match r {
             PointResult::Done(s) => Some(s),
             _ => None,
         })
     };
-    let what = if done().next().is_some() && done().all(|s| s.timing_only) {
+    if done().next().is_some() && done().all(|s| s.timing_only) {
         " (timing only: no gradient computed)".to_owned()
     } else {
         let timed: Vec<&str> = done()
@@ -318,7 +347,11 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
             Some(first) if timed.iter().all(|t| t == first) => format!(" (timed as {first})"),
             _ => String::new(),
         }
-    };
+    }
+}
+
+/// The caveats every plot's note carries: runs left out, points ran by different builds.
+fn caveats(report: &MergeReport) -> Vec<String> {
     let mut caveats = Vec::new();
     if !report.left_out.is_empty() {
         let n = report.left_out.len();
@@ -333,8 +366,7 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
             report.ran_by.len()
         ));
     }
-    report.plots = plots(dir, &manifest, &rows, opts, &what, &caveats)?;
-    Ok(report)
+    caveats
 }
 
 /// The dasim build and backend that ran a point, in words.
