@@ -485,18 +485,40 @@ impl DataConfig {
     /// Checks every value (but not the files: see [`super::load`], and not what depends on the
     /// number of workers: see [`super::partition`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_path()?;
+        self.validate_split()?;
+        self.validate_text()?;
+        let name = self.kind().name();
+        if self.labels.is_some() && self.kind() != DatasetKind::Cifar100 {
+            return Err(ConfigError::new(
+                "data.labels",
+                format!("fine or coarse labels are a cifar100 option; the dataset is `{name}`"),
+            ));
+        }
+        if let Some(csv) = &self.csv {
+            self.validate_csv(csv)?;
+        }
+        if let Some(s) = &self.synthetic {
+            self.validate_synthetic(s)?;
+        }
+        self.validate_image_options()?;
+        self.validate_partition()
+    }
+
+    /// Checks that `path` is given exactly when the dataset reads a file or a directory.
+    fn validate_path(&self) -> Result<(), ConfigError> {
         let kind = self.kind();
         let name = kind.name();
         match (&self.path, kind) {
             (Some(_), k) if k == DatasetKind::Digits || k.is_synthetic() => {
-                return Err(ConfigError::new(
+                Err(ConfigError::new(
                     "data.path",
                     format!("`{name}` is built in and reads no file"),
                 )
-                .hint("remove data.path, or set data.dataset = \"csv\" to load a CSV file"));
+                .hint("remove data.path, or set data.dataset = \"csv\" to load a CSV file"))
             }
             (None, k) if k.reads_directory() => {
-                return Err(ConfigError::new(
+                Err(ConfigError::new(
                     "data.dataset",
                     format!("`{name}` is read from a directory: set data.path"),
                 )
@@ -508,29 +530,34 @@ impl DataConfig {
                     _ => {
                         "data.path = the directory holding train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (each optionally .gz)"
                     }
-                }));
+                }))
             }
-            (None, DatasetKind::Csv) => {
-                return Err(ConfigError::new(
-                    "data.dataset",
-                    "`csv` needs data.path, the CSV file",
-                ));
-            }
+            (None, DatasetKind::Csv) => Err(ConfigError::new(
+                "data.dataset",
+                "`csv` needs data.path, the CSV file",
+            )),
             (None, DatasetKind::Text) => {
-                return Err(ConfigError::new(
+                Err(ConfigError::new(
                     "data.dataset",
                     "`text` needs data.path, a UTF-8 text file (optionally .gz)",
                 )
-                .hint("dasim ships Tiny Shakespeare: data.path = \"models/data/tinyshakespeare.txt.gz\" (relative to the scenario file)"));
+                .hint("dasim ships Tiny Shakespeare: data.path = \"models/data/tinyshakespeare.txt.gz\" (relative to the scenario file)"))
             }
-            _ => {}
+            _ => Ok(()),
         }
+    }
+
+    /// Checks the test split (`test_fraction`, only without an official split) and the batch
+    /// size.
+    fn validate_split(&self) -> Result<(), ConfigError> {
+        let kind = self.kind();
         match self.test_fraction {
             Some(_) if kind.has_official_split() => {
                 return Err(ConfigError::new(
                     "data.test_fraction",
                     format!(
-                        "`{name}` comes with its official test split; test_fraction does not apply"
+                        "`{}` comes with its official test split; test_fraction does not apply",
+                        kind.name()
                     ),
                 )
                 .hint("remove data.test_fraction"));
@@ -549,11 +576,21 @@ impl DataConfig {
                 "batch_size must be at least 1",
             ));
         }
+        Ok(())
+    }
+
+    /// Checks the options of a text: `context` only for a text and at least 1, no
+    /// normalization of a text's token ids.
+    fn validate_text(&self) -> Result<(), ConfigError> {
+        let kind = self.kind();
         if let Some(context) = self.context {
             if kind != DatasetKind::Text {
                 return Err(ConfigError::new(
                     "data.context",
-                    format!("context is the window of a text; the dataset is `{name}`"),
+                    format!(
+                        "context is the window of a text; the dataset is `{}`",
+                        kind.name()
+                    ),
                 )
                 .hint("remove data.context"));
             }
@@ -574,47 +611,53 @@ impl DataConfig {
             )
             .hint("remove data.normalize"));
         }
-        if self.labels.is_some() && kind != DatasetKind::Cifar100 {
+        Ok(())
+    }
+
+    /// Checks `[data.csv]`: only for a CSV file, no zero dimension in its shape, at least 2
+    /// classes and only for class labels.
+    fn validate_csv(&self, csv: &CsvOptions) -> Result<(), ConfigError> {
+        let kind = self.kind();
+        if kind != DatasetKind::Csv {
             return Err(ConfigError::new(
-                "data.labels",
-                format!("fine or coarse labels are a cifar100 option; the dataset is `{name}`"),
+                "data.csv",
+                format!(
+                    "[data.csv] reads a CSV file; the dataset is `{}`",
+                    kind.name()
+                ),
             ));
         }
-        if let Some(csv) = &self.csv {
-            if kind != DatasetKind::Csv {
+        if let Some(shape) = csv.shape
+            && shape.contains(&0)
+        {
+            return Err(ConfigError::new(
+                "data.csv.shape",
+                format!(
+                    "every dimension of [channels, height, width] must be at least 1, got {shape:?}"
+                ),
+            ));
+        }
+        if let Some(c) = csv.classes {
+            if csv.target == CsvTarget::Real {
                 return Err(ConfigError::new(
-                    "data.csv",
-                    format!("[data.csv] reads a CSV file; the dataset is `{name}`"),
+                    "data.csv.classes",
+                    "classes is for class labels; target = \"real\" has none",
                 ));
             }
-            if let Some(shape) = csv.shape
-                && shape.contains(&0)
-            {
+            if c < 2 {
                 return Err(ConfigError::new(
-                    "data.csv.shape",
-                    format!(
-                        "every dimension of [channels, height, width] must be at least 1, got {shape:?}"
-                    ),
+                    "data.csv.classes",
+                    format!("a classification dataset needs at least 2 classes, got {c}"),
                 ));
             }
-            if let Some(c) = csv.classes {
-                if csv.target == CsvTarget::Real {
-                    return Err(ConfigError::new(
-                        "data.csv.classes",
-                        "classes is for class labels; target = \"real\" has none",
-                    ));
-                }
-                if c < 2 {
-                    return Err(ConfigError::new(
-                        "data.csv.classes",
-                        format!("a classification dataset needs at least 2 classes, got {c}"),
-                    ));
-                }
-            }
         }
-        if let Some(s) = &self.synthetic {
-            self.validate_synthetic(s)?;
-        }
+        Ok(())
+    }
+
+    /// Checks that per-channel normalization and augmentation are asked of images only.
+    fn validate_image_options(&self) -> Result<(), ConfigError> {
+        let kind = self.kind();
+        let name = kind.name();
         if matches!(self.normalize, Some(Normalize::PerChannel)) && !self.is_image() {
             return Err(ConfigError::new(
                 "data.normalize",
@@ -639,6 +682,12 @@ impl DataConfig {
                 "remove data.augment"
             }));
         }
+        Ok(())
+    }
+
+    /// Checks the partition's own values, and that a label-skewing partition has class labels
+    /// to skew.
+    fn validate_partition(&self) -> Result<(), ConfigError> {
         self.partition.validate()?;
         if matches!(
             self.partition,
@@ -650,7 +699,7 @@ impl DataConfig {
                 format!(
                     "a `{}` partition skews labels, and this dataset has {}",
                     self.partition.name(),
-                    if kind == DatasetKind::Text {
+                    if self.kind() == DatasetKind::Text {
                         "none (a text's windows predict tokens)"
                     } else {
                         "real-valued targets"
