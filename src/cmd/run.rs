@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use dasim::checkpoint::RunCheckpoint;
 use dasim::outputs::{fixed, sci};
 use dasim::runtime::{interrupt_flag, on_pool, thread_pool};
-use dasim::{Error, Loaded, RunOptions, run_scenario};
+use dasim::{Error, Loaded, Results, RunOptions, run_scenario};
 use dasim_models::{BackendChoice, Execution};
-use dasim_reports::rundir::{CheckResult, Stopped};
+use dasim_reports::rundir::{AlgorithmSummary, CheckResult, Stopped};
 
 /// `dasim run`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -80,32 +80,26 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         keep_going,
         trace,
     } = args;
-    let (scenario, out, resume, backend, checkpoint_every) = match resume {
-        Some(dir) => {
-            let ckpt = RunCheckpoint::read(&dir)?;
-            // The checkpoint's backend unless one is named (then it must be the same).
-            let backend = ckpt.backend_choice(backend)?;
-            let every = checkpoint_every.or(ckpt.checkpoint_every_s);
-            let path = ckpt.scenario_file()?.to_path_buf();
-            (path, dir, Some(Box::new(ckpt)), backend, every)
-        }
-        None => (
-            scenario.expect("clap requires it"),
-            out.expect("clap requires it"),
-            None,
+    let start = match resume {
+        Some(dir) => Start::resumed(dir, backend, checkpoint_every)?,
+        None => Start {
+            scenario: scenario.expect("clap requires it"),
+            out: out.expect("clap requires it"),
+            resume: None,
             backend,
             checkpoint_every,
-        ),
+        },
     };
-    let loaded = Loaded::from_file(&scenario)?;
+    let out = start.out;
+    let loaded = Loaded::from_file(&start.scenario)?;
     let threads = thread_pool(threads)?;
-    let backend = dasim::runtime::backend(backend)?;
+    let backend = dasim::runtime::backend(start.backend)?;
     eprintln!("backend: {backend}, {threads} thread(s)");
     let opts = RunOptions {
         backend,
-        checkpoint_every,
+        checkpoint_every: start.checkpoint_every,
         interrupt: Some(interrupt_flag()),
-        resume,
+        resume: start.resume,
         out: out.clone(),
         progress: !quiet,
         execution: Execution {
@@ -119,6 +113,60 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
     if let Some(t) = &summary.timed_as {
         println!("proxy: the model trains for real; its steps and messages are timed as {t}");
     }
+    print_algorithms(&summary);
+    let diverged: Vec<&str> = summary
+        .runs
+        .iter()
+        .filter(|r| matches!(r.stopped, Some(Stopped::Diverged | Stopped::Stalled)))
+        .filter_map(|r| r.stop_reason.as_deref())
+        .collect();
+    warn_of_stops(&summary);
+    if !summary.checks.is_empty() {
+        println!();
+        print!("{}", dasim::check::run_table(&summary.checks));
+    }
+    println!("results in {}", out.display());
+    if trace {
+        super::trace::trace(&out, None)?;
+    }
+    exit_status(&summary, diverged.len(), strict, keep_going)
+}
+
+/// What a run starts from: the scenario file, the run directory, the checkpoint to resume
+/// from, the backend and the checkpoint interval.
+struct Start {
+    scenario: PathBuf,
+    out: PathBuf,
+    resume: Option<Box<RunCheckpoint>>,
+    backend: BackendChoice,
+    checkpoint_every: Option<f64>,
+}
+
+impl Start {
+    /// Continuing the run in `dir` from its checkpoint: its scenario file, its backend unless
+    /// one is named (then it must be the same), its checkpoint interval unless one is given.
+    fn resumed(
+        dir: PathBuf,
+        backend: BackendChoice,
+        checkpoint_every: Option<f64>,
+    ) -> dasim::Result<Start> {
+        let ckpt = RunCheckpoint::read(&dir)?;
+        // The checkpoint's backend unless one is named (then it must be the same).
+        let backend = ckpt.backend_choice(backend)?;
+        let every = checkpoint_every.or(ckpt.checkpoint_every_s);
+        let path = ckpt.scenario_file()?.to_path_buf();
+        Ok(Start {
+            scenario: path,
+            out: dir,
+            resume: Some(Box::new(ckpt)),
+            backend,
+            checkpoint_every: every,
+        })
+    }
+}
+
+/// Prints two lines per algorithm: its simulated run and result, then its wall-clock timing.
+fn print_algorithms(summary: &Results) {
     // One column for the labels, as wide as the longest.
     let width = summary
         .runs
@@ -128,38 +176,7 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         .unwrap_or(0)
         .max(12);
     for (r, t) in summary.runs.iter().zip(&summary.timings) {
-        // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
-        let mut accuracy = if r.final_accuracy.is_finite() {
-            format!("  accuracy {}%", fixed(r.final_accuracy * 100.0, 2))
-        } else {
-            String::new()
-        };
-        if let Some(gap) = r.final_suboptimality {
-            accuracy.push_str(&format!("  f-f* {}", sci(gap, 3)));
-        }
-        // A diverged loss can have hundreds of digits.
-        let loss = if r.final_loss.abs() >= 1e6 {
-            sci(r.final_loss, 3)
-        } else {
-            fixed(r.final_loss, 4)
-        };
-        let (measured, initial) = if summary.timing_only {
-            let none = "timing only: no gradient computed, no loss".to_owned();
-            (none.clone(), none)
-        } else {
-            (
-                format!("test loss {loss}{accuracy}"),
-                format!("initial test loss {loss}"),
-            )
-        };
-        let result = match r.stopped {
-            Some(Stopped::Diverged) => format!("DIVERGED: {measured}"),
-            Some(Stopped::NoSteps) => {
-                format!("NO STEP COMPLETED: nothing trained ({initial})")
-            }
-            Some(Stopped::Stalled) => format!("STALLED: {measured}"),
-            None => measured,
-        };
+        let result = result_text(r, summary.timing_only);
         println!(
             "{:<width$} sim {:>8} s  {:>7} steps  {:>8} steps/s(sim)  epochs {:>6}  {result}",
             r.algorithm,
@@ -177,12 +194,47 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
             fixed(100.0 * t.gradient_share, 0)
         );
     }
-    let diverged: Vec<&str> = summary
-        .runs
-        .iter()
-        .filter(|r| matches!(r.stopped, Some(Stopped::Diverged | Stopped::Stalled)))
-        .filter_map(|r| r.stop_reason.as_deref())
-        .collect();
+}
+
+/// What an algorithm's run ended with, for its line: the final test loss (and accuracy and
+/// suboptimality where there are some), prefixed with why it stopped early if it did.
+fn result_text(r: &AlgorithmSummary, timing_only: bool) -> String {
+    // Regression and the quadratic have no accuracy: say nothing rather than "NaN%".
+    let mut accuracy = if r.final_accuracy.is_finite() {
+        format!("  accuracy {}%", fixed(r.final_accuracy * 100.0, 2))
+    } else {
+        String::new()
+    };
+    if let Some(gap) = r.final_suboptimality {
+        accuracy.push_str(&format!("  f-f* {}", sci(gap, 3)));
+    }
+    // A diverged loss can have hundreds of digits.
+    let loss = if r.final_loss.abs() >= 1e6 {
+        sci(r.final_loss, 3)
+    } else {
+        fixed(r.final_loss, 4)
+    };
+    let (measured, initial) = if timing_only {
+        let none = "timing only: no gradient computed, no loss".to_owned();
+        (none.clone(), none)
+    } else {
+        (
+            format!("test loss {loss}{accuracy}"),
+            format!("initial test loss {loss}"),
+        )
+    };
+    match r.stopped {
+        Some(Stopped::Diverged) => format!("DIVERGED: {measured}"),
+        Some(Stopped::NoSteps) => {
+            format!("NO STEP COMPLETED: nothing trained ({initial})")
+        }
+        Some(Stopped::Stalled) => format!("STALLED: {measured}"),
+        None => measured,
+    }
+}
+
+/// Warns of every algorithm that stopped early, with why.
+fn warn_of_stops(summary: &Results) {
     for r in &summary.runs {
         if let (Some(stopped), Some(reason)) = (r.stopped, &r.stop_reason) {
             let kept = match stopped {
@@ -192,14 +244,17 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
             eprintln!("warning: {reason}{kept}");
         }
     }
-    if !summary.checks.is_empty() {
-        println!();
-        print!("{}", dasim::check::run_table(&summary.checks));
-    }
-    println!("results in {}", out.display());
-    if trace {
-        super::trace::trace(&out, None)?;
-    }
+}
+
+/// The command's result: an error when claims failed under `--strict` (and nothing
+/// diverged), or when `diverged` algorithms diverged or stalled without `--keep-going`; a
+/// failed claim otherwise is a warning.
+fn exit_status(
+    summary: &Results,
+    diverged: usize,
+    strict: bool,
+    keep_going: bool,
+) -> dasim::Result<()> {
     let failed = summary
         .checks
         .iter()
@@ -210,16 +265,16 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
             "{failed} of {} claim verdicts failed (checks.csv)",
             summary.checks.len()
         );
-        if strict && diverged.is_empty() {
+        if strict && diverged == 0 {
             return Err(Error::Claims(msg));
         }
         eprintln!("warning: {msg}");
     }
-    if !diverged.is_empty() && !keep_going {
+    if diverged > 0 && !keep_going {
         return Err(Error::Diverged(format!(
             "{} of {} algorithm(s) diverged or stalled (summary.json: \"stopped\": \
              \"diverged\" or \"stalled\"); --keep-going exits with code 0 nonetheless",
-            diverged.len(),
+            diverged,
             summary.runs.len()
         )));
     }

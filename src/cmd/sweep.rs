@@ -114,56 +114,8 @@ pub enum SweepAction {
 
 /// Runs, emits or merges a sweep, or runs one of its points.
 pub fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
-    use dasim::sweep::{JobKind, MergeOptions, SweepOptions};
     match cmd.action {
-        Some(SweepAction::Merge { dir, metric, x }) => {
-            let report = dasim::sweep::merge(&dir, &MergeOptions { metrics: metric, x })?;
-            println!(
-                "{} of {} points complete: {} rows in {}, {} plot files in {}",
-                report.complete,
-                report.points,
-                report.rows,
-                report.csv.display(),
-                report.plots.len(),
-                dir.join(dasim::sweep::merge::PLOTS).display()
-            );
-            if !report.left_out.is_empty() {
-                eprintln!(
-                    "{} run(s) left out of the plots, stopped early (sweep.csv's stopped column):",
-                    report.left_out.len()
-                );
-                for (point, algorithm, why) in &report.left_out {
-                    eprintln!("  {why:<10} {point} ({algorithm})");
-                }
-            }
-            if report.ran_by.len() > 1 {
-                eprintln!(
-                    "warning: the points ran by different builds of dasim or on different \
-                     backends, so their results may not be comparable (`dasim sweep` runs again \
-                     those of another build or --backend):"
-                );
-                for (by, points) in &report.ran_by {
-                    eprintln!("  {by}: {}", dasim::sweep::exec::count_points(points.len()));
-                    eprintln!("    {}", points.join(", "));
-                }
-            }
-            if report.missing.is_empty() {
-                return Ok(());
-            }
-            for (name, status, error) in &report.missing {
-                let why = error
-                    .lines()
-                    .next()
-                    .map(|l| format!(": {l}"))
-                    .unwrap_or_default();
-                eprintln!("  {status:<10} {name}{why}");
-            }
-            Err(Error::Sweep(format!(
-                "{} of {} points have no results (listed above and in sweep.csv's status column)",
-                report.missing.len(),
-                report.points
-            )))
-        }
+        Some(SweepAction::Merge { dir, metric, x }) => merge(dir, metric, x),
         Some(SweepAction::Point {
             scenario,
             name,
@@ -171,98 +123,169 @@ pub fn sweep(cmd: SweepCmd) -> dasim::Result<()> {
             backend,
             threads,
             watch_parent,
-        }) => {
-            if watch_parent {
-                dasim::sweep::exec::exit_with_parent();
-            }
-            let threads = thread_pool(threads)?;
-            let requested = backend_name(backend);
-            let backend = dasim::runtime::backend(backend)?;
-            eprintln!("backend: {backend}, {threads} thread(s)");
-            let execution = Execution {
-                threads,
-                max_batch: None,
-            };
-            on_pool(|| {
-                dasim::sweep::run_point(&scenario, &name, &out, (requested, backend), execution)
-            })
-        }
-        None => {
-            let (Some(scenario), Some(out)) = (cmd.scenario, cmd.out) else {
-                unreachable!("clap requires both without a subcommand");
-            };
-            let opts = SweepOptions {
-                scenario,
-                out,
-                jobs: cmd.jobs.map(|j| j as usize),
-                threads: cmd.threads as usize,
-                shard: cmd.shard,
-                backend: backend_name(cmd.backend).into(),
-                progress: !cmd.quiet,
-            };
-            let kind = match (cmd.emit_slurm, cmd.emit_k8s) {
-                (true, _) => Some(JobKind::Slurm),
-                (_, true) => Some(JobKind::Kubernetes),
-                _ => None,
-            };
-            if let Some(kind) = kind {
-                let res = dasim::sweep::emit::Resources {
-                    partition: cmd.partition,
-                    time: cmd.time,
-                    cpus_per_task: cmd.cpus_per_task,
-                    gpus_per_task: cmd.gpus_per_task,
-                    array_parallelism: cmd.array_parallelism,
-                    image: cmd.image,
-                    pvc: cmd.pvc,
-                    mount: None,
-                };
-                let path = dasim::sweep::emit_jobs(&opts, kind, cmd.shards, &res)?;
-                let q = |p: &std::path::Path| dasim::sweep::emit::shell_quote(&p.to_string_lossy());
-                println!("wrote {}", path.display());
-                match kind {
-                    JobKind::Slurm => {
-                        println!("submit: sbatch {}", q(&path));
-                        println!("watch:  squeue --me");
-                    }
-                    JobKind::Kubernetes => {
-                        println!("submit: kubectl apply -f {}", q(&path));
-                        println!("watch:  kubectl get jobs --watch");
-                    }
-                }
-                println!("merge:  dasim sweep merge {}", q(&opts.out));
-                return Ok(());
-            }
-            let report = dasim::sweep::run_sweep(&opts)?;
-            println!(
-                "{}{}: {} run now{}, {} complete already, {} failed; results in {}",
-                dasim::sweep::exec::count_points(report.selected),
-                opts.shard
-                    .map(|s| format!(" (shard {s} of {} in all)", report.total))
-                    .unwrap_or_default(),
-                report.done,
-                if report.rerun.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " ({} again: another build or --backend had run them)",
-                        report.rerun.len()
-                    )
-                },
-                report.skipped,
-                report.failed.len(),
-                opts.out.display()
-            );
-            if report.failed.is_empty() {
-                return Ok(());
-            }
-            for (name, error) in &report.failed {
-                eprintln!("FAILED {name}: {error}");
-            }
-            Err(Error::Sweep(format!(
-                "{} of {} points failed (each has point.json and log.txt in its directory)",
-                report.failed.len(),
-                report.selected
-            )))
+        }) => point(scenario, name, out, backend, threads, watch_parent),
+        None => run_or_emit(cmd),
+    }
+}
+
+/// `dasim sweep merge`: merges the sweep directory `dir` and says what it found; fails when
+/// a point has no results.
+fn merge(dir: PathBuf, metric: Vec<String>, x: Vec<String>) -> dasim::Result<()> {
+    use dasim::sweep::MergeOptions;
+    let report = dasim::sweep::merge(&dir, &MergeOptions { metrics: metric, x })?;
+    println!(
+        "{} of {} points complete: {} rows in {}, {} plot files in {}",
+        report.complete,
+        report.points,
+        report.rows,
+        report.csv.display(),
+        report.plots.len(),
+        dir.join(dasim::sweep::merge::PLOTS).display()
+    );
+    if !report.left_out.is_empty() {
+        eprintln!(
+            "{} run(s) left out of the plots, stopped early (sweep.csv's stopped column):",
+            report.left_out.len()
+        );
+        for (point, algorithm, why) in &report.left_out {
+            eprintln!("  {why:<10} {point} ({algorithm})");
         }
     }
+    if report.ran_by.len() > 1 {
+        eprintln!(
+            "warning: the points ran by different builds of dasim or on different \
+             backends, so their results may not be comparable (`dasim sweep` runs again \
+             those of another build or --backend):"
+        );
+        for (by, points) in &report.ran_by {
+            eprintln!("  {by}: {}", dasim::sweep::exec::count_points(points.len()));
+            eprintln!("    {}", points.join(", "));
+        }
+    }
+    if report.missing.is_empty() {
+        return Ok(());
+    }
+    for (name, status, error) in &report.missing {
+        let why = error
+            .lines()
+            .next()
+            .map(|l| format!(": {l}"))
+            .unwrap_or_default();
+        eprintln!("  {status:<10} {name}{why}");
+    }
+    Err(Error::Sweep(format!(
+        "{} of {} points have no results (listed above and in sweep.csv's status column)",
+        report.missing.len(),
+        report.points
+    )))
+}
+
+/// `dasim sweep point`: runs the point `name` of the sweep of `scenario` into `out`.
+fn point(
+    scenario: PathBuf,
+    name: String,
+    out: PathBuf,
+    backend: BackendChoice,
+    threads: Option<usize>,
+    watch_parent: bool,
+) -> dasim::Result<()> {
+    if watch_parent {
+        dasim::sweep::exec::exit_with_parent();
+    }
+    let threads = thread_pool(threads)?;
+    let requested = backend_name(backend);
+    let backend = dasim::runtime::backend(backend)?;
+    eprintln!("backend: {backend}, {threads} thread(s)");
+    let execution = Execution {
+        threads,
+        max_batch: None,
+    };
+    on_pool(|| dasim::sweep::run_point(&scenario, &name, &out, (requested, backend), execution))
+}
+
+/// `dasim sweep SCENARIO --out DIR`: runs the points, or with `--emit-slurm` or
+/// `--emit-k8s` writes them as cluster jobs instead.
+fn run_or_emit(cmd: SweepCmd) -> dasim::Result<()> {
+    use dasim::sweep::{JobKind, SweepOptions};
+    let (Some(scenario), Some(out)) = (cmd.scenario, cmd.out) else {
+        unreachable!("clap requires both without a subcommand");
+    };
+    let opts = SweepOptions {
+        scenario,
+        out,
+        jobs: cmd.jobs.map(|j| j as usize),
+        threads: cmd.threads as usize,
+        shard: cmd.shard,
+        backend: backend_name(cmd.backend).into(),
+        progress: !cmd.quiet,
+    };
+    let kind = match (cmd.emit_slurm, cmd.emit_k8s) {
+        (true, _) => Some(JobKind::Slurm),
+        (_, true) => Some(JobKind::Kubernetes),
+        _ => None,
+    };
+    let Some(kind) = kind else {
+        return run_points(&opts);
+    };
+    let res = dasim::sweep::emit::Resources {
+        partition: cmd.partition,
+        time: cmd.time,
+        cpus_per_task: cmd.cpus_per_task,
+        gpus_per_task: cmd.gpus_per_task,
+        array_parallelism: cmd.array_parallelism,
+        image: cmd.image,
+        pvc: cmd.pvc,
+        mount: None,
+    };
+    let path = dasim::sweep::emit_jobs(&opts, kind, cmd.shards, &res)?;
+    let q = |p: &std::path::Path| dasim::sweep::emit::shell_quote(&p.to_string_lossy());
+    println!("wrote {}", path.display());
+    match kind {
+        JobKind::Slurm => {
+            println!("submit: sbatch {}", q(&path));
+            println!("watch:  squeue --me");
+        }
+        JobKind::Kubernetes => {
+            println!("submit: kubectl apply -f {}", q(&path));
+            println!("watch:  kubectl get jobs --watch");
+        }
+    }
+    println!("merge:  dasim sweep merge {}", q(&opts.out));
+    Ok(())
+}
+
+/// Runs the points of the sweep `opts` not complete already and says how it went; fails
+/// when a point failed.
+fn run_points(opts: &dasim::sweep::SweepOptions) -> dasim::Result<()> {
+    let report = dasim::sweep::run_sweep(opts)?;
+    println!(
+        "{}{}: {} run now{}, {} complete already, {} failed; results in {}",
+        dasim::sweep::exec::count_points(report.selected),
+        opts.shard
+            .map(|s| format!(" (shard {s} of {} in all)", report.total))
+            .unwrap_or_default(),
+        report.done,
+        if report.rerun.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} again: another build or --backend had run them)",
+                report.rerun.len()
+            )
+        },
+        report.skipped,
+        report.failed.len(),
+        opts.out.display()
+    );
+    if report.failed.is_empty() {
+        return Ok(());
+    }
+    for (name, error) in &report.failed {
+        eprintln!("FAILED {name}: {error}");
+    }
+    Err(Error::Sweep(format!(
+        "{} of {} points failed (each has point.json and log.txt in its directory)",
+        report.failed.len(),
+        report.selected
+    )))
 }
