@@ -444,7 +444,7 @@ fn resolved(loaded: &Loaded) -> String {
         *p = joined.canonicalize().unwrap_or(joined);
     }
     let text = toml::to_string(&s).expect("a scenario serializes");
-    if !matches!(s.model, dasim_models::ModelConfig::Quadratic { .. }) {
+    if s.model.spec().reads_data() {
         return text;
     }
     // The quadratic reads no data: leave out the default `[data]` tables rather than suggest

@@ -89,7 +89,7 @@ impl Scenario {
         self.network.validate_nodes(self.cluster.workers + extra)?;
         self.model.validate()?;
         if let Some(t) = &self.timed_as {
-            if matches!(self.model, ModelConfig::Timing { .. }) {
+            if !self.model.spec().computes() {
                 return Err(ConfigError::new(
                     "timed_as",
                     "a timing model is timed by its own preset or params",
@@ -166,17 +166,9 @@ impl Scenario {
     /// the model has them; `None` asks the model's configuration, which knows unless the
     /// model is an MLP (whose data decide).
     pub fn claim_facts(&self, accuracy: Option<bool>, optimum: Option<bool>) -> Facts {
-        let (model_accuracy, model_optimum) = match &self.model {
-            ModelConfig::Quadratic { .. } | ModelConfig::Linear { .. } => (Some(false), Some(true)),
-            ModelConfig::Softmax { l2 } => (Some(true), Some(*l2 > 0.0)),
-            // A language model's accuracy is its next-token accuracy.
-            ModelConfig::Lenet {}
-            | ModelConfig::Resnet { .. }
-            | ModelConfig::Transformer { .. } => (Some(true), Some(false)),
-            ModelConfig::Mlp { .. } => (None, Some(false)),
-            ModelConfig::Timing { .. } => (Some(false), Some(false)),
-        };
-        let numerics = !matches!(self.model, ModelConfig::Timing { .. });
+        let spec = self.model.spec();
+        let (model_accuracy, model_optimum) = (spec.accuracy(), spec.optimum());
+        let numerics = spec.computes();
         // A timing model has neither, whatever the (empty) data says.
         let (accuracy, optimum) = if numerics {
             (accuracy, optimum)

@@ -136,7 +136,7 @@ fn resnet20() -> Model {
         height: 32,
         width: 32,
     };
-    Model::ResNet(ResNet::new(s, 10, 20, 16))
+    Model::net(ResNet::new(s, 10, 20, 16))
 }
 
 fn lenet5() -> Model {
@@ -145,7 +145,7 @@ fn lenet5() -> Model {
         height: 28,
         width: 28,
     };
-    Model::LeNet(LeNet::new(s, 10))
+    Model::net(LeNet::new(s, 10))
 }
 
 /// Random inputs and labels for `r` replicas.
@@ -266,23 +266,21 @@ fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r
 
 /// A GPT of `layers` blocks of width `d` (`d / 16` heads, `d_ff = 4d`) over Tiny
 /// Shakespeare's 65 characters, reading windows of `context` tokens.
-fn gpt(layers: usize, d: usize, context: usize) -> Model {
-    Model::Transformer(Transformer::new(TransformerShape {
+fn gpt(layers: usize, d: usize, context: usize) -> Transformer {
+    Transformer::new(TransformerShape {
         vocab: 65,
         context,
         d_model: d,
         heads: d / 16,
         d_ff: 4 * d,
         layers,
-    }))
+    })
 }
 
 /// One training pass of `r` replicas of a transformer through burn's autodiff on the bench's
 /// device (the store's path everywhere): `BATCH / 2` random windows per replica.
-fn bench_transformer(bencher: Bencher, name: &'static str, model: Model, r: usize) {
-    let Model::Transformer(m) = &model else {
-        unreachable!()
-    };
+fn bench_transformer(bencher: Bencher, name: &'static str, m: Transformer, r: usize) {
+    let model = Model::net(m.clone());
     let (t, vocab) = (m.shape().context, m.shape().vocab);
     let batch = BATCH / 2;
     let device = &backend().1;

@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use dasim_models::{Activation, DataConfig, ModelConfig, Problem};
+use dasim_models::{Activation, DataConfig, MlpConfig, ModelConfig, Problem};
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 use divan::Bencher;
 use divan::counter::ItemsCount;
@@ -26,10 +26,10 @@ fn main() {
 }
 
 fn store(distinct: bool) -> dasim_models::BurnStore {
-    let model = ModelConfig::Mlp {
+    let model = ModelConfig::Mlp(MlpConfig {
         hidden: vec![128],
         activation: Activation::Relu,
-    };
+    });
     let data: DataConfig = toml::from_str(
         "dataset = \"gaussian-mixture\"\nbatch_size = 32\n\
          synthetic = { samples = 12000, dim = 784, classes = 10 }",

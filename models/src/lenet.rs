@@ -54,22 +54,49 @@
 //! order.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::Tensor;
 use burn::tensor::module::max_pool2d;
 use burn::tensor::ops::MaxPoolOptions;
+use serde::{Deserialize, Serialize};
 
+use dasim_sim::ConfigError;
 use dasim_sim::clock::rng::Stream;
 
-use crate::data::ImageShape;
+use crate::convex::Objective;
+use crate::data::{Dataset, ImageShape};
+use crate::layers::CpuNet;
 use crate::layers::conv::Conv;
 use crate::layers::linear::Linear;
 use crate::layers::{ParamRows, activate, from_groups, to_groups, uniform};
 use crate::mlp::Activation;
+use crate::model::{Load, Model, ModelSpec, Network};
 
 pub use crate::layers::conv::IM2COL_MIN_REPLICAS;
 
 pub(crate) mod cpu;
+
+/// `[model] kind = "lenet"`: LeNet-5 (LeCun et al. 1998), without options. Needs images.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LenetConfig {}
+
+impl ModelSpec for LenetConfig {
+    fn build(
+        &self,
+        load: &Load<'_>,
+        train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)> {
+        let shape = load.image_shape(train)?;
+        let size = format!("{}×{}×{}", shape.channels, shape.height, shape.width);
+        LeNet::check(shape).map_err(|e| {
+            ConfigError::new("data.dataset", format!("{e} (the images are {size})"))
+                .hint("LeNet-5 takes any image of at least 4×4 pixels")
+        })?;
+        Ok((Model::net(LeNet::new(shape, train.outputs())), None))
+    }
+}
 
 /// Padding of the two convolutions for an image side (see the module doc).
 fn paddings(side: usize) -> [usize; 2] {
@@ -300,5 +327,69 @@ impl LeNet {
         let h = activate(act, self.fc[0].forward(params, h));
         let h = activate(act, self.fc[1].forward(params, h));
         self.fc[2].forward(params, h)
+    }
+}
+
+impl Network for LeNet {
+    fn name(&self) -> &'static str {
+        "lenet"
+    }
+
+    fn num_params(&self) -> usize {
+        self.params
+    }
+
+    fn state_len(&self) -> usize {
+        LeNet::state_len(self)
+    }
+
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        LeNet::matrices(self)
+    }
+
+    fn forward_flops(&self) -> u64 {
+        LeNet::forward_flops(self)
+    }
+
+    fn layer_starts(&self) -> Vec<(usize, u64)> {
+        LeNet::layer_starts(self)
+    }
+
+    fn activations_per_sample(&self) -> u64 {
+        LeNet::activations_per_sample(self)
+    }
+
+    fn im2col_floats_per_sample(&self) -> u64 {
+        LeNet::im2col_floats_per_sample(self)
+    }
+
+    fn init(&self, rng: &mut Stream) -> Vec<f32> {
+        LeNet::init(self, rng)
+    }
+
+    fn blocks(&self) -> Vec<Range<usize>> {
+        LeNet::blocks(self)
+    }
+
+    fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
+        Some(Arc::new(cpu::LeNetCpu::new(self)))
+    }
+
+    fn forward_blocks(
+        &self,
+        blocks: Vec<Tensor<2>>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        LeNet::forward_blocks(self, blocks, x, train)
+    }
+
+    fn forward(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        LeNet::forward(self, params, x, train)
     }
 }

@@ -3,8 +3,9 @@
 //! Implements [`dasim_sim::params::ReplicaStore`] on burn: all workers' parameters in one stacked
 //! `[workers, params]` tensor, gradient requests evaluated lazily and in batches
 //! ([`store::BurnStore`]), on a zoo of models defined on that flat layout ([`model::Model`]: MLP,
-//! softmax regression, linear least squares, LeNet-5, CIFAR ResNets with batch-norm state, and
-//! the synthetic quadratic, which runs on the exact reference store: [`quadratic`]); the
+//! softmax regression, linear least squares, LeNet-5, CIFAR ResNets with batch-norm state, a
+//! transformer language model, and the synthetic quadratic, which runs on the exact reference
+//! store: [`quadratic`], and timing-only models: [`timing`]); the
 //! training objective and optimum of the convex models, for suboptimality ([`convex`]); datasets
 //! (shipped digits, MNIST, Fashion-MNIST, CIFAR, CSV, generators), normalization, partitions
 //! (IID, Dirichlet label skew, shards, unequal sizes), per-worker sampling and augmentation from
@@ -12,6 +13,12 @@
 //!
 //! [`Problem`] ties them together: it loads a scenario's `[data]`, shapes its `[model]` to it,
 //! and builds stores.
+//!
+//! Each model owns what is known of it: its module holds its options type (the `[model]` keys of
+//! its kind), which implements [`ModelSpec`] (checks, the data it reads, how it is shaped to
+//! them, what claims may rely on), and, where it has a network, the [`Network`] the store
+//! computes on. [`ModelConfig`] is generated from one registry table in [`model`], a line per
+//! kind; nothing else matches on the kinds.
 
 pub mod backend;
 pub mod convex;
@@ -24,6 +31,7 @@ pub mod memory;
 pub mod mlp;
 pub mod model;
 pub mod quadratic;
+pub mod regression;
 pub mod resnet;
 pub mod rows;
 pub mod store;
@@ -37,25 +45,25 @@ pub use data::{
     Split, TargetKind,
 };
 pub use error::{Error, Result};
-pub use lenet::LeNet;
+pub use lenet::{LeNet, LenetConfig};
 pub use memory::{Bytes, MemoryEstimate};
-pub use mlp::{Activation, Mlp};
-pub use model::{Loss, Model, ModelConfig};
-pub use quadratic::QuadraticStore;
-pub use resnet::ResNet;
+pub use mlp::{Activation, Mlp, MlpConfig};
+pub use model::{Loss, Model, ModelConfig, ModelSpec, Network};
+pub use quadratic::{QuadraticConfig, QuadraticStore};
+pub use regression::{LinearConfig, Regression, SoftmaxConfig};
+pub use resnet::{ResNet, ResnetConfig};
 pub use store::{BurnStore, Execution, RunStore, StoreStats};
-pub use timing::{Preset, TimedAs, TimingShape};
+pub use timing::{Preset, TimedAs, TimingConfig, TimingShape};
 pub use timing_store::TimingStore;
-pub use transformer::{Transformer, TransformerShape};
+pub use transformer::{Transformer, TransformerConfig, TransformerShape};
 
 use std::path::Path;
 use std::sync::Arc;
 
-use dasim_sim::ConfigError;
 use dasim_sim::params::OptimizerConfig;
 
-use crate::convex::{ConvexKind, Objective};
-use crate::model::QuadraticShape;
+use crate::convex::Objective;
+use crate::model::Load;
 
 /// Everything needed to build stores for a scenario: the data split, the model shaped to it,
 /// and how the data is partitioned and augmented.
@@ -77,128 +85,33 @@ pub struct Problem {
 impl Problem {
     /// Loads the data of `data` (paths relative to `base_dir`) and shapes `model` to it: input
     /// width from the features (or the image shape), output width from the classes (1 for
-    /// real targets). A model that does not fit the data is a [`ConfigError`]: softmax
+    /// real targets). A model that does not fit the data is a [`ConfigError`](dasim_sim::ConfigError): softmax
     /// regression needs class labels and linear least squares real targets (at `model.kind`),
     /// the convolutional models need images (at `data.dataset`), and the quadratic reads no
     /// data (at `data`).
+    ///
+    /// Every step is the model's own, through its [`ModelSpec`]: its values are checked
+    /// ([`ModelSpec::validate`]), its data loaded ([`ModelSpec::load`]) and the model shaped to
+    /// them ([`ModelSpec::build`]).
     pub fn load(
         model: &ModelConfig,
         data: &DataConfig,
         base_dir: &Path,
         seed: u64,
     ) -> Result<Self> {
-        model.validate()?;
-        if let Some(shape) = model.timing_shape()? {
-            // The minibatch size sets the step time (with FLOPs); nothing else of [data] applies.
-            let batch_only = DataConfig {
-                batch_size: DataConfig::default().batch_size,
-                ..data.clone()
-            };
-            if batch_only.resolved() != DataConfig::default().resolved() {
-                return Err(ConfigError::new(
-                    "data",
-                    "a timing model reads no data: it carries a model's size and cost, not its numbers",
-                )
-                .hint("keep only batch_size in [data] (it sets a step's samples)")
-                .into());
-            }
-            return Ok(Problem::without_data(Model::Timing(shape)));
-        }
-        if let ModelConfig::Quadratic {
-            dim,
-            condition,
-            noise,
-        } = *model
-        {
-            if data.resolved() != DataConfig::default().resolved() {
-                return Err(ConfigError::new(
-                    "data",
-                    "the quadratic model reads no data: its gradient noise comes from each worker's data stream",
-                )
-                .hint("remove the [data] section (batch size, dataset and partition do not apply)")
-                .into());
-            }
-            return Ok(Problem::without_data(Model::Quadratic(QuadraticShape {
-                dim,
-                condition,
-                noise,
-            })));
-        }
-        let split = match model.transformer_shape(0) {
-            Some(shape) => text_split(&shape, data, base_dir, seed)?,
-            None => {
-                if data.kind() == DatasetKind::Text {
-                    return Err(ConfigError::new(
-                        "model.kind",
-                        format!(
-                            "`{}` does not read text: a text's windows train a language model",
-                            model.name()
-                        ),
-                    )
-                    .hint("use kind = \"transformer\"")
-                    .into());
-                }
-                data::load(data, base_dir, seed)?
-            }
+        let spec = model.spec();
+        spec.validate()?;
+        let load = Load {
+            kind: model.name(),
+            data,
+            base_dir,
+            seed,
         };
-        let train = &split.train;
-        let classes = train.classes();
-        let outputs = train.outputs();
-        let kind = data.kind();
-        let (model, objective) = match model {
-            ModelConfig::Mlp { hidden, activation } => {
-                let mut widths = vec![train.dim];
-                widths.extend(hidden);
-                widths.push(outputs);
-                (Model::Mlp(Mlp::new(&widths, *activation)), None)
-            }
-            ModelConfig::Softmax { l2 } => {
-                let Some(classes) = classes else {
-                    return Err(ConfigError::new(
-                        "model.kind",
-                        format!("softmax regression needs class labels; `{kind}` has real-valued targets"),
-                    )
-                    .hint("use kind = \"linear\" (least squares) for real targets")
-                    .into());
-                };
-                // Without L2 the optimum may be at infinity: no objective to compare with.
-                let objective = (*l2 > 0.0).then(|| {
-                    Arc::new(Objective::new(
-                        ConvexKind::Softmax(classes),
-                        train.clone(),
-                        *l2,
-                    ))
-                });
-                (Model::softmax(train.dim, classes, *l2), objective)
-            }
-            ModelConfig::Linear { l2 } => {
-                if classes.is_some() {
-                    return Err(ConfigError::new(
-                        "model.kind",
-                        format!("linear least squares fits real-valued targets; `{kind}` has class labels"),
-                    )
-                    .hint(if kind == DatasetKind::Csv {
-                        "use kind = \"softmax\" for classes, or set [data.csv] target = \"real\""
-                    } else {
-                        "use kind = \"softmax\" for classes, or dataset = \"linear-regression\""
-                    })
-                    .into());
-                }
-                let objective = Objective::new(ConvexKind::LeastSquares, train.clone(), *l2);
-                (Model::linear(train.dim, *l2), Some(Arc::new(objective)))
-            }
-            ModelConfig::Lenet {} | ModelConfig::Resnet { .. } => {
-                let shape = image_shape(model, data, train)?;
-                (conv_model(model, shape, outputs)?, None)
-            }
-            ModelConfig::Transformer { .. } => {
-                let shape = model.transformer_shape(outputs).expect("a transformer");
-                (Model::Transformer(Transformer::new(shape)), None)
-            }
-            ModelConfig::Quadratic { .. } | ModelConfig::Timing { .. } => {
-                unreachable!("handled above")
-            }
+        let Some(split) = spec.load(&load)? else {
+            let (model, _) = spec.build(&load, &Problem::no_data().train)?;
+            return Ok(Problem::without_data(model));
         };
+        let (model, objective) = spec.build(&load, &split.train)?;
         Ok(Problem {
             model,
             partition: data.partition.clone(),
@@ -208,15 +121,20 @@ impl Problem {
         })
     }
 
+    /// The empty split of a model that reads no data.
+    fn no_data() -> Split {
+        let empty = Dataset::regression(Vec::new(), 0, Vec::new());
+        Split {
+            train: empty.clone(),
+            test: empty,
+        }
+    }
+
     /// A model that reads no data (the quadratic, a timing model): empty splits, the default
     /// partition and augmentation, no objective.
     fn without_data(model: Model) -> Self {
-        let empty = Dataset::regression(Vec::new(), 0, Vec::new());
         Problem {
-            split: Split {
-                train: empty.clone(),
-                test: empty,
-            },
+            split: Problem::no_data(),
             model,
             partition: PartitionConfig::default(),
             augment: Augment::default(),
@@ -232,7 +150,7 @@ impl Problem {
     /// Whether the model is a language model (a transformer on text): its loss is in nats per
     /// token, and its perplexity `exp(loss)` is reported beside it.
     pub fn is_language_model(&self) -> bool {
-        matches!(self.model, Model::Transformer(_))
+        self.model.is_language_model()
     }
 
     /// Whether a run computes gradients and losses (everything but a timing model).
@@ -342,7 +260,7 @@ impl Problem {
                 Box::new(QuadraticStore::new(*shape, shards.len(), optimizer, seed))
             }
             Model::Timing(shape) => Box::new(TimingStore::new(*shape, shards.len(), batch)),
-            _ => Box::new(
+            Model::Net(_) => Box::new(
                 self.store_with_shards(device, shards, batch, optimizer, seed)
                     .with_threads(execution.threads)
                     .with_max_batch(execution.max_batch),
@@ -356,114 +274,12 @@ impl Problem {
     pub fn train_samples(&self) -> usize {
         match &self.model {
             Model::Timing(shape) => usize::try_from(shape.train_samples).unwrap_or(usize::MAX),
-            _ => self.split.train.epoch_samples(),
+            Model::Net(_) | Model::Quadratic(_) => self.split.train.epoch_samples(),
         }
     }
 
     /// Features of the training and test splits together (numbers), for the memory estimate.
     pub fn data_floats(&self) -> usize {
         self.split.train.features.len() + self.split.test.features.len()
-    }
-}
-
-/// The text a transformer trains on, in windows of `[data] context` tokens (default: the
-/// model's), or an error: at `model.kind` for data that is not text, at `data.context` for a
-/// window longer than the model's context.
-fn text_split(
-    shape: &TransformerShape,
-    data: &DataConfig,
-    base_dir: &Path,
-    seed: u64,
-) -> Result<Split> {
-    if data.kind() != DatasetKind::Text {
-        return Err(ConfigError::new(
-            "model.kind",
-            format!(
-                "a transformer is a language model and needs text; `{}` is not text",
-                data.kind()
-            ),
-        )
-        .hint("[data] dataset = \"text\" with path = a UTF-8 file (dasim ships models/data/tinyshakespeare.txt.gz)")
-        .into());
-    }
-    if let Some(context) = data.context
-        && context > shape.context
-    {
-        return Err(ConfigError::new(
-            "data.context",
-            format!(
-                "windows of {context} tokens are longer than the model's context of {}",
-                shape.context
-            ),
-        )
-        .hint("raise [model] context (its position embeddings), or shorten data.context")
-        .into());
-    }
-    let data = DataConfig {
-        context: Some(data.context.unwrap_or(shape.context)),
-        ..data.clone()
-    };
-    data::load(&data, base_dir, seed)
-}
-
-/// The image shape a convolutional model needs, or an error at `data.dataset` (or
-/// `data.csv.shape`).
-fn image_shape(model: &ModelConfig, data: &DataConfig, train: &Dataset) -> Result<ImageShape> {
-    train.shape.ok_or_else(|| {
-        let kind = data.kind();
-        let (field, hint) = if kind == DatasetKind::Csv {
-            (
-                "data.csv.shape",
-                "declare the image in [data.csv] shape = [channels, height, width]",
-            )
-        } else if kind.is_synthetic() {
-            (
-                "data.synthetic.shape",
-                "generate images: [data.synthetic] shape = [channels, height, width]",
-            )
-        } else {
-            (
-                "data.dataset",
-                "use image data: digits (1×8×8), mnist, fashion-mnist, cifar10, cifar100, a CSV file or a generated dataset with a shape",
-            )
-        };
-        ConfigError::new(
-            field,
-            format!(
-                "`{}` is a convolutional model and needs images; `{kind}` has plain feature vectors",
-                model.name()
-            ),
-        )
-        .hint(hint)
-        .into()
-    })
-}
-
-/// LeNet or a ResNet for images of `shape` and `outputs` outputs, or an error at the field
-/// that does not fit.
-fn conv_model(model: &ModelConfig, shape: ImageShape, outputs: usize) -> Result<Model> {
-    let size = format!("{}×{}×{}", shape.channels, shape.height, shape.width);
-    match *model {
-        ModelConfig::Lenet {} => {
-            lenet::LeNet::check(shape).map_err(|e| {
-                ConfigError::new("data.dataset", format!("{e} (the images are {size})"))
-                    .hint("LeNet-5 takes any image of at least 4×4 pixels")
-            })?;
-            Ok(Model::LeNet(lenet::LeNet::new(shape, outputs)))
-        }
-        ModelConfig::Resnet { depth, width } => {
-            resnet::ResNet::check(shape, depth, width).map_err(|(arg, e)| {
-                let field = match arg {
-                    "depth" => "model.depth",
-                    "width" => "model.width",
-                    _ => "data.dataset",
-                };
-                ConfigError::new(field, e)
-            })?;
-            Ok(Model::ResNet(resnet::ResNet::new(
-                shape, outputs, depth, width,
-            )))
-        }
-        _ => unreachable!("not a convolutional model"),
     }
 }

@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_estimate_is_linear_in_the_workers() {
-        let model = Model::Mlp(Mlp::new(&[64, 32, 10], Activation::Relu));
+        let model = Model::net(Mlp::new(&[64, 32, 10], Activation::Relu));
         let at = |workers| estimate(&model, workers, false).total();
         assert_eq!(at(1024), 64 * at(16));
         // The 1,024-worker quickstart: 2,410 parameters, so rows, momentum and in-flight buffers
@@ -295,8 +295,8 @@ mod tests {
             height: 28,
             width: 28,
         };
-        let lenet = Model::LeNet(crate::LeNet::new(shape, 10));
-        let mlp = Model::Mlp(Mlp::new(&[784, 128, 10], Activation::Relu));
+        let lenet = Model::net(crate::LeNet::new(shape, 10));
+        let mlp = Model::net(Mlp::new(&[784, 128, 10], Activation::Relu));
         let activations = |model: &Model, workers, gpu| estimate(model, workers, gpu).activations;
         // LeNet's second convolution (the first has one input channel): 6 channels · 5 · 5 taps
         // · 10 · 10 outputs per sample (28×28 images, padded by 2 on the first convolution).
@@ -320,7 +320,7 @@ mod tests {
             height: 32,
             width: 32,
         };
-        let resnet = Model::ResNet(crate::ResNet::new(shape, 10, 20, 16));
+        let resnet = Model::net(crate::ResNet::new(shape, 10, 20, 16));
         let at = |workers| estimate(&resnet, workers, false).activations;
         assert_eq!(at(16), at(1024));
         let program = resnet.cpu_program().unwrap();
@@ -336,7 +336,7 @@ mod tests {
     /// the fused mean follows the limit as a flush does.
     #[test]
     fn a_batch_limit_bounds_a_pass_but_a_cpu_fused_mean() {
-        let mlp = Model::Mlp(Mlp::new(&[64, 32, 10], Activation::Relu));
+        let mlp = Model::net(Mlp::new(&[64, 32, 10], Activation::Relu));
         let flush = |max_batch, gpu| {
             let one = |requests| {
                 MemoryEstimate::new(RunShape {

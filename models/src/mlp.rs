@@ -7,12 +7,72 @@
 //! matrix products, so `R` replicas cost one pass, not `R`.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::{Tensor, activation};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use dasim_sim::ConfigError;
 use dasim_sim::clock::rng::Stream;
+
+use crate::convex::Objective;
+use crate::data::Dataset;
+use crate::model::{Load, Model, ModelSpec, Network};
+
+fn default_hidden() -> Vec<usize> {
+    vec![32]
+}
+
+/// `[model] kind = "mlp"`: a multilayer perceptron; cross-entropy on class labels, squared
+/// error on real targets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MlpConfig {
+    /// Widths of the hidden layers (empty: a single linear layer).
+    #[serde(default = "default_hidden")]
+    pub hidden: Vec<usize>,
+    /// Hidden-layer nonlinearity.
+    #[serde(default)]
+    pub activation: Activation,
+}
+
+impl Default for MlpConfig {
+    fn default() -> Self {
+        MlpConfig {
+            hidden: default_hidden(),
+            activation: Activation::Relu,
+        }
+    }
+}
+
+impl ModelSpec for MlpConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(i) = self.hidden.iter().position(|&h| h == 0) {
+            return Err(ConfigError::new(
+                &format!("model.hidden[{i}]"),
+                "a hidden layer must have at least one unit",
+            ));
+        }
+        Ok(())
+    }
+
+    fn build(
+        &self,
+        _load: &Load<'_>,
+        train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)> {
+        let mut widths = vec![train.dim];
+        widths.extend(&self.hidden);
+        widths.push(train.outputs());
+        Ok((Model::net(Mlp::new(&widths, self.activation)), None))
+    }
+
+    /// Its data decide: an accuracy on class labels, none on real targets.
+    fn accuracy(&self) -> Option<bool> {
+        None
+    }
+}
 
 /// Hidden-layer nonlinearity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,5 +235,62 @@ impl Mlp {
             }
         }
         h
+    }
+}
+
+impl Network for Mlp {
+    fn name(&self) -> &'static str {
+        "mlp"
+    }
+
+    fn num_params(&self) -> usize {
+        self.params
+    }
+
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        Mlp::matrices(self)
+    }
+
+    fn forward_flops(&self) -> u64 {
+        Mlp::forward_flops(self)
+    }
+
+    fn layer_starts(&self) -> Vec<(usize, u64)> {
+        Mlp::layer_starts(self)
+    }
+
+    fn activations_per_sample(&self) -> u64 {
+        Mlp::activations_per_sample(self)
+    }
+
+    fn init(&self, rng: &mut Stream) -> Vec<f32> {
+        Mlp::init(self, rng)
+    }
+
+    fn blocks(&self) -> Vec<Range<usize>> {
+        Mlp::blocks(self)
+    }
+
+    /// Every sample on its own, and one tall pass is the faster (see [`Model::fuses_means`]).
+    fn fuses_means(&self) -> bool {
+        true
+    }
+
+    fn forward_blocks(
+        &self,
+        blocks: Vec<Tensor<2>>,
+        x: Tensor<3>,
+        _train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        (Mlp::forward_blocks(self, &blocks, x), None)
+    }
+
+    fn forward(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        _train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        (Mlp::forward(self, params, x), None)
     }
 }

@@ -13,10 +13,26 @@
 //! row (weights and biases), which makes their optimum unique, so that the suboptimality
 //! `f(x̄) − f*` of [`crate::convex`] is well defined.
 //!
-//! The synthetic quadratic is listed here too, for its parameter count and FLOPs, but it has no
-//! network: it runs on the exact reference store of `dasim-sim` (see [`crate::quadratic`]).
+//! The synthetic quadratic and the timing models are listed here too, for their parameter count
+//! and FLOPs, but they have no network: the quadratic runs on the exact reference store of
+//! `dasim-sim` (see [`crate::quadratic`]), a timing model on a store without numbers (see
+//! [`crate::timing`]).
+//!
+//! ## The registry
+//!
+//! Every kind is listed once, in the `registry!` table below: its `kind` string, its variant of
+//! [`ModelConfig`] and its options type, which lives in the kind's module. The options type
+//! implements [`ModelSpec`]: how its values are checked ([`ModelSpec::validate`]), which data it
+//! reads ([`ModelSpec::load`]), how it is shaped to them ([`ModelSpec::build`]), and what a
+//! scenario's claims may rely on (an accuracy, a known optimum, numbers at all). A model with a
+//! network implements [`Network`] (its parameter layout, forward pass, FLOPs and memory terms)
+//! and is built as [`Model::Net`]; nothing else matches on the kinds. Adding a model is a module
+//! with its network, an options type with its `ModelSpec`, and one line in the table (see the
+//! contributors' chapter of the book).
 
+use std::fmt::Debug;
 use std::ops::Range;
+use std::path::Path;
 use std::sync::Arc;
 
 use burn::tensor::Tensor;
@@ -25,296 +41,213 @@ use serde::{Deserialize, Serialize};
 use dasim_sim::ConfigError;
 use dasim_sim::clock::rng::Stream;
 
+use crate::convex::Objective;
+use crate::data::{self, DataConfig, Dataset, DatasetKind, ImageShape, Split};
 use crate::layers::CpuNet;
-use crate::lenet::LeNet;
-use crate::mlp::{Activation, Mlp};
-use crate::resnet::ResNet;
-use crate::timing::{Preset, TimingShape};
-use crate::transformer::{Transformer, TransformerShape};
+use crate::lenet::LenetConfig;
+use crate::mlp::MlpConfig;
+use crate::quadratic::QuadraticConfig;
+use crate::regression::{LinearConfig, SoftmaxConfig};
+use crate::resnet::ResnetConfig;
+use crate::timing::{TimingConfig, TimingShape};
+use crate::transformer::TransformerConfig;
 
-fn default_hidden() -> Vec<usize> {
-    vec![32]
+/// What loading a model's data knows besides the model's options: its kind and the scenario's
+/// `[data]`, for [`ModelSpec::load`] and [`ModelSpec::build`].
+#[derive(Clone, Copy, Debug)]
+pub struct Load<'a> {
+    /// The model's `kind` (for the errors that name it).
+    pub kind: &'static str,
+    /// The scenario's `[data]`.
+    pub data: &'a DataConfig,
+    /// The directory relative paths of `[data]` start from.
+    pub base_dir: &'a Path,
+    /// The run's seed (sampling and generated data).
+    pub seed: u64,
 }
 
-fn default_resnet_depth() -> usize {
-    20
+impl Load<'_> {
+    /// The features or images of `[data]`, normalized and split; text is an error at
+    /// `model.kind` (a text's windows train a language model). What most models read.
+    pub fn samples(&self) -> crate::Result<Split> {
+        if self.data.kind() == DatasetKind::Text {
+            return Err(ConfigError::new(
+                "model.kind",
+                format!(
+                    "`{}` does not read text: a text's windows train a language model",
+                    self.kind
+                ),
+            )
+            .hint("use kind = \"transformer\"")
+            .into());
+        }
+        data::load(self.data, self.base_dir, self.seed)
+    }
+
+    /// The image shape a convolutional model needs, or an error at `data.dataset` (or
+    /// `data.csv.shape`, `data.synthetic.shape`).
+    pub fn image_shape(&self, train: &Dataset) -> crate::Result<ImageShape> {
+        train.shape.ok_or_else(|| {
+            let kind = self.data.kind();
+            let (field, hint) = if kind == DatasetKind::Csv {
+                (
+                    "data.csv.shape",
+                    "declare the image in [data.csv] shape = [channels, height, width]",
+                )
+            } else if kind.is_synthetic() {
+                (
+                    "data.synthetic.shape",
+                    "generate images: [data.synthetic] shape = [channels, height, width]",
+                )
+            } else {
+                (
+                    "data.dataset",
+                    "use image data: digits (1×8×8), mnist, fashion-mnist, cifar10, cifar100, a CSV file or a generated dataset with a shape",
+                )
+            };
+            ConfigError::new(
+                field,
+                format!(
+                    "`{}` is a convolutional model and needs images; `{kind}` has plain feature vectors",
+                    self.kind
+                ),
+            )
+            .hint(hint)
+            .into()
+        })
+    }
 }
 
-fn default_resnet_width() -> usize {
-    16
+/// One model's entry in the registry: how its `[model]` options are checked, which data it
+/// reads, how it is shaped to them, and what claims may rely on. Implemented by each kind's
+/// options type, in the kind's module.
+pub trait ModelSpec {
+    /// Checks every value that does not depend on the data, with errors at `model.<key>` (the
+    /// fit between the model and the data is checked by [`ModelSpec::load`] and
+    /// [`ModelSpec::build`]). Nothing to check by default.
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    /// The data the model trains on, as `[data]` says: by default features or images
+    /// ([`Load::samples`]). `None` for a model that reads no data, once it has checked that
+    /// `[data]` sets nothing it would ignore; it then gets an empty split.
+    fn load(&self, load: &Load<'_>) -> crate::Result<Option<Split>> {
+        load.samples().map(Some)
+    }
+
+    /// The model shaped to the training split of [`ModelSpec::load`] (empty for a model that
+    /// reads no data): input width from the features or the image shape, output width from the
+    /// classes (1 for real targets); with the training objective of a convex model that has an
+    /// optimum. A model that does not fit the data is a [`ConfigError`].
+    fn build(
+        &self,
+        load: &Load<'_>,
+        train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)>;
+
+    /// Whether the model reports an accuracy: `None` when its data decide (class labels or
+    /// real targets). `Some(true)` by default.
+    fn accuracy(&self) -> Option<bool> {
+        Some(true)
+    }
+
+    /// Whether the model knows its optimum `f*` (for the suboptimality): `None` when its data
+    /// decide. `Some(false)` by default.
+    fn optimum(&self) -> Option<bool> {
+        Some(false)
+    }
+
+    /// Whether a run computes gradients and losses at all (a timing model does not). `true` by
+    /// default.
+    fn computes(&self) -> bool {
+        true
+    }
+
+    /// Whether any key of `[data]` applies to the model; a resolved scenario (`dasim plan`)
+    /// leaves the section out where none does. `true` by default.
+    fn reads_data(&self) -> bool {
+        true
+    }
 }
 
-/// Default dimension of the synthetic quadratic.
-pub const DEFAULT_QUADRATIC_DIM: usize = 100;
-/// Default condition number of the synthetic quadratic.
-pub const DEFAULT_QUADRATIC_CONDITION: f64 = 10.0;
-/// Default gradient-noise standard deviation of the synthetic quadratic.
-pub const DEFAULT_QUADRATIC_NOISE: f64 = 0.1;
+/// The registry: one line per kind. Generates [`ModelConfig`] (the serde schema of `[model]`,
+/// tagged by `kind`) and the one dispatch from a kind to its [`ModelSpec`].
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $kind:literal => $variant:ident($options:ty), )*) => {
+        /// The `[model]` section of a scenario: its kind and options.
+        ///
+        /// ```toml
+        /// [model]
+        /// kind = "mlp"                  # mlp (default) | softmax | linear | lenet | resnet | transformer | quadratic | timing
+        /// hidden = [64, 32]
+        /// activation = "tanh"           # relu (default) | tanh
+        /// ```
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind", deny_unknown_fields)]
+        pub enum ModelConfig {
+            $( $(#[$doc])* #[serde(rename = $kind)] $variant($options), )*
+        }
 
-fn default_layers() -> usize {
-    2
+        impl ModelConfig {
+            /// Every kind, in registry order.
+            pub const KINDS: &[&str] = &[$( $kind ),*];
+
+            /// The name used in scenario files.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $( ModelConfig::$variant(_) => $kind, )*
+                }
+            }
+
+            /// The options, as their [`ModelSpec`].
+            pub fn spec(&self) -> &dyn ModelSpec {
+                match self {
+                    $( ModelConfig::$variant(options) => options, )*
+                }
+            }
+        }
+    };
 }
 
-fn default_d_model() -> usize {
-    64
-}
-
-fn default_heads() -> usize {
-    4
-}
-
-fn default_context() -> usize {
-    64
-}
-
-fn default_quadratic_dim() -> usize {
-    DEFAULT_QUADRATIC_DIM
-}
-
-fn default_quadratic_condition() -> f64 {
-    DEFAULT_QUADRATIC_CONDITION
-}
-
-fn default_quadratic_noise() -> f64 {
-    DEFAULT_QUADRATIC_NOISE
-}
-
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
-}
-
-/// The `[model]` section of a scenario.
-///
-/// ```toml
-/// [model]
-/// kind = "mlp"                  # mlp (default) | softmax | linear | lenet | resnet | transformer | quadratic | timing
-/// hidden = [64, 32]
-/// activation = "tanh"           # relu (default) | tanh
-/// ```
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ModelConfig {
-    /// A multilayer perceptron; cross-entropy on class labels, squared error on real targets.
-    Mlp {
-        /// Widths of the hidden layers (empty: a single linear layer).
-        #[serde(default = "default_hidden")]
-        hidden: Vec<usize>,
-        /// Hidden-layer nonlinearity.
-        #[serde(default)]
-        activation: Activation,
-    },
+registry! {
+    /// A multilayer perceptron; cross-entropy on class labels, squared error on real targets
+    /// ([`crate::mlp`]).
+    "mlp" => Mlp(MlpConfig),
     /// Multinomial logistic regression: one linear layer, softmax cross-entropy, and the L2
-    /// term `½·l2·‖θ‖²`. Needs class labels.
-    Softmax {
-        /// L2 coefficient; above zero the optimum is unique and computed for the
-        /// suboptimality.
-        #[serde(default, skip_serializing_if = "is_zero")]
-        l2: f64,
-    },
+    /// term `½·l2·‖θ‖²`. Needs class labels ([`crate::regression`]).
+    "softmax" => Softmax(SoftmaxConfig),
     /// Linear least squares: one linear layer with one output, the loss `½·(ŷ − y)²`, and the
-    /// L2 term `½·l2·‖θ‖²`. Needs real targets.
-    Linear {
-        /// L2 coefficient (ridge regression above zero).
-        #[serde(default, skip_serializing_if = "is_zero")]
-        l2: f64,
-    },
-    /// LeNet-5 (LeCun et al. 1998). Needs images.
-    Lenet {},
-    /// A CIFAR ResNet (He et al. 2016, §4.2) with batch normalization. Needs images.
-    Resnet {
-        /// Layers with weights: `6n + 2` (20, 32, 44, 56, 110).
-        #[serde(default = "default_resnet_depth")]
-        depth: usize,
-        /// Channels of the first stage (16 in the paper); the stages have `w`, `2w`, `4w`.
-        #[serde(default = "default_resnet_width")]
-        width: usize,
-    },
+    /// L2 term `½·l2·‖θ‖²`. Needs real targets ([`crate::regression`]).
+    "linear" => Linear(LinearConfig),
+    /// LeNet-5 (LeCun et al. 1998). Needs images ([`crate::lenet`]).
+    "lenet" => Lenet(LenetConfig),
+    /// A CIFAR ResNet (He et al. 2016, §4.2) with batch normalization. Needs images
+    /// ([`crate::resnet`]).
+    "resnet" => Resnet(ResnetConfig),
     /// A decoder-only transformer language model (GPT; [`crate::transformer`]), its output layer
     /// tied to the token embedding. Needs text (`[data] dataset = "text"`); the vocabulary comes
     /// from the tokenizer.
-    Transformer {
-        /// Transformer blocks.
-        #[serde(default = "default_layers")]
-        layers: usize,
-        /// Width of the residual stream.
-        #[serde(default = "default_d_model")]
-        d_model: usize,
-        /// Attention heads; they divide `d_model`.
-        #[serde(default = "default_heads")]
-        heads: usize,
-        /// Hidden width of each block's MLP (default `4 · d_model`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        d_ff: Option<usize>,
-        /// The longest window of tokens the model reads (its position embeddings).
-        #[serde(default = "default_context")]
-        context: usize,
-    },
+    "transformer" => Transformer(TransformerConfig),
     /// The synthetic quadratic `½ Σ_k a_k (x_k − 1)²` with curvatures spread geometrically over
-    /// `[1, condition]` and Gaussian gradient noise; reads no data.
-    Quadratic {
-        /// Number of parameters.
-        #[serde(default = "default_quadratic_dim")]
-        dim: usize,
-        /// Condition number `max a_k / min a_k ≥ 1`.
-        #[serde(default = "default_quadratic_condition")]
-        condition: f64,
-        /// Standard deviation σ of the noise added to every gradient coordinate.
-        #[serde(default = "default_quadratic_noise")]
-        noise: f64,
-    },
+    /// `[1, condition]` and Gaussian gradient noise; reads no data ([`crate::quadratic`]).
+    "quadratic" => Quadratic(QuadraticConfig),
     /// A real model's size and cost without its numbers ([`crate::timing`]): every algorithm's
     /// schedule, messages and waits at paper scale, no gradient computed, no loss reported.
-    Timing {
-        /// A published model (`resnet50`, `resnet20`, `vgg16`, `bert-base`, `gpt2-small`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        preset: Option<Preset>,
-        /// Parameters, instead of a preset: the size of a model or gradient in a message.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        params: Option<u64>,
-        /// GFLOPs of one forward pass on one sample, with `params` (needed when the cluster
-        /// gives a device speed, `device_tflops`, rather than `step_time_ms`).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        forward_gflops: Option<f64>,
-        /// Samples in an epoch (default: the preset's training set).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        train_samples: Option<u64>,
-    },
+    "timing" => Timing(TimingConfig),
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig::Mlp {
-            hidden: default_hidden(),
-            activation: Activation::Relu,
-        }
+        ModelConfig::Mlp(MlpConfig::default())
     }
 }
 
 impl ModelConfig {
-    /// The name used in scenario files.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ModelConfig::Mlp { .. } => "mlp",
-            ModelConfig::Softmax { .. } => "softmax",
-            ModelConfig::Linear { .. } => "linear",
-            ModelConfig::Lenet {} => "lenet",
-            ModelConfig::Resnet { .. } => "resnet",
-            ModelConfig::Transformer { .. } => "transformer",
-            ModelConfig::Quadratic { .. } => "quadratic",
-            ModelConfig::Timing { .. } => "timing",
-        }
-    }
-
     /// Checks every value that does not depend on the data (the fit between the model and the
     /// data is checked by [`crate::Problem::load`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        match self {
-            ModelConfig::Mlp { hidden, .. } => {
-                if let Some(i) = hidden.iter().position(|&h| h == 0) {
-                    return Err(ConfigError::new(
-                        &format!("model.hidden[{i}]"),
-                        "a hidden layer must have at least one unit",
-                    ));
-                }
-            }
-            ModelConfig::Softmax { l2 } | ModelConfig::Linear { l2 } => {
-                if !(l2.is_finite() && *l2 >= 0.0) {
-                    return Err(ConfigError::new(
-                        "model.l2",
-                        format!("l2 must be zero or positive, got {l2}"),
-                    ));
-                }
-            }
-            ModelConfig::Lenet {} => {}
-            ModelConfig::Resnet { depth, width } => {
-                if *depth < 8 || !(depth - 2).is_multiple_of(6) {
-                    return Err(ConfigError::new(
-                        "model.depth",
-                        format!("a CIFAR ResNet has depth 6n + 2 with n ≥ 1, got {depth}"),
-                    )
-                    .hint(
-                        "20, 32, 44, 56 or 110 (ResNet-20 … ResNet-110); 8 and 14 are the smallest",
-                    ));
-                }
-                if *width == 0 {
-                    return Err(ConfigError::new(
-                        "model.width",
-                        "width must be at least 1 (16 in the paper)",
-                    ));
-                }
-            }
-            ModelConfig::Transformer { .. } => {
-                let shape = self.transformer_shape(1).expect("a transformer");
-                shape.check().map_err(|(key, e)| {
-                    let err = ConfigError::new(&format!("model.{key}"), e);
-                    if key == "heads" {
-                        err.hint("GPT-2 small: d_model = 768 with 12 heads of 64")
-                    } else {
-                        err
-                    }
-                })?;
-            }
-            ModelConfig::Quadratic {
-                dim,
-                condition,
-                noise,
-            } => {
-                if *dim == 0 {
-                    return Err(ConfigError::new("model.dim", "dim must be at least 1"));
-                }
-                if !(condition.is_finite() && *condition >= 1.0) {
-                    return Err(ConfigError::new(
-                        "model.condition",
-                        format!("the condition number must be at least 1, got {condition}"),
-                    ));
-                }
-                if !(noise.is_finite() && *noise >= 0.0) {
-                    return Err(ConfigError::new(
-                        "model.noise",
-                        format!("noise must be zero or positive, got {noise}"),
-                    ));
-                }
-            }
-            ModelConfig::Timing { .. } => {
-                self.timing_shape()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The shape of a `transformer` over a vocabulary of `vocab` tokens (`d_ff` resolved);
-    /// `None` for the other kinds.
-    pub fn transformer_shape(&self, vocab: usize) -> Option<TransformerShape> {
-        match *self {
-            ModelConfig::Transformer {
-                layers,
-                d_model,
-                heads,
-                d_ff,
-                context,
-            } => Some(TransformerShape {
-                vocab,
-                context,
-                d_model,
-                heads,
-                d_ff: d_ff.unwrap_or(4 * d_model),
-                layers,
-            }),
-            _ => None,
-        }
-    }
-
-    /// The size and cost of a `timing` model; `None` for the other kinds.
-    pub fn timing_shape(&self) -> Result<Option<TimingShape>, ConfigError> {
-        match *self {
-            ModelConfig::Timing {
-                preset,
-                params,
-                forward_gflops,
-                train_samples,
-            } => TimingShape::resolve(preset, params, forward_gflops, train_samples).map(Some),
-            _ => Ok(None),
-        }
+        self.spec().validate()
     }
 }
 
@@ -338,31 +271,92 @@ pub struct QuadraticShape {
     pub noise: f64,
 }
 
-/// A model of the zoo, shaped to its data.
+/// A network on the flat layout: what the store ([`crate::store::BurnStore`]) needs of a model
+/// with parameters it computes on. Implemented by each such model in its module; [`Model`]
+/// hands its calls on (its methods say what each means).
+pub trait Network: Send + Sync + Debug {
+    /// The `kind` of `[model]` this is.
+    fn name(&self) -> &'static str;
+
+    /// Numbers per row: trainable parameters, then the state.
+    fn num_params(&self) -> usize;
+
+    /// Numbers of state at the end of the row; 0 by default.
+    fn state_len(&self) -> usize {
+        0
+    }
+
+    /// The weight matrices, in row order ([`Model::matrices`]).
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix>;
+
+    /// FLOPs (two per multiply-add) of one forward pass on one sample.
+    fn forward_flops(&self) -> u64;
+
+    /// The first coordinate and the forward FLOPs of each layer, in forward order
+    /// ([`Model::layers`] builds the layers from them).
+    fn layer_starts(&self) -> Vec<(usize, u64)>;
+
+    /// Floats of activation one training sample keeps through a forward and backward pass.
+    fn activations_per_sample(&self) -> u64;
+
+    /// Floats per sample of a convolutional model's im2col columns
+    /// ([`Model::im2col_floats_per_sample`]); 0 by default.
+    fn im2col_floats_per_sample(&self) -> u64 {
+        0
+    }
+
+    /// The L2 coefficient of the objective's `½·l2·‖θ‖²`; 0 by default.
+    fn l2(&self) -> f64 {
+        0.0
+    }
+
+    /// Initial parameters (and state), drawn on the host in layout order: `P` numbers.
+    fn init(&self, rng: &mut Stream) -> Vec<f32>;
+
+    /// The contiguous blocks of a row the forward pass reads separately ([`Model::blocks`]).
+    fn blocks(&self) -> Vec<Range<usize>>;
+
+    /// Whether the store may take a mean of gradients at the same parameters as one tall pass
+    /// ([`Model::fuses_means`]); `false` by default.
+    fn fuses_means(&self) -> bool {
+        false
+    }
+
+    /// The model's CPU program, where it has one ([`Model::cpu_program`]); `None` by default.
+    fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
+        None
+    }
+
+    /// [`Network::forward`] on rows given as their blocks ([`Model::forward_blocks`]).
+    fn forward_blocks(
+        &self,
+        blocks: Vec<Tensor<2>>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>);
+
+    /// Outputs of `R` rows, and with `train` the updated state ([`Model::forward`]).
+    fn forward(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>);
+
+    /// Whether the model is a language model (its loss in nats per token, its perplexity
+    /// reported beside it); `false` by default.
+    fn is_language_model(&self) -> bool {
+        false
+    }
+}
+
+/// A model of the zoo, shaped to its data: a network the burn store computes on, or one of the
+/// two models without a network, which run on their own stores.
 #[derive(Clone, Debug)]
 pub enum Model {
-    /// A multilayer perceptron.
-    Mlp(Mlp),
-    /// Softmax regression: a linear layer `[inputs, classes]` and the L2 coefficient.
-    Softmax {
-        /// The linear layer (an MLP without hidden layers).
-        layer: Mlp,
-        /// `l2` of `½·l2·‖θ‖²`.
-        l2: f64,
-    },
-    /// Least squares: a linear layer `[inputs, 1]` and the L2 coefficient.
-    Linear {
-        /// The linear layer (an MLP without hidden layers).
-        layer: Mlp,
-        /// `l2` of `½·l2·‖θ‖²`.
-        l2: f64,
-    },
-    /// LeNet-5 ([`crate::lenet`]).
-    LeNet(LeNet),
-    /// A CIFAR ResNet with batch-norm state ([`crate::resnet`]).
-    ResNet(ResNet),
-    /// A transformer language model ([`crate::transformer`]).
-    Transformer(Transformer),
+    /// A network on the flat layout ([`Network`]): the MLP, softmax regression, least squares,
+    /// LeNet-5, a ResNet, a transformer.
+    Net(Arc<dyn Network>),
     /// The synthetic quadratic (no network; see [`crate::quadratic`]).
     Quadratic(QuadraticShape),
     /// A timing-only model (no network, no numbers; see [`crate::timing`]).
@@ -370,31 +364,15 @@ pub enum Model {
 }
 
 impl Model {
-    /// Softmax regression from `inputs` features to `classes` classes.
-    pub fn softmax(inputs: usize, classes: usize, l2: f64) -> Self {
-        Model::Softmax {
-            layer: Mlp::new(&[inputs, classes], Activation::Relu),
-            l2,
-        }
-    }
-
-    /// Least squares on `inputs` features.
-    pub fn linear(inputs: usize, l2: f64) -> Self {
-        Model::Linear {
-            layer: Mlp::new(&[inputs, 1], Activation::Relu),
-            l2,
-        }
+    /// A model of the network `net`.
+    pub fn net(net: impl Network + 'static) -> Self {
+        Model::Net(Arc::new(net))
     }
 
     /// The `kind` of `[model]` this is.
     pub fn name(&self) -> &'static str {
         match self {
-            Model::Mlp(_) => "mlp",
-            Model::Softmax { .. } => "softmax",
-            Model::Linear { .. } => "linear",
-            Model::LeNet(_) => "lenet",
-            Model::ResNet(_) => "resnet",
-            Model::Transformer(_) => "transformer",
+            Model::Net(n) => n.name(),
             Model::Quadratic(_) => "quadratic",
             Model::Timing(_) => "timing",
         }
@@ -403,12 +381,7 @@ impl Model {
     /// Numbers per row: trainable parameters, then the state.
     pub fn num_params(&self) -> usize {
         match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.num_params()
-            }
-            Model::LeNet(m) => m.num_params(),
-            Model::ResNet(m) => m.num_params(),
-            Model::Transformer(m) => m.num_params(),
+            Model::Net(n) => n.num_params(),
             Model::Quadratic(q) => q.dim,
             Model::Timing(t) => {
                 usize::try_from(t.params).expect("the parameter count fits the address space")
@@ -420,9 +393,8 @@ impl Model {
     /// without state.
     pub fn state_len(&self) -> usize {
         match self {
-            Model::LeNet(m) => m.state_len(),
-            Model::ResNet(m) => m.state_len(),
-            _ => 0,
+            Model::Net(n) => n.state_len(),
+            Model::Quadratic(_) | Model::Timing(_) => 0,
         }
     }
 
@@ -437,12 +409,7 @@ impl Model {
     /// has none.
     pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
         match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.matrices()
-            }
-            Model::LeNet(m) => m.matrices(),
-            Model::ResNet(m) => m.matrices(),
-            Model::Transformer(m) => m.matrices(),
+            Model::Net(n) => n.matrices(),
             Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
         }
     }
@@ -451,12 +418,7 @@ impl Model {
     /// one multiply-add per coordinate for its gradient `a ⊙ (x − b)`.
     pub fn forward_flops(&self) -> u64 {
         match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.forward_flops()
-            }
-            Model::LeNet(m) => m.forward_flops(),
-            Model::ResNet(m) => m.forward_flops(),
-            Model::Transformer(m) => m.forward_flops(),
+            Model::Net(n) => n.forward_flops(),
             Model::Quadratic(q) => 2 * q.dim as u64,
             Model::Timing(t) => t.forward_flops,
         }
@@ -470,12 +432,7 @@ impl Model {
     /// one layer.
     pub fn layers(&self) -> Vec<dasim_sim::params::Layer> {
         let starts = match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.layer_starts()
-            }
-            Model::LeNet(m) => m.layer_starts(),
-            Model::ResNet(m) => m.layer_starts(),
-            Model::Transformer(m) => m.layer_starts(),
+            Model::Net(n) => n.layer_starts(),
             Model::Quadratic(_) | Model::Timing(_) => vec![(0, self.forward_flops())],
         };
         let trainable = self.trainable().end;
@@ -503,12 +460,7 @@ impl Model {
     /// estimate, for [`crate::memory`]); the quadratic keeps none.
     pub fn activations_per_sample(&self) -> u64 {
         match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.activations_per_sample()
-            }
-            Model::LeNet(m) => m.activations_per_sample(),
-            Model::ResNet(m) => m.activations_per_sample(),
-            Model::Transformer(m) => m.activations_per_sample(),
+            Model::Net(n) => n.activations_per_sample(),
             Model::Quadratic(_) | Model::Timing(_) => 0,
         }
     }
@@ -518,9 +470,8 @@ impl Model {
     /// [`crate::lenet::IM2COL_MIN_REPLICAS`] replicas off `flex`); 0 for the others.
     pub fn im2col_floats_per_sample(&self) -> u64 {
         match self {
-            Model::LeNet(m) => m.im2col_floats_per_sample(),
-            Model::ResNet(m) => m.im2col_floats_per_sample(),
-            _ => 0,
+            Model::Net(n) => n.im2col_floats_per_sample(),
+            Model::Quadratic(_) | Model::Timing(_) => 0,
         }
     }
 
@@ -533,8 +484,8 @@ impl Model {
     /// The L2 coefficient of the objective's `½·l2·‖θ‖²` (zero but for softmax and linear).
     pub fn l2(&self) -> f64 {
         match self {
-            Model::Softmax { l2, .. } | Model::Linear { l2, .. } => *l2,
-            _ => 0.0,
+            Model::Net(n) => n.l2(),
+            Model::Quadratic(_) | Model::Timing(_) => 0.0,
         }
     }
 
@@ -543,14 +494,20 @@ impl Model {
     /// starts at zero (and draws nothing).
     pub fn init(&self, rng: &mut Stream) -> Vec<f32> {
         match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.init(rng)
-            }
-            Model::LeNet(m) => m.init(rng),
-            Model::ResNet(m) => m.init(rng),
-            Model::Transformer(m) => m.init(rng),
+            Model::Net(n) => n.init(rng),
             Model::Quadratic(q) => vec![0.0; q.dim],
             Model::Timing(_) => panic!("a timing model has no numbers: it runs on its own store"),
+        }
+    }
+
+    /// The network, or a panic for the models without one.
+    fn network(&self) -> &dyn Network {
+        match self {
+            Model::Net(n) => n.as_ref(),
+            Model::Quadratic(_) => {
+                panic!("the quadratic has no network: it runs on the reference store")
+            }
+            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
         }
     }
 
@@ -562,18 +519,7 @@ impl Model {
     /// # Panics
     /// For the quadratic, which has no network.
     pub fn blocks(&self) -> Vec<Range<usize>> {
-        match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                m.blocks()
-            }
-            Model::LeNet(m) => m.blocks(),
-            Model::ResNet(m) => m.blocks(),
-            Model::Transformer(m) => m.blocks(),
-            Model::Quadratic(_) => {
-                panic!("the quadratic has no network: it runs on the reference store")
-            }
-            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
-        }
+        self.network().blocks()
     }
 
     /// Whether the store takes a mean of gradients read at the same parameters as one model's
@@ -587,12 +533,8 @@ impl Model {
     /// minibatch's samples.
     pub fn fuses_means(&self) -> bool {
         match self {
-            Model::Mlp(_) | Model::Softmax { .. } | Model::Linear { .. } => true,
-            Model::LeNet(_)
-            | Model::ResNet(_)
-            | Model::Transformer(_)
-            | Model::Quadratic(_)
-            | Model::Timing(_) => false,
+            Model::Net(n) => n.fuses_means(),
+            Model::Quadratic(_) | Model::Timing(_) => false,
         }
     }
 
@@ -601,10 +543,14 @@ impl Model {
     /// convolutions there. The store takes it on `flex` for every gradient and evaluation.
     pub fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
         match self {
-            Model::LeNet(m) => Some(Arc::new(crate::lenet::cpu::LeNetCpu::new(m))),
-            Model::ResNet(m) => Some(Arc::new(crate::resnet::cpu::ResNetCpu::new(m))),
-            _ => None,
+            Model::Net(n) => n.cpu_program(),
+            Model::Quadratic(_) | Model::Timing(_) => None,
         }
+    }
+
+    /// Whether the model is a language model (a transformer): its loss is in nats per token.
+    pub fn is_language_model(&self) -> bool {
+        matches!(self, Model::Net(n) if n.is_language_model())
     }
 
     /// [`Model::forward`] on rows given as their [`Model::blocks`], each `[R, len]`: the same
@@ -618,18 +564,7 @@ impl Model {
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                (m.forward_blocks(&blocks, x), None)
-            }
-            Model::LeNet(m) => m.forward_blocks(blocks, x, train),
-            Model::ResNet(m) => m.forward_blocks(blocks, x, train),
-            Model::Transformer(m) => (m.forward_blocks(blocks, x), None),
-            Model::Quadratic(_) => {
-                panic!("the quadratic has no network: it runs on the reference store")
-            }
-            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
-        }
+        self.network().forward_blocks(blocks, x, train)
     }
 
     /// Outputs `[R, B, outputs]` of `R` rows `[R, P]` on inputs `[R, B, features]`; with
@@ -644,17 +579,6 @@ impl Model {
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        match self {
-            Model::Mlp(m) | Model::Softmax { layer: m, .. } | Model::Linear { layer: m, .. } => {
-                (m.forward(params, x), None)
-            }
-            Model::LeNet(m) => m.forward(params, x, train),
-            Model::ResNet(m) => m.forward(params, x, train),
-            Model::Transformer(m) => (m.forward(params, x), None),
-            Model::Quadratic(_) => {
-                panic!("the quadratic has no network: it runs on the reference store")
-            }
-            Model::Timing(_) => panic!("a timing model has no network: it runs on its own store"),
-        }
+        self.network().forward(params, x, train)
     }
 }

@@ -10,12 +10,129 @@
 //! noisy gradient, and an "epoch" is the reference store's nominal 1,000 of them.
 
 use std::ops::Range;
+use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
+use dasim_sim::ConfigError;
 use dasim_sim::params::reference::{Quadratic, ReferenceStore};
 use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
-use crate::model::QuadraticShape;
+use crate::convex::Objective;
+use crate::data::{DataConfig, Dataset, Split};
+use crate::model::{Load, Model, ModelSpec, QuadraticShape};
 use crate::store::{RunStore, StoreStats};
+
+/// Default dimension of the synthetic quadratic.
+pub const DEFAULT_QUADRATIC_DIM: usize = 100;
+/// Default condition number of the synthetic quadratic.
+pub const DEFAULT_QUADRATIC_CONDITION: f64 = 10.0;
+/// Default gradient-noise standard deviation of the synthetic quadratic.
+pub const DEFAULT_QUADRATIC_NOISE: f64 = 0.1;
+
+fn default_dim() -> usize {
+    DEFAULT_QUADRATIC_DIM
+}
+
+fn default_condition() -> f64 {
+    DEFAULT_QUADRATIC_CONDITION
+}
+
+fn default_noise() -> f64 {
+    DEFAULT_QUADRATIC_NOISE
+}
+
+/// `[model] kind = "quadratic"`: the synthetic quadratic `½ Σ_k a_k (x_k − 1)²` with
+/// curvatures spread geometrically over `[1, condition]` and Gaussian gradient noise; reads no
+/// data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuadraticConfig {
+    /// Number of parameters.
+    #[serde(default = "default_dim")]
+    pub dim: usize,
+    /// Condition number `max a_k / min a_k ≥ 1`.
+    #[serde(default = "default_condition")]
+    pub condition: f64,
+    /// Standard deviation σ of the noise added to every gradient coordinate.
+    #[serde(default = "default_noise")]
+    pub noise: f64,
+}
+
+impl Default for QuadraticConfig {
+    fn default() -> Self {
+        QuadraticConfig {
+            dim: default_dim(),
+            condition: default_condition(),
+            noise: default_noise(),
+        }
+    }
+}
+
+impl ModelSpec for QuadraticConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let QuadraticConfig {
+            dim,
+            condition,
+            noise,
+        } = *self;
+        if dim == 0 {
+            return Err(ConfigError::new("model.dim", "dim must be at least 1"));
+        }
+        if !(condition.is_finite() && condition >= 1.0) {
+            return Err(ConfigError::new(
+                "model.condition",
+                format!("the condition number must be at least 1, got {condition}"),
+            ));
+        }
+        if !(noise.is_finite() && noise >= 0.0) {
+            return Err(ConfigError::new(
+                "model.noise",
+                format!("noise must be zero or positive, got {noise}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// No data: an error at `data` where `[data]` sets anything.
+    fn load(&self, load: &Load<'_>) -> crate::Result<Option<Split>> {
+        if load.data.resolved() != DataConfig::default().resolved() {
+            return Err(ConfigError::new(
+                "data",
+                "the quadratic model reads no data: its gradient noise comes from each worker's data stream",
+            )
+            .hint("remove the [data] section (batch size, dataset and partition do not apply)")
+            .into());
+        }
+        Ok(None)
+    }
+
+    fn build(
+        &self,
+        _load: &Load<'_>,
+        _train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)> {
+        let shape = QuadraticShape {
+            dim: self.dim,
+            condition: self.condition,
+            noise: self.noise,
+        };
+        Ok((Model::Quadratic(shape), None))
+    }
+
+    fn accuracy(&self) -> Option<bool> {
+        Some(false)
+    }
+
+    /// `f* = 0`, at `x* = 1`.
+    fn optimum(&self) -> Option<bool> {
+        Some(true)
+    }
+
+    fn reads_data(&self) -> bool {
+        false
+    }
+}
 
 /// The reference store of a quadratic, with the counters a run reports.
 pub struct QuadraticStore {

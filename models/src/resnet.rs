@@ -51,21 +51,95 @@
 //! in layout order.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::ops::PadMode;
 use burn::tensor::{Tensor, activation, s};
 use rand::Rng;
 use rand_distr::StandardNormal;
+use serde::{Deserialize, Serialize};
 
+use dasim_sim::ConfigError;
 use dasim_sim::clock::rng::Stream;
 
-use crate::data::ImageShape;
+use crate::convex::Objective;
+use crate::data::{Dataset, ImageShape};
+use crate::layers::CpuNet;
 use crate::layers::conv::Conv;
 use crate::layers::linear::Linear;
 use crate::layers::norm::Norm;
 use crate::layers::{ParamRows, from_groups, to_groups};
+use crate::model::{Load, Model, ModelSpec, Network};
 
 pub(crate) mod cpu;
+
+fn default_depth() -> usize {
+    20
+}
+
+fn default_width() -> usize {
+    16
+}
+
+/// `[model] kind = "resnet"`: a CIFAR ResNet (He et al. 2016, §4.2) with batch normalization.
+/// Needs images.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResnetConfig {
+    /// Layers with weights: `6n + 2` (20, 32, 44, 56, 110).
+    #[serde(default = "default_depth")]
+    pub depth: usize,
+    /// Channels of the first stage (16 in the paper); the stages have `w`, `2w`, `4w`.
+    #[serde(default = "default_width")]
+    pub width: usize,
+}
+
+impl Default for ResnetConfig {
+    fn default() -> Self {
+        ResnetConfig {
+            depth: default_depth(),
+            width: default_width(),
+        }
+    }
+}
+
+impl ModelSpec for ResnetConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let (depth, width) = (self.depth, self.width);
+        if depth < 8 || !(depth - 2).is_multiple_of(6) {
+            return Err(ConfigError::new(
+                "model.depth",
+                format!("a CIFAR ResNet has depth 6n + 2 with n ≥ 1, got {depth}"),
+            )
+            .hint("20, 32, 44, 56 or 110 (ResNet-20 … ResNet-110); 8 and 14 are the smallest"));
+        }
+        if width == 0 {
+            return Err(ConfigError::new(
+                "model.width",
+                "width must be at least 1 (16 in the paper)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn build(
+        &self,
+        load: &Load<'_>,
+        train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)> {
+        let shape = load.image_shape(train)?;
+        ResNet::check(shape, self.depth, self.width).map_err(|(arg, e)| {
+            let field = match arg {
+                "depth" => "model.depth",
+                "width" => "model.width",
+                _ => "data.dataset",
+            };
+            ConfigError::new(field, e)
+        })?;
+        let net = ResNet::new(shape, train.outputs(), self.depth, self.width);
+        Ok((Model::net(net), None))
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
@@ -451,4 +525,68 @@ fn shortcut(x: Tensor<4>, r: usize, conv: Conv) -> Tensor<4> {
     x.reshape([b, r, conv.cin, h * w])
         .pad([(0, conv.cout - conv.cin), (0, 0)], PadMode::Constant(0.0))
         .reshape([b, r * conv.cout, h, w])
+}
+
+impl Network for ResNet {
+    fn name(&self) -> &'static str {
+        "resnet"
+    }
+
+    fn num_params(&self) -> usize {
+        ResNet::num_params(self)
+    }
+
+    fn state_len(&self) -> usize {
+        ResNet::state_len(self)
+    }
+
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        ResNet::matrices(self)
+    }
+
+    fn forward_flops(&self) -> u64 {
+        ResNet::forward_flops(self)
+    }
+
+    fn layer_starts(&self) -> Vec<(usize, u64)> {
+        ResNet::layer_starts(self)
+    }
+
+    fn activations_per_sample(&self) -> u64 {
+        ResNet::activations_per_sample(self)
+    }
+
+    fn im2col_floats_per_sample(&self) -> u64 {
+        ResNet::im2col_floats_per_sample(self)
+    }
+
+    fn init(&self, rng: &mut Stream) -> Vec<f32> {
+        ResNet::init(self, rng)
+    }
+
+    fn blocks(&self) -> Vec<Range<usize>> {
+        ResNet::blocks(self)
+    }
+
+    fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
+        Some(Arc::new(cpu::ResNetCpu::new(self)))
+    }
+
+    fn forward_blocks(
+        &self,
+        blocks: Vec<Tensor<2>>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        ResNet::forward_blocks(self, blocks, x, train)
+    }
+
+    fn forward(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        ResNet::forward(self, params, x, train)
+    }
 }

@@ -12,9 +12,88 @@
 //! Presets give the parameter counts and forward costs published for common models; the book's
 //! chapter on models cites the source of each.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use dasim_sim::ConfigError;
+
+use crate::convex::Objective;
+use crate::data::{DataConfig, Dataset, Split};
+use crate::model::{Load, Model, ModelSpec};
+
+/// `[model] kind = "timing"`: a real model's size and cost without its numbers. Every
+/// algorithm's schedule, messages and waits at paper scale, no gradient computed, no loss
+/// reported.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingConfig {
+    /// A published model (`resnet50`, `resnet20`, `vgg16`, `bert-base`, `gpt2-small`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
+    /// Parameters, instead of a preset: the size of a model or gradient in a message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<u64>,
+    /// GFLOPs of one forward pass on one sample, with `params` (needed when the cluster
+    /// gives a device speed, `device_tflops`, rather than `step_time_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_gflops: Option<f64>,
+    /// Samples in an epoch (default: the preset's training set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_samples: Option<u64>,
+}
+
+impl TimingConfig {
+    /// The size and cost, or an error at the key that does not resolve.
+    pub fn shape(&self) -> Result<TimingShape, ConfigError> {
+        TimingShape::resolve(
+            self.preset,
+            self.params,
+            self.forward_gflops,
+            self.train_samples,
+        )
+    }
+}
+
+impl ModelSpec for TimingConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.shape().map(|_| ())
+    }
+
+    /// No data: an error at `data` where `[data]` sets anything but `batch_size`, which sets a
+    /// step's samples (and with the FLOPs its time).
+    fn load(&self, load: &Load<'_>) -> crate::Result<Option<Split>> {
+        let batch_only = DataConfig {
+            batch_size: DataConfig::default().batch_size,
+            ..load.data.clone()
+        };
+        if batch_only.resolved() != DataConfig::default().resolved() {
+            return Err(ConfigError::new(
+                "data",
+                "a timing model reads no data: it carries a model's size and cost, not its numbers",
+            )
+            .hint("keep only batch_size in [data] (it sets a step's samples)")
+            .into());
+        }
+        Ok(None)
+    }
+
+    fn build(
+        &self,
+        _load: &Load<'_>,
+        _train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)> {
+        Ok((Model::Timing(self.shape()?), None))
+    }
+
+    fn accuracy(&self) -> Option<bool> {
+        Some(false)
+    }
+
+    fn computes(&self) -> bool {
+        false
+    }
+}
 
 /// A model whose published size and cost a timing run can take by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

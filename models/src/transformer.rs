@@ -34,18 +34,152 @@
 //! The model has no CPU program: on `flex` it runs on burn's tensors like the MLP.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, activation};
 use rand::Rng;
 use rand_distr::StandardNormal;
+use serde::{Deserialize, Serialize};
 
+use dasim_sim::ConfigError;
 use dasim_sim::clock::rng::Stream;
 
+use crate::convex::Objective;
+use crate::data::{self, DataConfig, Dataset, DatasetKind, Split};
 use crate::layers::ParamRows;
 use crate::layers::attention::CausalSelfAttention;
 use crate::layers::embedding::Embedding;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
+use crate::model::{Load, Model, ModelSpec, Network};
+
+fn default_layers() -> usize {
+    2
+}
+
+fn default_d_model() -> usize {
+    64
+}
+
+fn default_heads() -> usize {
+    4
+}
+
+fn default_context() -> usize {
+    64
+}
+
+/// `[model] kind = "transformer"`: a decoder-only transformer language model, its output layer
+/// tied to the token embedding. Needs text (`[data] dataset = "text"`); the vocabulary comes
+/// from the tokenizer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformerConfig {
+    /// Transformer blocks.
+    #[serde(default = "default_layers")]
+    pub layers: usize,
+    /// Width of the residual stream.
+    #[serde(default = "default_d_model")]
+    pub d_model: usize,
+    /// Attention heads; they divide `d_model`.
+    #[serde(default = "default_heads")]
+    pub heads: usize,
+    /// Hidden width of each block's MLP (default `4 · d_model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d_ff: Option<usize>,
+    /// The longest window of tokens the model reads (its position embeddings).
+    #[serde(default = "default_context")]
+    pub context: usize,
+}
+
+impl Default for TransformerConfig {
+    fn default() -> Self {
+        TransformerConfig {
+            layers: default_layers(),
+            d_model: default_d_model(),
+            heads: default_heads(),
+            d_ff: None,
+            context: default_context(),
+        }
+    }
+}
+
+impl TransformerConfig {
+    /// The shape over a vocabulary of `vocab` tokens (`d_ff` resolved).
+    pub fn shape(&self, vocab: usize) -> TransformerShape {
+        TransformerShape {
+            vocab,
+            context: self.context,
+            d_model: self.d_model,
+            heads: self.heads,
+            d_ff: self.d_ff.unwrap_or(4 * self.d_model),
+            layers: self.layers,
+        }
+    }
+}
+
+impl ModelSpec for TransformerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.shape(1).check().map_err(|(key, e)| {
+            let err = ConfigError::new(&format!("model.{key}"), e);
+            if key == "heads" {
+                err.hint("GPT-2 small: d_model = 768 with 12 heads of 64")
+            } else {
+                err
+            }
+        })
+    }
+
+    /// The text, in windows of `[data] context` tokens (default: the model's), or an error: at
+    /// `model.kind` for data that is not text, at `data.context` for a window longer than the
+    /// model's context.
+    fn load(&self, load: &Load<'_>) -> crate::Result<Option<Split>> {
+        let data = load.data;
+        if data.kind() != DatasetKind::Text {
+            return Err(ConfigError::new(
+                "model.kind",
+                format!(
+                    "a transformer is a language model and needs text; `{}` is not text",
+                    data.kind()
+                ),
+            )
+            .hint("[data] dataset = \"text\" with path = a UTF-8 file (dasim ships models/data/tinyshakespeare.txt.gz)")
+            .into());
+        }
+        if let Some(context) = data.context
+            && context > self.context
+        {
+            return Err(ConfigError::new(
+                "data.context",
+                format!(
+                    "windows of {context} tokens are longer than the model's context of {}",
+                    self.context
+                ),
+            )
+            .hint("raise [model] context (its position embeddings), or shorten data.context")
+            .into());
+        }
+        let data = DataConfig {
+            context: Some(data.context.unwrap_or(self.context)),
+            ..data.clone()
+        };
+        data::load(&data, load.base_dir, load.seed).map(Some)
+    }
+
+    fn build(
+        &self,
+        _load: &Load<'_>,
+        train: &Dataset,
+    ) -> crate::Result<(Model, Option<Arc<Objective>>)> {
+        let net = Transformer::new(self.shape(train.outputs()));
+        Ok((Model::net(net), None))
+    }
+
+    /// Its next-token accuracy.
+    fn accuracy(&self) -> Option<bool> {
+        Some(true)
+    }
+}
 
 /// GPT-2's initial standard deviation of weights and embeddings.
 const INIT_STD: f64 = 0.02;
@@ -363,5 +497,61 @@ impl Transformer {
         }
         let h = self.ln_f.forward(params, h.reshape([r, b * t, d]));
         h.matmul(self.wte.table(params).swap_dims(1, 2))
+    }
+}
+
+impl Network for Transformer {
+    fn name(&self) -> &'static str {
+        "transformer"
+    }
+
+    fn num_params(&self) -> usize {
+        self.params
+    }
+
+    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+        Transformer::matrices(self)
+    }
+
+    fn forward_flops(&self) -> u64 {
+        Transformer::forward_flops(self)
+    }
+
+    fn layer_starts(&self) -> Vec<(usize, u64)> {
+        Transformer::layer_starts(self)
+    }
+
+    fn activations_per_sample(&self) -> u64 {
+        Transformer::activations_per_sample(self)
+    }
+
+    fn init(&self, rng: &mut Stream) -> Vec<f32> {
+        Transformer::init(self, rng)
+    }
+
+    fn blocks(&self) -> Vec<Range<usize>> {
+        Transformer::blocks(self)
+    }
+
+    fn forward_blocks(
+        &self,
+        blocks: Vec<Tensor<2>>,
+        x: Tensor<3>,
+        _train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        (Transformer::forward_blocks(self, blocks, x), None)
+    }
+
+    fn forward(
+        &self,
+        params: Tensor<2>,
+        x: Tensor<3>,
+        _train: bool,
+    ) -> (Tensor<3>, Option<Tensor<2>>) {
+        (Transformer::forward(self, params, x), None)
+    }
+
+    fn is_language_model(&self) -> bool {
+        true
     }
 }

@@ -8,7 +8,10 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use dasim_models::backend::{Backend, BackendChoice, select};
-use dasim_models::{Activation, DataConfig, ModelConfig, Problem};
+use dasim_models::{
+    Activation, DataConfig, LenetConfig, LinearConfig, MlpConfig, ModelConfig, Problem,
+    ResnetConfig, SoftmaxConfig,
+};
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
 fn wgpu() -> Option<Backend> {
@@ -116,10 +119,10 @@ fn compare_within(
 #[test]
 fn quickstart_mlp_on_wgpu_matches_flex() {
     let Some(wgpu) = wgpu() else { return };
-    let model = ModelConfig::Mlp {
+    let model = ModelConfig::Mlp(MlpConfig {
         hidden: vec![32],
         activation: Activation::Relu,
-    };
+    });
     compare(&wgpu, "mlp", model, "", 16, 32);
 }
 
@@ -129,7 +132,7 @@ fn convex_models_on_wgpu_match_flex() {
     compare(
         &wgpu,
         "softmax",
-        ModelConfig::Softmax { l2: 1e-3 },
+        ModelConfig::Softmax(SoftmaxConfig { l2: 1e-3 }),
         "",
         8,
         32,
@@ -137,7 +140,7 @@ fn convex_models_on_wgpu_match_flex() {
     compare(
         &wgpu,
         "linear",
-        ModelConfig::Linear { l2: 0.0 },
+        ModelConfig::Linear(LinearConfig { l2: 0.0 }),
         "dataset = \"linear-regression\"\nsynthetic = { samples = 500, dim = 8 }",
         4,
         16,
@@ -148,11 +151,18 @@ fn convex_models_on_wgpu_match_flex() {
 fn conv_models_on_wgpu_match_flex_with_augmentation() {
     let Some(wgpu) = wgpu() else { return };
     let augmented = "augment = { crop_padding = 2, flip = true }";
-    compare(&wgpu, "lenet", ModelConfig::Lenet {}, augmented, 4, 16);
+    compare(
+        &wgpu,
+        "lenet",
+        ModelConfig::Lenet(LenetConfig {}),
+        augmented,
+        4,
+        16,
+    );
     compare(
         &wgpu,
         "resnet-8",
-        ModelConfig::Resnet { depth: 8, width: 4 },
+        ModelConfig::Resnet(ResnetConfig { depth: 8, width: 4 }),
         augmented,
         3,
         8,

@@ -22,7 +22,7 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use dasim_models::{DataConfig, ModelConfig, Problem};
+use dasim_models::{DataConfig, ModelConfig, Problem, ResnetConfig};
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
 use dasim_sim::prelude::*;
 
@@ -50,7 +50,7 @@ fn variance_coordinates(p: usize, state_len: usize) -> Vec<usize> {
 /// row's running statistics and the held-out loss of the evaluated model.
 fn stays_bounded_and_trains(alg: &str, topology: TopologyConfig, lr: f64, steps: u64) {
     let seed = 11;
-    let model = ModelConfig::Resnet { depth: 8, width: 4 };
+    let model = ModelConfig::Resnet(ResnetConfig { depth: 8, width: 4 });
     let pb = Problem::load(&model, &DataConfig::default(), Path::new("."), seed).unwrap();
     let p = pb.model.num_params();
     let s = pb.model.state_len();

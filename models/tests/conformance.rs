@@ -20,7 +20,10 @@ use std::sync::OnceLock;
 use burn::tensor::Device;
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::model::QuadraticShape;
-use dasim_models::{Activation, BurnStore, DataConfig, ModelConfig, Problem, QuadraticStore};
+use dasim_models::{
+    Activation, BurnStore, DataConfig, MlpConfig, ModelConfig, Problem, QuadraticStore,
+    ResnetConfig,
+};
 use dasim_sim::params::conformance::Fixture;
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
@@ -30,10 +33,10 @@ const SEED: u64 = 3;
 fn problem() -> &'static Problem {
     static PROBLEM: OnceLock<Problem> = OnceLock::new();
     PROBLEM.get_or_init(|| {
-        let model = ModelConfig::Mlp {
+        let model = ModelConfig::Mlp(MlpConfig {
             hidden: vec![8],
             activation: Activation::Relu,
-        };
+        });
         Problem::load(&model, &DataConfig::default(), Path::new("."), SEED).unwrap()
     })
 }
@@ -42,7 +45,7 @@ fn problem() -> &'static Problem {
 fn resnet_problem() -> &'static Problem {
     static PROBLEM: OnceLock<Problem> = OnceLock::new();
     PROBLEM.get_or_init(|| {
-        let model = ModelConfig::Resnet { depth: 8, width: 4 };
+        let model = ModelConfig::Resnet(ResnetConfig { depth: 8, width: 4 });
         Problem::load(&model, &DataConfig::default(), Path::new("."), SEED).unwrap()
     })
 }

@@ -6,7 +6,10 @@ use std::path::Path;
 use burn::tensor::Device;
 use dasim_models::convex::{ConvexKind, Objective, SOFTMAX_TOLERANCE};
 use dasim_models::data::synthetic;
-use dasim_models::{DataConfig, ModelConfig, Problem, RunStore};
+use dasim_models::{
+    DataConfig, LenetConfig, LinearConfig, ModelConfig, Problem, QuadraticConfig, ResnetConfig,
+    RunStore, SoftmaxConfig,
+};
 use dasim_sim::algorithms::{AlgorithmConfig, run_algorithm};
 use dasim_sim::prelude::*;
 
@@ -53,7 +56,7 @@ fn optimizer(text: &str) -> OptimizerConfig {
 
 fn softmax_digits(l2: f64) -> Problem {
     Problem::load(
-        &ModelConfig::Softmax { l2 },
+        &ModelConfig::Softmax(SoftmaxConfig { l2 }),
         &DataConfig::default(),
         Path::new("."),
         42,
@@ -172,7 +175,13 @@ fn regression_data(samples: usize, dim: usize, noise: f64) -> DataConfig {
 #[test]
 fn the_least_squares_optimum_is_the_closed_form() {
     let data = regression_data(2000, 10, 0.5);
-    let pb = Problem::load(&ModelConfig::Linear { l2: 0.0 }, &data, Path::new("."), 9).unwrap();
+    let pb = Problem::load(
+        &ModelConfig::Linear(LinearConfig { l2: 0.0 }),
+        &data,
+        Path::new("."),
+        9,
+    )
+    .unwrap();
     let obj = pb.objective().unwrap();
     let opt = obj.optimum().unwrap();
     // The generator's own exact fit of the same training split (no factor ½ there).
@@ -199,7 +208,13 @@ fn the_least_squares_optimum_is_the_closed_form() {
         assert!((a - b).abs() < 0.05, "fitted {a}, true {b}");
     }
     // With ridge, the gradient vanishes at the optimum.
-    let pb = Problem::load(&ModelConfig::Linear { l2: 0.1 }, &data, Path::new("."), 9).unwrap();
+    let pb = Problem::load(
+        &ModelConfig::Linear(LinearConfig { l2: 0.1 }),
+        &data,
+        Path::new("."),
+        9,
+    )
+    .unwrap();
     let obj = pb.objective().unwrap();
     let opt = obj.optimum().unwrap();
     let mut g = vec![0.0; obj.num_params()];
@@ -215,7 +230,13 @@ fn the_least_squares_optimum_is_the_closed_form() {
 #[test]
 fn allreduce_sgd_approaches_the_least_squares_optimum() {
     let data = regression_data(2000, 10, 0.5);
-    let pb = Problem::load(&ModelConfig::Linear { l2: 0.0 }, &data, Path::new("."), 9).unwrap();
+    let pb = Problem::load(
+        &ModelConfig::Linear(LinearConfig { l2: 0.0 }),
+        &data,
+        Path::new("."),
+        9,
+    )
+    .unwrap();
     let opt =
         optimizer("lr = 0.05\nschedule = { kind = \"cosine\", unit = \"epochs\", total = 20.0 }");
     let mut store = pb.store(Device::flex(), 4, 16, opt.clone(), 9);
@@ -238,11 +259,11 @@ fn allreduce_sgd_approaches_the_least_squares_optimum() {
 
 #[test]
 fn the_quadratic_runs_on_the_reference_store_with_its_suboptimality() {
-    let model = ModelConfig::Quadratic {
+    let model = ModelConfig::Quadratic(QuadraticConfig {
         dim: 20,
         condition: 10.0,
         noise: 0.0,
-    };
+    });
     let pb = Problem::load(&model, &DataConfig::default(), Path::new("."), 3).unwrap();
     assert!(!pb.has_data());
     assert_eq!(pb.model.num_params(), 20);
@@ -290,7 +311,7 @@ fn models_and_targets_must_fit() {
         other => panic!("{other}"),
     };
     let e = Problem::load(
-        &ModelConfig::Softmax { l2: 0.0 },
+        &ModelConfig::Softmax(SoftmaxConfig { l2: 0.0 }),
         &regression,
         Path::new("."),
         1,
@@ -299,7 +320,7 @@ fn models_and_targets_must_fit() {
     .unwrap();
     assert_eq!(path(e), "model.kind");
     let e = Problem::load(
-        &ModelConfig::Linear { l2: 0.0 },
+        &ModelConfig::Linear(LinearConfig { l2: 0.0 }),
         &DataConfig::default(),
         Path::new("."),
         1,
@@ -307,15 +328,20 @@ fn models_and_targets_must_fit() {
     .err()
     .unwrap();
     assert_eq!(path(e), "model.kind");
-    let e = Problem::load(&ModelConfig::Lenet {}, &regression, Path::new("."), 1)
-        .err()
-        .unwrap();
+    let e = Problem::load(
+        &ModelConfig::Lenet(LenetConfig {}),
+        &regression,
+        Path::new("."),
+        1,
+    )
+    .err()
+    .unwrap();
     assert_eq!(path(e), "data.synthetic.shape");
     let e = Problem::load(
-        &ModelConfig::Resnet {
+        &ModelConfig::Resnet(ResnetConfig {
             depth: 21,
             width: 16,
-        },
+        }),
         &DataConfig::default(),
         Path::new("."),
         1,
@@ -324,7 +350,7 @@ fn models_and_targets_must_fit() {
     .unwrap();
     assert_eq!(path(e), "model.depth");
     let e = Problem::load(
-        &ModelConfig::Softmax { l2: -1.0 },
+        &ModelConfig::Softmax(SoftmaxConfig { l2: -1.0 }),
         &DataConfig::default(),
         Path::new("."),
         1,

@@ -181,7 +181,7 @@ fn check_at(
 
 fn resnet20() -> (Model, ImageShape) {
     let s = shape(3, 32, 32);
-    (Model::ResNet(ResNet::new(s, 10, 20, 16)), s)
+    (Model::net(ResNet::new(s, 10, 20, 16)), s)
 }
 
 /// ResNet-20 on CIFAR-sized images at 1 and 3 replicas, and at 16 on 8×8 images.
@@ -197,7 +197,7 @@ fn resnet20_gradients_equal_burns() {
     let (model, s) = resnet20();
     check_at(&model, s, 10, &[(1, 8), (3, 6)], "ResNet-20 32×32");
     let small = shape(3, 8, 8);
-    let model = Model::ResNet(ResNet::new(small, 10, 20, 16));
+    let model = Model::net(ResNet::new(small, 10, 20, 16));
     check_at(&model, small, 10, &[(16, 4)], "ResNet-20 8×8");
 }
 
@@ -205,12 +205,7 @@ fn resnet20_gradients_equal_burns() {
 fn a_small_resnet_on_odd_sizes_equals_burn() {
     // Depth 8 (one block per stage), width 4, a 7×9 image: odd maps through the strides.
     let s = shape(2, 7, 9);
-    check(
-        &Model::ResNet(ResNet::new(s, 3, 8, 4)),
-        s,
-        3,
-        "ResNet-8 7×9",
-    );
+    check(&Model::net(ResNet::new(s, 3, 8, 4)), s, 3, "ResNet-8 7×9");
 }
 
 #[test]
@@ -221,7 +216,7 @@ fn lenet_gradients_equal_burns_on_every_padding() {
         (shape(1, 8, 8), "LeNet-5 8×8"),
         (shape(2, 28, 33), "LeNet-5 28×33×2"),
     ] {
-        check(&Model::LeNet(LeNet::new(s, 10)), s, 10, what);
+        check(&Model::net(LeNet::new(s, 10)), s, 10, what);
     }
 }
 
@@ -231,7 +226,7 @@ fn inference_equals_burns_evaluation_mode() {
     for (model, s) in [
         (resnet, s),
         (
-            Model::LeNet(LeNet::new(shape(1, 28, 28), 10)),
+            Model::net(LeNet::new(shape(1, 28, 28), 10)),
             shape(1, 28, 28),
         ),
     ] {
@@ -276,7 +271,7 @@ fn cpu_gradients_agree_with_burn_on_wgpu() {
     for (model, s, r) in [
         (resnet, s, 3),
         (
-            Model::LeNet(LeNet::new(shape(1, 28, 28), 10)),
+            Model::net(LeNet::new(shape(1, 28, 28), 10)),
             shape(1, 28, 28),
             16,
         ),

@@ -8,7 +8,7 @@ use dasim_models::data::{
     self, Augment, Cifar100Labels, CsvOptions, CsvTarget, DataConfig, Dataset, DatasetKind,
     ImageShape, Normalize, PartitionConfig, Sampler, SyntheticConfig, TargetKind, synthetic,
 };
-use dasim_models::{Error, ModelConfig, Problem};
+use dasim_models::{Error, LenetConfig, LinearConfig, ModelConfig, Problem, SoftmaxConfig};
 use dasim_sim::clock::rng::{StreamKind, stream};
 use rand::Rng;
 
@@ -786,9 +786,14 @@ fn csv_with_real_targets_is_a_regression_dataset() {
     // classes: a clear error, not a panic.
     let pb = Problem::load(&ModelConfig::default(), &c, dir.path(), 5).unwrap();
     assert_eq!(pb.model.num_params(), 2 * 32 + 32 + 32 + 1);
-    let e = Problem::load(&ModelConfig::Softmax { l2: 0.0 }, &c, dir.path(), 5)
-        .err()
-        .unwrap();
+    let e = Problem::load(
+        &ModelConfig::Softmax(SoftmaxConfig { l2: 0.0 }),
+        &c,
+        dir.path(),
+        5,
+    )
+    .err()
+    .unwrap();
     assert_eq!(config_error(e).path.to_string(), "model.kind");
 }
 
@@ -887,11 +892,22 @@ fn linear_regression_has_a_known_optimum() {
     assert_eq!(s.train.len() + s.test.len(), 4000);
     assert!(s.train.values.iter().all(|v| d.values.contains(v)));
     // Least squares fits it; softmax regression does not.
-    let pb = Problem::load(&ModelConfig::Linear { l2: 0.0 }, &c, Path::new("."), 9).unwrap();
+    let pb = Problem::load(
+        &ModelConfig::Linear(LinearConfig { l2: 0.0 }),
+        &c,
+        Path::new("."),
+        9,
+    )
+    .unwrap();
     assert_eq!(pb.model.num_params(), 6);
-    let e = Problem::load(&ModelConfig::Softmax { l2: 0.0 }, &c, Path::new("."), 9)
-        .err()
-        .unwrap();
+    let e = Problem::load(
+        &ModelConfig::Softmax(SoftmaxConfig { l2: 0.0 }),
+        &c,
+        Path::new("."),
+        9,
+    )
+    .err()
+    .unwrap();
     assert_eq!(config_error(e).path.to_string(), "model.kind");
 }
 
@@ -1237,9 +1253,9 @@ fn crop_and_flip_make_exactly_the_documented_draws() {
 fn the_store_augments_minibatches_from_the_worker_stream_at_request_time() {
     use dasim_sim::params::{OptimizerConfig, ReplicaStore};
     let c = parse("[data]\naugment = { crop_padding = 2, flip = true }\n").unwrap();
-    let pb = Problem::load(&ModelConfig::Lenet {}, &c, Path::new("."), 7).unwrap();
+    let pb = Problem::load(&ModelConfig::Lenet(LenetConfig {}), &c, Path::new("."), 7).unwrap();
     let plain = Problem::load(
-        &ModelConfig::Lenet {},
+        &ModelConfig::Lenet(LenetConfig {}),
         &DataConfig::default(),
         Path::new("."),
         7,

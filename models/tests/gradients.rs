@@ -9,7 +9,8 @@ use dasim_models::lenet::LeNet;
 use dasim_models::resnet::ResNet;
 use dasim_models::store::{FUSED_CHUNK, fused_chunk};
 use dasim_models::{
-    Activation, BurnStore, DataConfig, ImageShape, Mlp, Model, ModelConfig, Problem, Split, data,
+    Activation, BurnStore, DataConfig, ImageShape, LenetConfig, LinearConfig, Mlp, MlpConfig,
+    Model, ModelConfig, Problem, SoftmaxConfig, Split, data,
 };
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
@@ -141,10 +142,10 @@ fn check_finite_differences(store: &BurnStore, b: usize, len: usize, eps: f32, w
 
 #[test]
 fn mlp_batched_gradient_is_the_gradient() {
-    let model = ModelConfig::Mlp {
+    let model = ModelConfig::Mlp(MlpConfig {
         hidden: vec![16, 8],
         activation: Activation::Tanh,
-    };
+    });
     let store = problem_store(model, &DataConfig::default(), 4, 8);
     let len = store.train_size();
     check_batched(&store, 5, 8, len, "mlp");
@@ -154,7 +155,7 @@ fn mlp_batched_gradient_is_the_gradient() {
 #[test]
 fn softmax_batched_gradient_is_the_gradient_with_its_l2_term() {
     let store = problem_store(
-        ModelConfig::Softmax { l2: 0.05 },
+        ModelConfig::Softmax(SoftmaxConfig { l2: 0.05 }),
         &DataConfig::default(),
         4,
         8,
@@ -165,7 +166,7 @@ fn softmax_batched_gradient_is_the_gradient_with_its_l2_term() {
     // The L2 term is in the gradient: against the same model without it, the gradients differ
     // by exactly l2·θ.
     let other = problem_store(
-        ModelConfig::Softmax { l2: 0.0 },
+        ModelConfig::Softmax(SoftmaxConfig { l2: 0.0 }),
         &DataConfig::default(),
         4,
         8,
@@ -181,13 +182,18 @@ fn softmax_batched_gradient_is_the_gradient_with_its_l2_term() {
 
 #[test]
 fn linear_batched_gradient_is_the_gradient() {
-    let store = problem_store(ModelConfig::Linear { l2: 0.01 }, &regression(), 4, 8);
+    let store = problem_store(
+        ModelConfig::Linear(LinearConfig { l2: 0.01 }),
+        &regression(),
+        4,
+        8,
+    );
     let len = store.train_size();
     check_batched(&store, 5, 8, len, "linear");
     check_finite_differences(&store, 8, len, 1e-2, "linear");
     // The squared-error gradient by hand for one sample: ∂/∂w = (ŷ − y)·x + l2·w.
     let pb = Problem::load(
-        &ModelConfig::Linear { l2: 0.01 },
+        &ModelConfig::Linear(LinearConfig { l2: 0.01 }),
         &regression(),
         Path::new("."),
         11,
@@ -212,11 +218,11 @@ fn linear_batched_gradient_is_the_gradient() {
 fn lenet_batched_gradient_is_the_gradient() {
     let split = digits();
     let len = split.train.len();
-    let relu = store_for(Model::LeNet(LeNet::new(DIGIT, 10)), &split, 3, 6);
+    let relu = store_for(Model::net(LeNet::new(DIGIT, 10)), &split, 3, 6);
     check_batched(&relu, 4, 6, len, "lenet");
     // Finite differences on the smooth variant (tanh); max-pooling is piecewise linear.
     let tanh = LeNet::new(DIGIT, 10).with_activation(Activation::Tanh);
-    let store = store_for(Model::LeNet(tanh), &split, 3, 6);
+    let store = store_for(Model::net(tanh), &split, 3, 6);
     check_finite_differences(&store, 6, len, 1e-2, "lenet");
 }
 
@@ -227,7 +233,7 @@ fn resnet_batched_gradient_is_the_gradient_and_carries_state_deltas() {
     let net = ResNet::new(DIGIT, 10, 8, 4);
     let s = net.state_len();
     assert!(s > 0);
-    let store = store_for(Model::ResNet(net), &split, 3, 6);
+    let store = store_for(Model::net(net), &split, 3, 6);
     check_batched(&store, 4, 6, len, "resnet-8");
     // On the state suffix the "gradient" is the running-statistics delta: not zero.
     let p = store.num_params();
@@ -397,17 +403,22 @@ fn a_step_read_from_the_blocks_has_the_bits_of_a_step_from_a_copy() {
 /// mean. Rows that differ, or a model whose means are not fused, take the replicas' mean.
 #[test]
 fn a_mean_at_equal_rows_is_one_pass_over_the_union_of_the_minibatches() {
-    let mlp = ModelConfig::Mlp {
+    let mlp = ModelConfig::Mlp(MlpConfig {
         hidden: vec![24],
         activation: Activation::Relu,
-    };
+    });
     // The softmax model's L2 term, `½·l2·‖θ‖²` in every request's loss.
-    for model in [mlp, ModelConfig::Softmax { l2: 0.05 }] {
+    for model in [mlp, ModelConfig::Softmax(SoftmaxConfig { l2: 0.05 })] {
         check_fused_mean(model);
     }
 
     // LeNet's means are not fused (its tall pass is the slower).
-    let mut store = problem_store(ModelConfig::Lenet {}, &DataConfig::default(), 2, 4);
+    let mut store = problem_store(
+        ModelConfig::Lenet(LenetConfig {}),
+        &DataConfig::default(),
+        2,
+        4,
+    );
     let ids: Vec<_> = (0..2).map(|w| store.request_gradient(w)).collect();
     store.mean_gradient(&ids);
     assert_eq!(store.stats().fused_means, 0);
@@ -415,7 +426,7 @@ fn a_mean_at_equal_rows_is_one_pass_over_the_union_of_the_minibatches() {
     // The pass size depends on the model and the minibatch only: 16 requests for these small
     // models, 8 for MLP784 at batch 32 (a pass of 16 would be 312 MFLOP), so that a 16-worker
     // mean of a real model is two passes side by side.
-    let mlp784 = Model::Mlp(Mlp::new(&[784, 128, 10], Activation::Relu));
+    let mlp784 = Model::net(Mlp::new(&[784, 128, 10], Activation::Relu));
     assert_eq!(fused_chunk(&mlp784, 32), FUSED_CHUNK / 2);
     assert_eq!(fused_chunk(&mlp784, 8), FUSED_CHUNK);
 }

@@ -6,11 +6,11 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use dasim_models::{BurnStore, DataConfig, ModelConfig, Problem};
+use dasim_models::{BurnStore, DataConfig, ModelConfig, Problem, ResnetConfig};
 use dasim_sim::params::{OptimizerConfig, ReplicaStore, Slot};
 
 fn store(workers: usize, optimizer: OptimizerConfig) -> (BurnStore, usize, usize) {
-    let model = ModelConfig::Resnet { depth: 8, width: 4 };
+    let model = ModelConfig::Resnet(ResnetConfig { depth: 8, width: 4 });
     let pb = Problem::load(&model, &DataConfig::default(), Path::new("."), 5).unwrap();
     let p = pb.model.num_params();
     let s = pb.model.state_len();

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor, TensorData};
 use dasim_models::data::text::{Vocab, load_text};
 use dasim_models::{
-    BurnStore, DataConfig, Dataset, Model, ModelConfig, Problem, TargetKind, Transformer,
-    TransformerShape,
+    BurnStore, DataConfig, Dataset, ModelConfig, Problem, TargetKind, Transformer, TransformerShape,
 };
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 
@@ -118,15 +117,12 @@ fn gradient_matches_finite_differences_in_every_block() {
     let dir = tempfile::tempdir().unwrap();
     let pb = problem(dir.path(), 8);
     let store = store(&pb, 1, 3);
-    let Model::Transformer(m) = &pb.model else {
-        unreachable!()
-    };
     let x = distinct_rows(&store, 1);
     let batch = batches(1, 3, pb.split.train.len());
     let (g, _) = store.gradients_host(&x, &batch);
     let eps = 1e-2f32;
     let mut checked = 0;
-    for block in m.blocks() {
+    for block in pb.model.blocks() {
         // Three coordinates of every block: its first, middle and last.
         for i in [block.start, (block.start + block.end) / 2, block.end - 1] {
             let mut plus = x.clone();
