@@ -580,6 +580,7 @@ mod tests {
         use dasim_reports::claims::{Bound, Expect, Facts, Op};
         let facts = Facts {
             algorithms: vec![("ps".into(), "ps".into()), ("sgp".into(), "sgp".into())],
+            measured: crate::scenario::measured(),
             workers: 4,
             ..Facts::default()
         };

@@ -378,14 +378,17 @@ fn quantities(
             }
         }
     }
-    let taus = s.overlap_taus();
-    if let Some((_, first)) = taus.first()
-        && taus.iter().all(|(_, t)| t == first)
-    {
-        out.set("tau", *first as f64);
-    }
-    for (label, tau) in &taus {
-        out.set_for(label, "tau", *tau as f64);
+    // An algorithm's own (Overlap-SGP's `tau`): common when every entry that has it agrees.
+    for (quantity, _, _) in crate::scenario::own_quantities() {
+        let values = s.own_quantity(quantity);
+        if let Some((_, first)) = values.first()
+            && values.iter().all(|(_, v)| v == first)
+        {
+            out.set(quantity, *first);
+        }
+        for (label, value) in &values {
+            out.set_for(label, quantity, *value);
+        }
     }
     Ok(out)
 }

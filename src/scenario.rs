@@ -149,14 +149,13 @@ impl Scenario {
         self.algorithms[i].optimizer_or(&self.optimizer)
     }
 
-    /// The delay bound τ of every Overlap-SGP entry, by label.
-    pub fn overlap_taus(&self) -> Vec<(String, u64)> {
+    /// The values of `quantity`, a quantity of claims' bounds that algorithms' own options give
+    /// (Overlap-SGP's `tau`; [`AlgorithmSpec::quantity`](dasim_sim::algorithms::AlgorithmSpec::quantity)),
+    /// by label: every entry whose kind has it.
+    pub fn own_quantity(&self, quantity: &str) -> Vec<(String, f64)> {
         self.algorithms
             .iter()
-            .filter_map(|a| match &a.algorithm {
-                AlgorithmKind::OverlapSgp(c) => Some((a.label(), c.tau)),
-                _ => None,
-            })
+            .filter_map(|a| Some((a.label(), a.algorithm.spec().quantity(quantity)?)))
             .collect()
     }
 
@@ -176,31 +175,8 @@ impl Scenario {
             (None, None)
         };
         let mut unavailable = Vec::new();
-        let taus = self.overlap_taus();
-        if taus.is_empty() {
-            unavailable.push((
-                "tau".to_owned(),
-                None,
-                "the scenario has no Overlap-SGP algorithm (tau is its delay bound τ)".to_owned(),
-            ));
-        } else if taus.iter().any(|(_, t)| *t != taus[0].1) {
-            let listed = taus
-                .iter()
-                .map(|(l, t)| format!("{l}: {t}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            for alg in &self.algorithms {
-                let label = alg.label();
-                if !taus.iter().any(|(l, _)| *l == label) {
-                    unavailable.push((
-                        "tau".to_owned(),
-                        Some(label.clone()),
-                        format!(
-                            "`{label}` is not Overlap-SGP and the scenario's Overlap-SGP entries have different τ ({listed}): write the number, or name an Overlap-SGP algorithm"
-                        ),
-                    ));
-                }
-            }
+        for (quantity, owners, meaning) in own_quantities() {
+            self.own_quantity_facts(quantity, &owners, meaning, &mut unavailable);
         }
         let time_varying = TopologyConfig::is_time_varying;
         let why = |t: &TopologyConfig| {
@@ -227,6 +203,7 @@ impl Scenario {
                 .iter()
                 .map(|a| (a.label(), a.kind().to_owned()))
                 .collect(),
+            measured: measured(),
             workers: self.cluster.workers,
             accuracy: accuracy.or(model_accuracy),
             optimum: optimum.or(model_optimum),
@@ -240,6 +217,46 @@ impl Scenario {
         }
     }
 
+    /// Why `quantity`, which the options of `owners` give, cannot be named in a bound: no entry
+    /// has it, or entries have different values and the others must not guess.
+    fn own_quantity_facts(
+        &self,
+        quantity: &str,
+        owners: &str,
+        meaning: &str,
+        unavailable: &mut Vec<(String, Option<String>, String)>,
+    ) {
+        let values = self.own_quantity(quantity);
+        let Some((_, first)) = values.first() else {
+            unavailable.push((
+                quantity.to_owned(),
+                None,
+                format!("the scenario has no {owners} algorithm ({quantity} is {meaning})"),
+            ));
+            return;
+        };
+        if values.iter().all(|(_, v)| v == first) {
+            return;
+        }
+        let listed = values
+            .iter()
+            .map(|(l, v)| format!("{l}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for alg in &self.algorithms {
+            let label = alg.label();
+            if !values.iter().any(|(l, _)| *l == label) {
+                unavailable.push((
+                    quantity.to_owned(),
+                    Some(label.clone()),
+                    format!(
+                        "`{label}` has no {quantity} of its own and the scenario's {owners} entries have different ones ({listed}): write the number, or name one of them"
+                    ),
+                ));
+            }
+        }
+    }
+
     /// The name used in outputs: `name`, else the file stem.
     pub fn display_name(&self, path: &Path) -> String {
         self.name.clone().unwrap_or_else(|| {
@@ -247,6 +264,37 @@ impl Scenario {
                 .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned())
         })
     }
+}
+
+/// Which kinds take which measurements beyond every algorithm's, as the algorithm registry
+/// declares them ([`AlgorithmKind::declarations`]): the claims' [`Facts::measured`], and the
+/// "defined for" column of the metric table.
+pub fn measured() -> Vec<(&'static str, &'static [&'static str])> {
+    AlgorithmKind::declarations()
+        .into_iter()
+        .map(|(kind, declared)| (kind, declared.measures))
+        .collect()
+}
+
+/// The quantities of claims' bounds that algorithms' own options give, as the registry declares
+/// them: `(quantity, owners, meaning)`, the owners as the kinds in backquotes (`` `overlap-sgp` ``)
+/// and the meaning as the first owner declares it ("its delay bound τ").
+pub fn own_quantities() -> Vec<(&'static str, String, &'static str)> {
+    let mut out: Vec<(&'static str, Vec<&'static str>, &'static str)> = Vec::new();
+    for (kind, declared) in AlgorithmKind::declarations() {
+        for &(quantity, meaning) in declared.quantities {
+            match out.iter_mut().find(|(q, _, _)| *q == quantity) {
+                Some((_, owners, _)) => owners.push(kind),
+                None => out.push((quantity, vec![kind], meaning)),
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(q, owners, meaning)| {
+            let owners: Vec<String> = owners.iter().map(|k| format!("`{k}`")).collect();
+            (q, owners.join(" or "), meaning)
+        })
+        .collect()
 }
 
 /// A scenario that failed to load, located in its file.

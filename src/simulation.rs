@@ -36,15 +36,15 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use dasim_models::{Backend, Execution, TimedAs};
+use dasim_models::{Backend, Execution, StoreStats, TimedAs};
 use dasim_reports::rundir::{
     AlgorithmStaleness, AlgorithmSummary, CheckRow, EventLogs, GradientRow, HostTimings, IntStats,
     MessageRow, MetricRow, Partition, RunData, SeriesRow, Stamp, Stopped, Summary, Tables,
     TimeToTarget, Timings, Utilization,
 };
 use dasim_sim::algorithm::World;
-use dasim_sim::algorithms::run_algorithm_checkpointed;
-use dasim_sim::engine::{Checkpointing, EvalPoint, Observer, RunProgress, SimTime};
+use dasim_sim::algorithms::{measure, run_algorithm_checkpointed};
+use dasim_sim::engine::{Checkpointing, EvalPoint, Observer, Outcome, RunProgress, SimTime};
 use dasim_sim::record::{GradientRecord, Histogram, MessageRecord};
 
 use crate::checkpoint::{RunCheckpoint, Seen};
@@ -458,24 +458,33 @@ impl<'a> Simulation<'a> {
         progress.algorithm_finished(&label);
         let tables = outputs::tables(&label, &outcome.record, outcome.faults.is_some());
         let stats = store.stats();
+        summary
+            .runs
+            .push(self.algorithm_summary(i, &outcome, &seen, &stats));
+        timings
+            .runs
+            .push(host_timings(label, wall, &outcome, &stats));
+        sink.algorithm_done(tables, summary, timings)
+    }
+
+    /// The `i`-th algorithm's entry of `summary.json`, from its outcome, what the evaluation
+    /// points saw and the store's counters.
+    fn algorithm_summary(
+        &self,
+        i: usize,
+        outcome: &Outcome,
+        seen: &Seen,
+        stats: &StoreStats,
+    ) -> AlgorithmSummary {
+        let plan = self.plan;
+        let s = &plan.loaded.scenario;
+        let alg = &s.algorithms[i];
+        let label = alg.label();
         let record = &outcome.record;
         let [compute, communicate, blocked, idle, down] = record.utilization();
-        let (stopped, stop_reason) = if let Some(d) = &outcome.diverged {
-            (Some(Stopped::Diverged), Some(format!("{label} {d}")))
-        } else if let Some(stall) = &outcome.stalled {
-            (Some(Stopped::Stalled), Some(format!("{label} {stall}")))
-        } else if outcome.worker_steps == 0 {
-            let reason = format!(
-                "{label}: no worker completed a step before the stop at simulated time {} s, so \
-                 nothing was trained; the final loss is the initial model's",
-                dasim_reports::rundir::num(outcome.sim_time.as_secs_f64())
-            );
-            (Some(Stopped::NoSteps), Some(reason))
-        } else {
-            (None, None)
-        };
-        summary.runs.push(AlgorithmSummary {
-            algorithm: label.clone(),
+        let (stopped, stop_reason) = stop_of(&label, outcome);
+        AlgorithmSummary {
+            algorithm: label,
             kind: alg.kind().into(),
             stopped,
             stop_reason,
@@ -486,7 +495,7 @@ impl<'a> Simulation<'a> {
             } else {
                 serde_json::Map::new()
             },
-            optimizer: json_object(optimizer),
+            optimizer: json_object(s.optimizer_of(i)),
             backend: self.backend.name.into(),
             sim_time_s: outcome.sim_time.as_secs_f64(),
             events: outcome.events,
@@ -508,9 +517,14 @@ impl<'a> Simulation<'a> {
             row_staleness: int_stats(&record.all_row_staleness()),
             message_age: int_stats(&record.message_ages()),
             mix_age: int_stats(&record.mix_ages()),
-            dasgd: outcome
+            // Only where the kind declares the measurement: a parameter server's own staleness
+            // is another quantity.
+            model_staleness: outcome
                 .staleness
-                .filter(|_| alg.kind() == "dasgd")
+                .filter(|_| {
+                    let declared = alg.algorithm.declared();
+                    declared.measures.contains(&measure::MODEL_STALENESS)
+                })
                 .map(|st| AlgorithmStaleness {
                     count: st.count,
                     mean: st.mean,
@@ -530,19 +544,46 @@ impl<'a> Simulation<'a> {
                 down: outcome.faults.is_some().then_some(down),
             },
             faults: outcome.faults.as_ref().map(outputs::fault_summary),
-        });
-        let gradient_wall_s = stats.gradient_wall.as_secs_f64();
-        timings.runs.push(HostTimings {
-            algorithm: label.clone(),
-            wall_time_s: wall,
-            gradient_wall_s,
-            eval_wall_s: stats.eval_wall.as_secs_f64(),
-            gradient_share: gradient_wall_s / wall.max(1e-12),
-            gradient_passes: stats.passes,
-            worker_steps_per_wall_s: outcome.worker_steps as f64 / wall.max(1e-12),
-            sim_s_per_wall_s: outcome.sim_time.as_secs_f64() / wall.max(1e-12),
-        });
-        sink.algorithm_done(tables, summary, timings)
+        }
+    }
+}
+
+/// Why an algorithm stopped early, in `summary.json`'s words: diverged, stalled, or no step at
+/// all; `(None, None)` for a run that reached its stop rule.
+fn stop_of(label: &str, outcome: &Outcome) -> (Option<Stopped>, Option<String>) {
+    if let Some(d) = &outcome.diverged {
+        (Some(Stopped::Diverged), Some(format!("{label} {d}")))
+    } else if let Some(stall) = &outcome.stalled {
+        (Some(Stopped::Stalled), Some(format!("{label} {stall}")))
+    } else if outcome.worker_steps == 0 {
+        let reason = format!(
+            "{label}: no worker completed a step before the stop at simulated time {} s, so \
+             nothing was trained; the final loss is the initial model's",
+            dasim_reports::rundir::num(outcome.sim_time.as_secs_f64())
+        );
+        (Some(Stopped::NoSteps), Some(reason))
+    } else {
+        (None, None)
+    }
+}
+
+/// An algorithm's entry of `timings.json`: where its `wall` seconds went.
+fn host_timings(
+    algorithm: String,
+    wall: f64,
+    outcome: &Outcome,
+    stats: &StoreStats,
+) -> HostTimings {
+    let gradient_wall_s = stats.gradient_wall.as_secs_f64();
+    HostTimings {
+        algorithm,
+        wall_time_s: wall,
+        gradient_wall_s,
+        eval_wall_s: stats.eval_wall.as_secs_f64(),
+        gradient_share: gradient_wall_s / wall.max(1e-12),
+        gradient_passes: stats.passes,
+        worker_steps_per_wall_s: outcome.worker_steps as f64 / wall.max(1e-12),
+        sim_s_per_wall_s: outcome.sim_time.as_secs_f64() / wall.max(1e-12),
     }
 }
 

@@ -532,3 +532,18 @@ fn no_stream_the_code_uses_is_called_reserved() {
     }
     assert!(rows >= 7, "the stream table has {rows} rows");
 }
+
+/// The chapter "Testing claims" holds the metric table exactly as the code renders it for the
+/// algorithm registry's declarations: one owner, the code (a kind that starts or stops taking a
+/// measurement changes the "defined for" column).
+#[test]
+fn the_book_lists_the_metric_set_of_the_code() {
+    let path = book_src().join("testing-claims.md");
+    let book = read(&path);
+    let table = dasim_reports::claims::metrics::markdown_table(&dasim::scenario::measured());
+    assert!(
+        book.contains(&table),
+        "the metric table of {} differs from the code's; paste:\n\n{table}",
+        path.display()
+    );
+}

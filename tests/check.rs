@@ -357,7 +357,10 @@ fn every_kind_of_bad_expectation_is_refused_with_its_position_before_anything_ru
     refused(
         &QUAD.replace("value = \"n - 1\"", "value = \"2 * tau\""),
         &format!("{value}:14"),
-        &["`tau`", "no Overlap-SGP algorithm"],
+        &[
+            "`tau`",
+            "no `overlap-sgp` algorithm (tau is its delay bound τ)",
+        ],
     );
     // A metric the named algorithm does not define.
     refused(

@@ -128,7 +128,10 @@ run.sim_time_s = [0.1, 0.25]
         assert_eq!(s.seed, seed, "{}", point.name);
         assert_eq!(s.cluster.workers, workers, "{}", point.name);
         assert_eq!(s.run.sim_time_s, Some(sim), "{}", point.name);
-        assert_eq!(s.overlap_taus(), [("overlap-sgp".to_string(), tau)]);
+        assert_eq!(
+            s.own_quantity("tau"),
+            [("overlap-sgp".to_string(), tau as f64)]
+        );
         // The point's text: the file without [sweep], the factor written as a float.
         let doc: toml::Table = point.text.parse().unwrap();
         assert!(!doc.contains_key("sweep"));

@@ -186,7 +186,7 @@ struct Column {
     row_staleness: Option<IntStats>,
     message_age: Option<IntStats>,
     mix_age: Option<IntStats>,
-    dasgd: Option<AlgorithmStaleness>,
+    model_staleness: Option<AlgorithmStaleness>,
     final_consensus: Option<f64>,
     final_suboptimality: Option<f64>,
     time_to_target: Option<TimeToTarget>,
@@ -215,7 +215,7 @@ impl Column {
             row_staleness: r.row_staleness,
             message_age: r.message_age,
             mix_age: r.mix_age,
-            dasgd: r.dasgd,
+            model_staleness: r.model_staleness,
             final_consensus: finite(r.final_consensus),
             final_suboptimality: r.final_suboptimality.and_then(finite),
             time_to_target: Some(r.time_to_target),
@@ -305,7 +305,7 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
             |c| stats(c.mix_age),
         ),
         ("DASGD staleness between models", |c| {
-            let d = c.dasgd?;
+            let d = c.model_staleness?;
             let mean = finite(d.mean).map_or_else(|| "null".into(), fmt_num);
             Some(format!(
                 "count {}, max {}, mean {}",

@@ -236,7 +236,7 @@ fn summary() -> Summary {
                     p99: 2,
                     max: 2,
                 }),
-                dasgd: None,
+                model_staleness: None,
                 final_consensus: 0.03125,
                 final_suboptimality: None,
                 time_to_target: TimeToTarget {
@@ -280,7 +280,7 @@ fn summary() -> Summary {
                 row_staleness: None,
                 message_age: None,
                 mix_age: None,
-                dasgd: Some(AlgorithmStaleness {
+                model_staleness: Some(AlgorithmStaleness {
                     count: 17,
                     mean: 1.0,
                     max: 4,

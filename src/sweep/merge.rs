@@ -65,8 +65,12 @@ pub const METRICS: &[(&str, Getter)] = &[
     ("message_age_max", |r| r.message_age.map(|s| s.max as f64)),
     ("mix_age_mean", |r| r.mix_age.map(|s| s.mean)),
     ("mix_age_max", |r| r.mix_age.map(|s| s.max as f64)),
-    ("dasgd_staleness_mean", |r| r.dasgd.map(|s| s.mean)),
-    ("dasgd_staleness_max", |r| r.dasgd.map(|s| s.max as f64)),
+    ("dasgd_staleness_mean", |r| {
+        r.model_staleness.map(|s| s.mean)
+    }),
+    ("dasgd_staleness_max", |r| {
+        r.model_staleness.map(|s| s.max as f64)
+    }),
     ("time_to_target_accuracy_s", |r| r.time_to_target.accuracy_s),
     ("time_to_target_loss_s", |r| r.time_to_target.loss_s),
     ("utilization_compute", |r| Some(r.utilization.compute)),

@@ -101,8 +101,9 @@ pub struct MetricDef {
     pub name: &'static str,
     /// Its unit.
     pub unit: &'static str,
-    /// The algorithm kinds that define it; `None`: every algorithm.
-    pub kinds: Option<&'static [&'static str]>,
+    /// The measurement it reads, which only the algorithms that take it have (`message_age`:
+    /// the ages of mixed messages; see [`Measured`]); `None`: every algorithm has it.
+    pub measure: Option<&'static str>,
     /// What the scenario must have for it to be measured.
     pub needs: &'static [Needs],
     /// What it is, and where it is read from.
@@ -138,16 +139,23 @@ impl MetricDef {
         matches!(self.source, Source::Worker(_))
     }
 
-    /// Whether an algorithm of kind `kind` defines it.
-    pub fn defined_for(&self, kind: &str) -> bool {
-        self.kinds.is_none_or(|ks| ks.contains(&kind))
+    /// Whether an algorithm of kind `kind` defines it: it takes the metric's measurement, as
+    /// `measured` says.
+    pub fn defined_for(&self, kind: &str, measured: &Measured) -> bool {
+        self.measure
+            .is_none_or(|m| measured.iter().any(|(k, ms)| *k == kind && ms.contains(&m)))
     }
 
     /// The kinds that define it, in words: `every algorithm`, or `sgp, overlap-sgp`.
-    pub fn defined_for_text(&self) -> String {
-        match self.kinds {
+    pub fn defined_for_text(&self, measured: &Measured) -> String {
+        match self.measure {
             None => "every algorithm".into(),
-            Some(ks) => ks.join(", "),
+            Some(m) => measured
+                .iter()
+                .filter(|(_, ms)| ms.contains(&m))
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
+                .join(", "),
         }
     }
 }
@@ -249,8 +257,18 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-const SGP: &[&str] = &["sgp", "overlap-sgp"];
-const DASGD: &[&str] = &["dasgd"];
+/// Which algorithm kinds take which measurements beyond every algorithm's: `(kind, measures)`
+/// for every kind of the algorithm registry, in its order. The registry owns this knowledge
+/// (`dasim_sim::algorithms::AlgorithmKind::declarations`); the binary hands it over in
+/// [`super::Facts::measured`].
+pub type Measured = [(&'static str, &'static [&'static str])];
+
+/// The measurement of the ages of mixed messages (push-sum's bounded delay).
+const MESSAGE_AGE: Option<&str> = Some("message_age");
+/// The measurement of the push-sum weights.
+const PUSH_SUM_WEIGHT: Option<&str> = Some("pushsum_weight");
+/// The measurement of the staleness between models (DASGD's).
+const MODEL_STALENESS: Option<&str> = Some("model_staleness");
 
 fn stat(s: Option<IntStats>, f: fn(&IntStats) -> f64, what: &str) -> Reading {
     s.as_ref()
@@ -306,11 +324,11 @@ fn worker_share(w: &WorkerData, k: usize) -> Reading {
 }
 
 macro_rules! m {
-    ($name:literal, $unit:literal, $kinds:expr, $needs:expr, $source:expr, $meaning:literal) => {
+    ($name:literal, $unit:literal, $measure:expr, $needs:expr, $source:expr, $meaning:literal) => {
         MetricDef {
             name: $name,
             unit: $unit,
-            kinds: $kinds,
+            measure: $measure,
             needs: $needs,
             meaning: $meaning,
             source: $source,
@@ -511,7 +529,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "message_age.count",
         "messages",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Summary(|r| Ok(r.message_age.map_or(0.0, |s| s.count as f64))),
         "mixed messages whose age was measured"
@@ -519,7 +537,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "message_age.mean",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Summary(|r| stat(r.message_age, |s| s.mean, "message age")),
         "mean age of the mixed messages"
@@ -527,7 +545,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "message_age.p99",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Summary(|r| stat(r.message_age, |s| s.p99 as f64, "message age")),
         "99th percentile (nearest rank) of the message age"
@@ -535,7 +553,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "message_age.max",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Summary(|r| stat(r.message_age, |s| s.max as f64, "message age")),
         "oldest mixed message"
@@ -543,7 +561,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "mix_age.mean",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Summary(|r| stat(r.mix_age, |s| s.mean, "mix age")),
         "mean over mixing steps of the age of the oldest message mixed in"
@@ -551,7 +569,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "mix_age.max",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Summary(|r| stat(r.mix_age, |s| s.max as f64, "mix age")),
         "oldest information a node mixed in at one step (equals `message_age.max`)"
@@ -559,10 +577,10 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "dasgd.s_avg",
         "gradients",
-        Some(DASGD),
+        MODEL_STALENESS,
         &[],
         Source::Summary(|r| r
-            .dasgd
+            .model_staleness
             .map(|d| d.mean)
             .ok_or_else(|| "DASGD measured no staleness".into())),
         "DASGD's `S_avg`: mean staleness between models over every application"
@@ -570,10 +588,10 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "dasgd.s_max",
         "gradients",
-        Some(DASGD),
+        MODEL_STALENESS,
         &[],
         Source::Summary(|r| r
-            .dasgd
+            .model_staleness
             .map(|d| d.max as f64)
             .ok_or_else(|| "DASGD measured no staleness".into())),
         "DASGD's `S_max`: largest staleness between models"
@@ -719,7 +737,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "pushsum_weight.min",
         "weight",
-        Some(SGP),
+        PUSH_SUM_WEIGHT,
         &[],
         Source::Series("weight_min"),
         "smallest push-sum weight over the nodes (`series.csv`)"
@@ -727,7 +745,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "pushsum_weight.max",
         "weight",
-        Some(SGP),
+        PUSH_SUM_WEIGHT,
         &[],
         Source::Series("weight_max"),
         "largest push-sum weight over the nodes"
@@ -822,7 +840,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "worker[i].message_age.mean",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Worker(|w| worker_hist(&w.message_age, |s| s.1, "mixed message")),
         "mean age of the messages worker `i` mixed"
@@ -830,7 +848,7 @@ pub static METRICS: &[MetricDef] = &[
     m!(
         "worker[i].message_age.max",
         "iterations",
-        Some(SGP),
+        MESSAGE_AGE,
         &[],
         Source::Worker(|w| worker_hist(&w.message_age, |s| s.3 as f64, "mixed message")),
         "oldest message worker `i` mixed"
@@ -869,9 +887,10 @@ pub static METRICS: &[MetricDef] = &[
     ),
 ];
 
-/// The metric set as a Markdown table: name, unit, shape, the algorithms that define it, what
-/// it needs, and its meaning. The book's chapter "Testing claims" holds exactly this text.
-pub fn markdown_table() -> String {
+/// The metric set as a Markdown table: name, unit, shape, the algorithms that define it (as
+/// `measured` says), what it needs, and its meaning. The book's chapter "Testing claims" holds
+/// exactly this text for the algorithm registry's declarations.
+pub fn markdown_table(measured: &Measured) -> String {
     let mut out = String::from(
         "| metric | unit | shape | defined for | needs | meaning |\n|---|---|---|---|---|---|\n",
     );
@@ -894,7 +913,7 @@ pub fn markdown_table() -> String {
             "| `{}` | {} | {shape} | {} | {needs} | {} |\n",
             d.name,
             d.unit,
-            d.defined_for_text(),
+            d.defined_for_text(measured),
             d.meaning
         ));
     }

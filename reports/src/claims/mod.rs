@@ -299,6 +299,10 @@ pub fn quantities_table() -> String {
 pub struct Facts {
     /// Every algorithm's label and kind, in scenario order.
     pub algorithms: Vec<(String, String)>,
+    /// Which kinds take which measurements beyond every algorithm's ([`metrics::Measured`]):
+    /// the algorithm registry's declarations, so that a metric of push-sum's message ages is
+    /// known to be SGP's. Empty: no algorithm takes any.
+    pub measured: Vec<(&'static str, &'static [&'static str])>,
     /// Number of workers.
     pub workers: usize,
     /// Whether the model has an accuracy; `None` when not known yet (before the data is read).
@@ -486,14 +490,14 @@ impl Claim {
                         facts.labels()
                     )));
                 };
-                if !metric.def.defined_for(kind) {
+                if !metric.def.defined_for(kind, &facts.measured) {
                     return Err(ClaimError::new(
                         "metric",
                         format!(
                             "`{}` is not defined for {}: it is defined for {}",
                             expect.metric,
                             named(label, kind),
-                            metric.def.defined_for_text()
+                            metric.def.defined_for_text(&facts.measured)
                         ),
                     )
                     .hint("name another algorithm, or leave `algorithm` out to check every algorithm that defines it"));
@@ -504,14 +508,14 @@ impl Claim {
                 let (defined, not): (Vec<_>, Vec<_>) = facts
                     .algorithms
                     .iter()
-                    .partition(|(_, k)| metric.def.defined_for(k));
+                    .partition(|(_, k)| metric.def.defined_for(k, &facts.measured));
                 if defined.is_empty() {
                     return Err(ClaimError::new(
                         "metric",
                         format!(
                             "no algorithm of the scenario defines `{}`: it is defined for {}",
                             expect.metric,
-                            metric.def.defined_for_text()
+                            metric.def.defined_for_text(&facts.measured)
                         ),
                     ));
                 }
@@ -524,7 +528,7 @@ impl Claim {
                                 format!(
                                     "`{}` is not defined for {k} (only for {})",
                                     expect.metric,
-                                    metric.def.defined_for_text()
+                                    metric.def.defined_for_text(&facts.measured)
                                 ),
                             )
                         })
@@ -722,13 +726,13 @@ impl Claim {
         match metric_ref(name, facts) {
             Some((label, Some(metric))) => {
                 let kind = facts.kind_of(&label).unwrap_or_default();
-                if !metric.def.defined_for(kind) {
+                if !metric.def.defined_for(kind, &facts.measured) {
                     return Err(ClaimError::new(
                         "value",
                         format!(
                             "`{name}`: `{metric}` is not defined for {}: it is defined for {}",
                             named(&label, kind),
-                            metric.def.defined_for_text()
+                            metric.def.defined_for_text(&facts.measured)
                         ),
                     ));
                 }

@@ -93,7 +93,7 @@ pub(crate) mod tests {
             row_staleness: None,
             message_age: None,
             mix_age: None,
-            dasgd: None,
+            model_staleness: None,
             final_consensus: 0.0,
             final_suboptimality: None,
             final_perplexity: None,

@@ -1052,10 +1052,11 @@ pub struct AlgorithmSummary {
     /// (SGP, Overlap-SGP); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mix_age: Option<IntStats>,
-    /// DASGD's own staleness between models (`|G_j Δ R|` at every application); absent for
-    /// the other algorithms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dasgd: Option<AlgorithmStaleness>,
+    /// The staleness between models of every applied gradient (DASGD's `|G_j Δ R|` at every
+    /// application), from the algorithms that take this measurement (`model_staleness`: DASGD);
+    /// absent for the others. Named `dasgd` in the file, for the paper that defines it.
+    #[serde(default, rename = "dasgd", skip_serializing_if = "Option::is_none")]
+    pub model_staleness: Option<AlgorithmStaleness>,
     /// Consensus distance of the worker replicas at the last evaluation point.
     #[serde(default = "not_measured", deserialize_with = "nan_if_null")]
     pub final_consensus: f64,

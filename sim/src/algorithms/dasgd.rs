@@ -98,7 +98,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::algorithms::{AlgorithmSpec, Declared, Setup, measure};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
@@ -803,6 +803,14 @@ impl Algorithm for Dasgd {
 }
 
 impl AlgorithmSpec for DasgdConfig {
+    /// The staleness between models of every gradient applied (the paper's `S_avg`, `S_max`).
+    fn declared() -> Declared {
+        Declared {
+            measures: &[measure::MODEL_STALENESS],
+            quantities: &[],
+        }
+    }
+
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.topology, setup.path)
     }

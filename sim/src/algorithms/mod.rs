@@ -123,9 +123,52 @@ impl Setup<'_> {
     }
 }
 
+/// The names of the measurements some algorithms take beyond what every algorithm reports
+/// ([`AlgorithmSpec::declared`]): each is a summary entry and the claim metrics that read it.
+pub mod measure {
+    /// The age of every message mixed in, and of the oldest one at each mixing step (push-sum's
+    /// bounded delay): `summary.json`'s `message_age` and `mix_age`.
+    pub const MESSAGE_AGE: &str = "message_age";
+    /// The range of the push-sum weights over the nodes: `series.csv`'s `weight_min` and
+    /// `weight_max`.
+    pub const PUSH_SUM_WEIGHT: &str = "pushsum_weight";
+    /// The staleness between models of every gradient applied to a model it was not computed on
+    /// (DASGD's `S_avg`, `S_max`): `summary.json`'s `dasgd` entry, named for the paper that
+    /// defines it.
+    pub const MODEL_STALENESS: &str = "model_staleness";
+}
+
+/// What a kind declares of itself to the reports, known without its options: the measurements it
+/// takes beyond every algorithm's ([`measure`]), and the numbers of its options that a claim's
+/// bound may name (Overlap-SGP's `tau`), with what they mean. Both empty by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Declared {
+    /// Names from [`measure`].
+    pub measures: &'static [&'static str],
+    /// `(quantity, meaning)`: the quantity's name in a bound, and what it is for this kind
+    /// ("its delay bound τ"); the value is [`AlgorithmSpec::quantity`].
+    pub quantities: &'static [(&'static str, &'static str)],
+}
+
 /// One algorithm's entry in the registry: how its `[[algorithms]]` options are checked, what
 /// network it needs and how it runs. Implemented by each options type.
 pub trait AlgorithmSpec {
+    /// What the kind declares of itself to the reports ([`Declared`]): nothing by default. The
+    /// registry reads it without an entry ([`AlgorithmKind::declarations`]), so it is a function
+    /// of the type.
+    fn declared() -> Declared
+    where
+        Self: Sized,
+    {
+        Declared::default()
+    }
+
+    /// The value of a quantity of [`Declared::quantities`] for these options; `None` for the
+    /// others (the default).
+    fn quantity(&self, _name: &str) -> Option<f64> {
+        None
+    }
+
     /// Checks the options and the algorithm's needs against the topology and, when
     /// [`Setup::params`] is known, the model. `dasim validate` and `dasim run` call it for every
     /// entry before the first algorithm starts.
@@ -232,6 +275,19 @@ macro_rules! registry {
                 match self {
                     $( AlgorithmKind::$variant(options) => options, )*
                 }
+            }
+
+            /// What this entry's kind declares of itself ([`AlgorithmSpec::declared`]).
+            pub fn declared(&self) -> Declared {
+                match self {
+                    $( AlgorithmKind::$variant(_) => <$options as AlgorithmSpec>::declared(), )*
+                }
+            }
+
+            /// Every kind with what it declares, in registry order: the reports' table of which
+            /// kinds take which measurement and give which quantity.
+            pub fn declarations() -> Vec<(&'static str, Declared)> {
+                vec![$( ($kind, <$options as AlgorithmSpec>::declared()), )*]
             }
 
             /// Serializes as one table: `kind`, then `label` (when set), then the options, then
@@ -626,4 +682,45 @@ pub fn run_algorithm_checkpointed(
         state: &world.store.state(),
     })?;
     spec.run(cfg.kind(), world, run_cfg, observer, ckpt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The declarations cover every kind in registry order, name only measurements of
+    /// [`measure`], and every quantity a kind declares has a value in its options.
+    #[test]
+    fn declarations_cover_the_registry() {
+        let declared = AlgorithmKind::declarations();
+        let kinds: Vec<&str> = declared.iter().map(|(k, _)| *k).collect();
+        assert_eq!(kinds, AlgorithmKind::KINDS);
+        let known = [
+            measure::MESSAGE_AGE,
+            measure::PUSH_SUM_WEIGHT,
+            measure::MODEL_STALENESS,
+        ];
+        for (kind, d) in &declared {
+            for m in d.measures {
+                assert!(
+                    known.contains(m),
+                    "{kind} declares the unknown measurement {m}"
+                );
+            }
+        }
+        let find = |k: &str| declared.iter().find(|(kind, _)| *kind == k).unwrap().1;
+        assert_eq!(find("dasgd").measures, [measure::MODEL_STALENESS]);
+        assert!(find("sgp").measures.contains(&measure::MESSAGE_AGE));
+        assert!(find("allreduce").measures.is_empty());
+        assert_eq!(find("overlap-sgp").quantities.len(), 1);
+        let osgp = AlgorithmKind::OverlapSgp(OverlapSgpConfig {
+            tau: 3,
+            ..OverlapSgpConfig::default()
+        });
+        assert_eq!(osgp.declared(), find("overlap-sgp"));
+        assert_eq!(osgp.spec().quantity("tau"), Some(3.0));
+        assert_eq!(osgp.spec().quantity("gap"), None);
+        let sgp = AlgorithmKind::Sgp(SgpConfig::default());
+        assert_eq!(sgp.spec().quantity("tau"), None);
+    }
 }

@@ -117,7 +117,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, World, neighbour_model};
-use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::algorithms::{AlgorithmSpec, Declared, Setup, measure};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
@@ -865,6 +865,14 @@ pub(crate) fn require_strongly_connected(setup: &Setup<'_>, what: &str) -> Resul
 }
 
 impl AlgorithmSpec for SgpConfig {
+    /// The age of the messages it mixes in, and the push-sum weights.
+    fn declared() -> Declared {
+        Declared {
+            measures: &[measure::MESSAGE_AGE, measure::PUSH_SUM_WEIGHT],
+            quantities: &[],
+        }
+    }
+
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         require_strongly_connected(setup, "SGP")
     }
@@ -890,6 +898,18 @@ impl AlgorithmSpec for SgpConfig {
 }
 
 impl AlgorithmSpec for OverlapSgpConfig {
+    /// The age of the messages it mixes in, the push-sum weights, and its delay bound `tau`.
+    fn declared() -> Declared {
+        Declared {
+            measures: &[measure::MESSAGE_AGE, measure::PUSH_SUM_WEIGHT],
+            quantities: &[("tau", "its delay bound τ")],
+        }
+    }
+
+    fn quantity(&self, name: &str) -> Option<f64> {
+        (name == "tau").then_some(self.tau as f64)
+    }
+
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         require_strongly_connected(setup, "Overlap-SGP")
     }
