@@ -208,112 +208,10 @@ impl LeNet {
         self.classes
     }
 
-    /// Parameters per replica (all trainable; there is no state).
-    pub fn num_params(&self) -> usize {
-        self.params
-    }
-
-    /// Length of the non-trainable state suffix of a row: 0.
-    pub fn state_len(&self) -> usize {
-        0
-    }
-
-    /// Multiply-adds × 2 of one forward pass for one sample (see the module doc).
-    pub fn forward_flops(&self) -> u64 {
-        self.conv1.flops(self.maps[0])
-            + self.conv2.flops(self.maps[1])
-            + self.fc.iter().map(Linear::flops).sum::<u64>()
-    }
-
-    /// The weight matrices, in row order: the convolutions `cout × (cin·k²)`, the dense layers.
-    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        let mut m = vec![self.conv1.matrix(), self.conv2.matrix()];
-        m.extend(self.fc.iter().map(|f| f.matrix()));
-        m
-    }
-
-    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order.
-    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
-        let mut l = vec![
-            (self.conv1.weight, self.conv1.flops(self.maps[0])),
-            (self.conv2.weight, self.conv2.flops(self.maps[1])),
-        ];
-        l.extend(self.fc.iter().map(|f| (f.weight, f.flops())));
-        l
-    }
-
-    /// Floats of activation one sample keeps through a training pass: the image, each
-    /// convolution's output, its activation and its pooled map, and the dense layers' outputs
-    /// before and after activation (for the memory estimate).
-    pub fn activations_per_sample(&self) -> u64 {
-        let image = self.shape.channels * self.shape.height * self.shape.width;
-        let map = |c: &Conv, [h, w]: [usize; 2]| c.cout * h * w;
-        let convs = map(&self.conv1, self.maps[0]) + map(&self.conv2, self.maps[1]);
-        let dense: usize = self.fc.iter().map(|l| 2 * l.fan_out).sum();
-        (image + 2 * convs + convs / 4 + dense) as u64
-    }
-
-    /// Floats per sample of the column matrices that im2col keeps for the backward pass, where
-    /// a gradient pass takes it ([`IM2COL_MIN_REPLICAS`]; off `flex`).
-    pub fn im2col_floats_per_sample(&self) -> u64 {
-        (self.conv1.im2col_floats(self.maps[0]) + self.conv2.im2col_floats(self.maps[1])) as u64
-    }
-
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule).
     pub fn train_flops_per_sample(&self) -> f64 {
         3.0 * self.forward_flops() as f64
-    }
-
-    /// Initial parameters (PyTorch's defaults, see the module doc), drawn in layout order.
-    pub fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        let mut p = vec![0.0f32; self.params];
-        for c in [self.conv1, self.conv2] {
-            uniform(rng, &mut p[c.weight..c.weight + c.len()], c.fan_in());
-        }
-        for l in &self.fc {
-            l.init(rng, &mut p);
-        }
-        p
-    }
-
-    /// Logits `[R, B, classes]` of `R` models `[R, P]` on images `[R, B, C·H·W]` (CHW per
-    /// sample), replica `r` on its own minibatch `x[r]`. LeNet has no state and the same
-    /// forward pass in training and evaluation, so `train` is ignored and the state is `None`.
-    pub fn forward(
-        &self,
-        params: Tensor<2>,
-        x: Tensor<3>,
-        train: bool,
-    ) -> (Tensor<3>, Option<Tensor<2>>) {
-        let _ = train;
-        (self.logits(&ParamRows::Whole(Box::new(params)), x), None)
-    }
-
-    /// The contiguous blocks of a row that the forward pass reads separately (each layer's
-    /// weight and bias), in layout order; together they cover `0..P`.
-    pub fn blocks(&self) -> Vec<Range<usize>> {
-        let mut b: Vec<Range<usize>> = self.conv1.blocks().chain(self.conv2.blocks()).collect();
-        b.extend(self.fc.iter().flat_map(Linear::blocks));
-        b
-    }
-
-    /// [`LeNet::forward`] on rows given as their blocks: `blocks[i]` is `[R, len]`, the columns
-    /// `self.blocks()[i]` of every row. Gradients taken with respect to the blocks and
-    /// concatenated are the gradient of the rows, without the cost of slicing an `[R, P]`
-    /// autodiff tensor (the backward pass of every slice writes an `[R, P]` buffer).
-    ///
-    /// # Panics
-    /// If the blocks do not match [`LeNet::blocks`] in number and widths.
-    pub fn forward_blocks(
-        &self,
-        blocks: Vec<Tensor<2>>,
-        x: Tensor<3>,
-        train: bool,
-    ) -> (Tensor<3>, Option<Tensor<2>>) {
-        let _ = train;
-        let rows = ParamRows::from_blocks(self.blocks(), blocks);
-        (self.logits(&rows, x), None)
     }
 
     fn logits(&self, params: &ParamRows, x: Tensor<3>) -> Tensor<3> {
@@ -335,61 +233,109 @@ impl Network for LeNet {
         "lenet"
     }
 
+    /// Parameters per replica (all trainable; there is no state).
     fn num_params(&self) -> usize {
         self.params
     }
 
+    /// Length of the non-trainable state suffix of a row: 0.
     fn state_len(&self) -> usize {
-        LeNet::state_len(self)
+        0
     }
 
+    /// The weight matrices, in row order: the convolutions `cout × (cin·k²)`, the dense layers.
     fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        LeNet::matrices(self)
+        let mut m = vec![self.conv1.matrix(), self.conv2.matrix()];
+        m.extend(self.fc.iter().map(|f| f.matrix()));
+        m
     }
 
+    /// Multiply-adds × 2 of one forward pass for one sample (see the module doc).
     fn forward_flops(&self) -> u64 {
-        LeNet::forward_flops(self)
+        self.conv1.flops(self.maps[0])
+            + self.conv2.flops(self.maps[1])
+            + self.fc.iter().map(Linear::flops).sum::<u64>()
     }
 
+    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order.
     fn layer_starts(&self) -> Vec<(usize, u64)> {
-        LeNet::layer_starts(self)
+        let mut l = vec![
+            (self.conv1.weight, self.conv1.flops(self.maps[0])),
+            (self.conv2.weight, self.conv2.flops(self.maps[1])),
+        ];
+        l.extend(self.fc.iter().map(|f| (f.weight, f.flops())));
+        l
     }
 
+    /// Floats of activation one sample keeps through a training pass: the image, each
+    /// convolution's output, its activation and its pooled map, and the dense layers' outputs
+    /// before and after activation (for the memory estimate).
     fn activations_per_sample(&self) -> u64 {
-        LeNet::activations_per_sample(self)
+        let image = self.shape.channels * self.shape.height * self.shape.width;
+        let map = |c: &Conv, [h, w]: [usize; 2]| c.cout * h * w;
+        let convs = map(&self.conv1, self.maps[0]) + map(&self.conv2, self.maps[1]);
+        let dense: usize = self.fc.iter().map(|l| 2 * l.fan_out).sum();
+        (image + 2 * convs + convs / 4 + dense) as u64
     }
 
+    /// Floats per sample of the column matrices that im2col keeps for the backward pass, where
+    /// a gradient pass takes it ([`IM2COL_MIN_REPLICAS`]; off `flex`).
     fn im2col_floats_per_sample(&self) -> u64 {
-        LeNet::im2col_floats_per_sample(self)
+        (self.conv1.im2col_floats(self.maps[0]) + self.conv2.im2col_floats(self.maps[1])) as u64
     }
 
+    /// Initial parameters (PyTorch's defaults, see the module doc), drawn in layout order.
     fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        LeNet::init(self, rng)
+        let mut p = vec![0.0f32; self.params];
+        for c in [self.conv1, self.conv2] {
+            uniform(rng, &mut p[c.weight..c.weight + c.len()], c.fan_in());
+        }
+        for l in &self.fc {
+            l.init(rng, &mut p);
+        }
+        p
     }
 
+    /// The contiguous blocks of a row that the forward pass reads separately (each layer's
+    /// weight and bias), in layout order; together they cover `0..P`.
     fn blocks(&self) -> Vec<Range<usize>> {
-        LeNet::blocks(self)
+        let mut b: Vec<Range<usize>> = self.conv1.blocks().chain(self.conv2.blocks()).collect();
+        b.extend(self.fc.iter().flat_map(Linear::blocks));
+        b
     }
 
     fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
         Some(Arc::new(cpu::LeNetCpu::new(self)))
     }
 
+    /// [`LeNet::forward`] on rows given as their blocks: `blocks[i]` is `[R, len]`, the columns
+    /// `self.blocks()[i]` of every row. Gradients taken with respect to the blocks and
+    /// concatenated are the gradient of the rows, without the cost of slicing an `[R, P]`
+    /// autodiff tensor (the backward pass of every slice writes an `[R, P]` buffer).
+    ///
+    /// # Panics
+    /// If the blocks do not match [`LeNet::blocks`] in number and widths.
     fn forward_blocks(
         &self,
         blocks: Vec<Tensor<2>>,
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        LeNet::forward_blocks(self, blocks, x, train)
+        let _ = train;
+        let rows = ParamRows::from_blocks(self.blocks(), blocks);
+        (self.logits(&rows, x), None)
     }
 
+    /// Logits `[R, B, classes]` of `R` models `[R, P]` on images `[R, B, C·H·W]` (CHW per
+    /// sample), replica `r` on its own minibatch `x[r]`. LeNet has no state and the same
+    /// forward pass in training and evaluation, so `train` is ignored and the state is `None`.
     fn forward(
         &self,
         params: Tensor<2>,
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        LeNet::forward(self, params, x, train)
+        let _ = train;
+        (self.logits(&ParamRows::Whole(Box::new(params)), x), None)
     }
 }

@@ -123,77 +123,15 @@ impl Mlp {
         }
     }
 
-    /// Parameters per replica.
-    pub fn num_params(&self) -> usize {
-        self.params
-    }
-
-    /// Multiply-adds of one forward pass, times two (FLOPs), for one sample.
-    pub fn forward_flops(&self) -> u64 {
-        self.layers
-            .iter()
-            .map(|l| 2 * (l.fan_in * l.fan_out) as u64)
-            .sum()
-    }
-
-    /// The weight matrices `fan_in × fan_out`, in row order.
-    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        self.layers
-            .iter()
-            .map(|l| dasim_sim::params::Matrix {
-                start: l.weight,
-                rows: l.fan_in,
-                cols: l.fan_out,
-            })
-            .collect()
-    }
-
-    /// Where each layer starts in a row and its forward FLOPs for one sample.
-    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
-        self.layers
-            .iter()
-            .map(|l| (l.weight, 2 * (l.fan_in * l.fan_out) as u64))
-            .collect()
-    }
-
-    /// Floats of activation one sample keeps through a training pass: the input, and every
-    /// layer's output before and after its activation (for the memory estimate).
-    pub fn activations_per_sample(&self) -> u64 {
-        let input = self.layers.first().map_or(0, |l| l.fan_in);
-        (input + self.layers.iter().map(|l| 2 * l.fan_out).sum::<usize>()) as u64
-    }
-
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule), used to derive step times from a device speed.
     pub fn train_flops_per_sample(&self) -> f64 {
         3.0 * self.forward_flops() as f64
     }
 
-    /// Initial parameters, PyTorch's default for linear layers: weights and biases uniform in
-    /// `±1/√fan_in`, drawn on the host in layout order.
-    pub fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        let mut p = vec![0.0f32; self.params];
-        for l in &self.layers {
-            let bound = 1.0 / (l.fan_in as f32).sqrt();
-            for v in &mut p[l.weight..l.bias + l.fan_out] {
-                *v = rng.random_range(-bound..bound);
-            }
-        }
-        p
-    }
-
     /// Logits `[R, B, classes]` of `R` models `[R, P]` on inputs `[R, B, inputs]`.
     pub fn forward(&self, params: Tensor<2>, x: Tensor<3>) -> Tensor<3> {
         self.run(|range| params.clone().slice_dim(1, range), x)
-    }
-
-    /// The contiguous blocks of a row the forward pass reads separately, in layout order (each
-    /// layer's weight, then its bias); together they cover `0..P`.
-    pub fn blocks(&self) -> Vec<Range<usize>> {
-        self.layers
-            .iter()
-            .flat_map(|l| [l.weight..l.bias, l.bias..l.bias + l.fan_out])
-            .collect()
     }
 
     /// [`Mlp::forward`] on rows given as their blocks: `blocks[i]` is `[R, len]`, the columns
@@ -243,32 +181,66 @@ impl Network for Mlp {
         "mlp"
     }
 
+    /// Parameters per replica.
     fn num_params(&self) -> usize {
         self.params
     }
 
+    /// The weight matrices `fan_in × fan_out`, in row order.
     fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        Mlp::matrices(self)
+        self.layers
+            .iter()
+            .map(|l| dasim_sim::params::Matrix {
+                start: l.weight,
+                rows: l.fan_in,
+                cols: l.fan_out,
+            })
+            .collect()
     }
 
+    /// Multiply-adds of one forward pass, times two (FLOPs), for one sample.
     fn forward_flops(&self) -> u64 {
-        Mlp::forward_flops(self)
+        self.layers
+            .iter()
+            .map(|l| 2 * (l.fan_in * l.fan_out) as u64)
+            .sum()
     }
 
+    /// Where each layer starts in a row and its forward FLOPs for one sample.
     fn layer_starts(&self) -> Vec<(usize, u64)> {
-        Mlp::layer_starts(self)
+        self.layers
+            .iter()
+            .map(|l| (l.weight, 2 * (l.fan_in * l.fan_out) as u64))
+            .collect()
     }
 
+    /// Floats of activation one sample keeps through a training pass: the input, and every
+    /// layer's output before and after its activation (for the memory estimate).
     fn activations_per_sample(&self) -> u64 {
-        Mlp::activations_per_sample(self)
+        let input = self.layers.first().map_or(0, |l| l.fan_in);
+        (input + self.layers.iter().map(|l| 2 * l.fan_out).sum::<usize>()) as u64
     }
 
+    /// Initial parameters, PyTorch's default for linear layers: weights and biases uniform in
+    /// `±1/√fan_in`, drawn on the host in layout order.
     fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        Mlp::init(self, rng)
+        let mut p = vec![0.0f32; self.params];
+        for l in &self.layers {
+            let bound = 1.0 / (l.fan_in as f32).sqrt();
+            for v in &mut p[l.weight..l.bias + l.fan_out] {
+                *v = rng.random_range(-bound..bound);
+            }
+        }
+        p
     }
 
+    /// The contiguous blocks of a row the forward pass reads separately, in layout order (each
+    /// layer's weight, then its bias); together they cover `0..P`.
     fn blocks(&self) -> Vec<Range<usize>> {
-        Mlp::blocks(self)
+        self.layers
+            .iter()
+            .flat_map(|l| [l.weight..l.bias, l.bias..l.bias + l.fan_out])
+            .collect()
     }
 
     /// Every sample on its own, and one tall pass is the faster (see [`Model::fuses_means`]).

@@ -283,170 +283,10 @@ impl ResNet {
         self.width
     }
 
-    /// Coordinates per replica: the trainable parameters and then the state (the BN running
-    /// statistics, [`ResNet::state_len`] of them).
-    pub fn num_params(&self) -> usize {
-        self.params
-    }
-
-    /// Length of the state suffix of a row: running mean and variance of every BN channel.
-    pub fn state_len(&self) -> usize {
-        self.params - self.trainable
-    }
-
-    /// Multiply-adds × 2 of one forward pass for one sample (see the module doc).
-    pub fn forward_flops(&self) -> u64 {
-        let mut flops = self.stem.flops([self.shape.height, self.shape.width]);
-        for b in &self.blocks {
-            flops += b.conv1.flops(b.map) + b.conv2.flops(b.map);
-        }
-        flops + self.fc.flops()
-    }
-
-    /// The weight matrices, in row order: every convolution `cout × (cin·k²)`, the linear layer.
-    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        let mut m = vec![self.stem.matrix()];
-        for b in &self.blocks {
-            m.push(b.conv1.matrix());
-            m.push(b.conv2.matrix());
-        }
-        m.push(self.fc.matrix());
-        m
-    }
-
-    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order:
-    /// the stem (its convolution and batch norm), each convolution with the batch norm after
-    /// it, the linear layer. The running statistics, after them, are part of no layer.
-    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
-        let mut l = vec![(
-            self.stem.weight,
-            self.stem.flops([self.shape.height, self.shape.width]),
-        )];
-        for b in &self.blocks {
-            l.push((b.conv1.weight, b.conv1.flops(b.map)));
-            l.push((b.conv2.weight, b.conv2.flops(b.map)));
-        }
-        l.push((self.fc.weight, self.fc.flops()));
-        l
-    }
-
-    /// Floats of activation one sample keeps through a training pass: the image, and for every
-    /// convolution its output, the batch-normalized map and the activation (plus each block's
-    /// sum), and the logits (for the memory estimate).
-    pub fn activations_per_sample(&self) -> u64 {
-        let image = self.shape.channels * self.shape.height * self.shape.width;
-        let map = |c: &Conv, [h, w]: [usize; 2]| c.cout * h * w;
-        let mut floats = image + 3 * map(&self.stem, [self.shape.height, self.shape.width]);
-        for b in &self.blocks {
-            floats += 3 * map(&b.conv1, b.map) + 4 * map(&b.conv2, b.map);
-        }
-        (floats + self.classes) as u64
-    }
-
-    /// Floats per sample of the column matrices that im2col keeps for the backward pass, where
-    /// a gradient pass takes it ([`crate::lenet::IM2COL_MIN_REPLICAS`]; off `flex`).
-    pub fn im2col_floats_per_sample(&self) -> u64 {
-        let mut floats = self
-            .stem
-            .im2col_floats([self.shape.height, self.shape.width]);
-        for b in &self.blocks {
-            floats += b.conv1.im2col_floats(b.map) + b.conv2.im2col_floats(b.map);
-        }
-        floats as u64
-    }
-
     /// FLOPs of one training sample: the forward pass and a backward pass of about twice its
     /// cost (the usual 3× rule).
     pub fn train_flops_per_sample(&self) -> f64 {
         3.0 * self.forward_flops() as f64
-    }
-
-    /// Initial parameters and state (torchvision's initialization, see the module doc), drawn
-    /// in layout order.
-    pub fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        let mut p = vec![0.0f32; self.params];
-        let kaiming = |rng: &mut Stream, p: &mut [f32], c: &Conv| {
-            let std = (2.0 / c.fan_out() as f64).sqrt();
-            for v in &mut p[c.weight..c.weight + c.weight_len()] {
-                let z: f64 = rng.sample(StandardNormal);
-                *v = (std * z) as f32;
-            }
-        };
-        let norm = |p: &mut [f32], n: &Norm| {
-            p[n.affine..n.affine + n.channels].fill(1.0);
-            p[n.affine + n.channels..n.affine + 2 * n.channels].fill(0.0);
-            p[n.stats..n.stats + n.channels].fill(0.0);
-            p[n.stats + n.channels..n.stats + 2 * n.channels].fill(1.0);
-        };
-        kaiming(rng, &mut p, &self.stem);
-        norm(&mut p, &self.stem_bn);
-        for b in &self.blocks {
-            kaiming(rng, &mut p, &b.conv1);
-            norm(&mut p, &b.bn1);
-            kaiming(rng, &mut p, &b.conv2);
-            norm(&mut p, &b.bn2);
-        }
-        self.fc.init(rng, &mut p);
-        p
-    }
-
-    /// Logits `[R, B, classes]` of `R` models `[R, P]` on images `[R, B, C·H·W]` (CHW per
-    /// sample), replica `r` on its own minibatch `x[r]`.
-    ///
-    /// With `train`, batch norm uses each replica's minibatch statistics and the second value
-    /// is the updated state `[R, state_len]` (running statistics after this minibatch, laid out
-    /// as the state suffix of a row): a plain tensor, without autodiff, even when `params` is on
-    /// an autodiff device. Without `train`, batch norm uses the running statistics of the rows
-    /// and the second value is `None`.
-    pub fn forward(
-        &self,
-        params: Tensor<2>,
-        x: Tensor<3>,
-        train: bool,
-    ) -> (Tensor<3>, Option<Tensor<2>>) {
-        self.run(&ParamRows::Whole(Box::new(params)), x, train)
-    }
-
-    /// The contiguous blocks of a row that the forward pass reads separately, in layout order,
-    /// together covering `0..P`: each convolution weight, each BN layer's weight and bias
-    /// (one block `[2C]`), the linear weight, the linear bias, then each BN layer's running
-    /// mean and variance (one block `[2C]`).
-    pub fn blocks(&self) -> Vec<Range<usize>> {
-        let affine = |n: &Norm| n.affine..n.affine + 2 * n.channels;
-        let stats = |n: &Norm| n.stats..n.stats + 2 * n.channels;
-        let mut b: Vec<Range<usize>> = self.stem.blocks().collect();
-        b.push(affine(&self.stem_bn));
-        for k in &self.blocks {
-            b.extend(k.conv1.blocks());
-            b.push(affine(&k.bn1));
-            b.extend(k.conv2.blocks());
-            b.push(affine(&k.bn2));
-        }
-        b.extend(self.fc.blocks());
-        b.push(stats(&self.stem_bn));
-        for k in &self.blocks {
-            b.push(stats(&k.bn1));
-            b.push(stats(&k.bn2));
-        }
-        b
-    }
-
-    /// [`ResNet::forward`] on rows given as their blocks: `blocks[i]` is `[R, len]`, the columns
-    /// `self.blocks()[i]` of every row. Gradients taken with respect to the blocks and
-    /// concatenated are the gradient of the rows, without the cost of slicing an `[R, P]`
-    /// autodiff tensor (the backward pass of every slice writes an `[R, P]` buffer). In training
-    /// mode the running-statistics blocks are not part of the graph: they get no gradient
-    /// (`None`), which stands for zero.
-    ///
-    /// # Panics
-    /// If the blocks do not match [`ResNet::blocks`] in number and widths.
-    pub fn forward_blocks(
-        &self,
-        blocks: Vec<Tensor<2>>,
-        x: Tensor<3>,
-        train: bool,
-    ) -> (Tensor<3>, Option<Tensor<2>>) {
-        self.run(&ParamRows::from_blocks(self.blocks(), blocks), x, train)
     }
 
     fn run(&self, params: &ParamRows, x: Tensor<3>, train: bool) -> (Tensor<3>, Option<Tensor<2>>) {
@@ -532,61 +372,167 @@ impl Network for ResNet {
         "resnet"
     }
 
+    /// Coordinates per replica: the trainable parameters and then the state (the BN running
+    /// statistics, [`ResNet::state_len`] of them).
     fn num_params(&self) -> usize {
-        ResNet::num_params(self)
+        self.params
     }
 
+    /// Length of the state suffix of a row: running mean and variance of every BN channel.
     fn state_len(&self) -> usize {
-        ResNet::state_len(self)
+        self.params - self.trainable
     }
 
+    /// The weight matrices, in row order: every convolution `cout × (cin·k²)`, the linear layer.
     fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        ResNet::matrices(self)
+        let mut m = vec![self.stem.matrix()];
+        for b in &self.blocks {
+            m.push(b.conv1.matrix());
+            m.push(b.conv2.matrix());
+        }
+        m.push(self.fc.matrix());
+        m
     }
 
+    /// Multiply-adds × 2 of one forward pass for one sample (see the module doc).
     fn forward_flops(&self) -> u64 {
-        ResNet::forward_flops(self)
+        let mut flops = self.stem.flops([self.shape.height, self.shape.width]);
+        for b in &self.blocks {
+            flops += b.conv1.flops(b.map) + b.conv2.flops(b.map);
+        }
+        flops + self.fc.flops()
     }
 
+    /// Where each layer starts in a row and its forward FLOPs for one sample, in forward order:
+    /// the stem (its convolution and batch norm), each convolution with the batch norm after
+    /// it, the linear layer. The running statistics, after them, are part of no layer.
     fn layer_starts(&self) -> Vec<(usize, u64)> {
-        ResNet::layer_starts(self)
+        let mut l = vec![(
+            self.stem.weight,
+            self.stem.flops([self.shape.height, self.shape.width]),
+        )];
+        for b in &self.blocks {
+            l.push((b.conv1.weight, b.conv1.flops(b.map)));
+            l.push((b.conv2.weight, b.conv2.flops(b.map)));
+        }
+        l.push((self.fc.weight, self.fc.flops()));
+        l
     }
 
+    /// Floats of activation one sample keeps through a training pass: the image, and for every
+    /// convolution its output, the batch-normalized map and the activation (plus each block's
+    /// sum), and the logits (for the memory estimate).
     fn activations_per_sample(&self) -> u64 {
-        ResNet::activations_per_sample(self)
+        let image = self.shape.channels * self.shape.height * self.shape.width;
+        let map = |c: &Conv, [h, w]: [usize; 2]| c.cout * h * w;
+        let mut floats = image + 3 * map(&self.stem, [self.shape.height, self.shape.width]);
+        for b in &self.blocks {
+            floats += 3 * map(&b.conv1, b.map) + 4 * map(&b.conv2, b.map);
+        }
+        (floats + self.classes) as u64
     }
 
+    /// Floats per sample of the column matrices that im2col keeps for the backward pass, where
+    /// a gradient pass takes it ([`crate::lenet::IM2COL_MIN_REPLICAS`]; off `flex`).
     fn im2col_floats_per_sample(&self) -> u64 {
-        ResNet::im2col_floats_per_sample(self)
+        let mut floats = self
+            .stem
+            .im2col_floats([self.shape.height, self.shape.width]);
+        for b in &self.blocks {
+            floats += b.conv1.im2col_floats(b.map) + b.conv2.im2col_floats(b.map);
+        }
+        floats as u64
     }
 
+    /// Initial parameters and state (torchvision's initialization, see the module doc), drawn
+    /// in layout order.
     fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        ResNet::init(self, rng)
+        let mut p = vec![0.0f32; self.params];
+        let kaiming = |rng: &mut Stream, p: &mut [f32], c: &Conv| {
+            let std = (2.0 / c.fan_out() as f64).sqrt();
+            for v in &mut p[c.weight..c.weight + c.weight_len()] {
+                let z: f64 = rng.sample(StandardNormal);
+                *v = (std * z) as f32;
+            }
+        };
+        let norm = |p: &mut [f32], n: &Norm| {
+            p[n.affine..n.affine + n.channels].fill(1.0);
+            p[n.affine + n.channels..n.affine + 2 * n.channels].fill(0.0);
+            p[n.stats..n.stats + n.channels].fill(0.0);
+            p[n.stats + n.channels..n.stats + 2 * n.channels].fill(1.0);
+        };
+        kaiming(rng, &mut p, &self.stem);
+        norm(&mut p, &self.stem_bn);
+        for b in &self.blocks {
+            kaiming(rng, &mut p, &b.conv1);
+            norm(&mut p, &b.bn1);
+            kaiming(rng, &mut p, &b.conv2);
+            norm(&mut p, &b.bn2);
+        }
+        self.fc.init(rng, &mut p);
+        p
     }
 
+    /// The contiguous blocks of a row that the forward pass reads separately, in layout order,
+    /// together covering `0..P`: each convolution weight, each BN layer's weight and bias
+    /// (one block `[2C]`), the linear weight, the linear bias, then each BN layer's running
+    /// mean and variance (one block `[2C]`).
     fn blocks(&self) -> Vec<Range<usize>> {
-        ResNet::blocks(self)
+        let affine = |n: &Norm| n.affine..n.affine + 2 * n.channels;
+        let stats = |n: &Norm| n.stats..n.stats + 2 * n.channels;
+        let mut b: Vec<Range<usize>> = self.stem.blocks().collect();
+        b.push(affine(&self.stem_bn));
+        for k in &self.blocks {
+            b.extend(k.conv1.blocks());
+            b.push(affine(&k.bn1));
+            b.extend(k.conv2.blocks());
+            b.push(affine(&k.bn2));
+        }
+        b.extend(self.fc.blocks());
+        b.push(stats(&self.stem_bn));
+        for k in &self.blocks {
+            b.push(stats(&k.bn1));
+            b.push(stats(&k.bn2));
+        }
+        b
     }
 
     fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
         Some(Arc::new(cpu::ResNetCpu::new(self)))
     }
 
+    /// [`ResNet::forward`] on rows given as their blocks: `blocks[i]` is `[R, len]`, the columns
+    /// `self.blocks()[i]` of every row. Gradients taken with respect to the blocks and
+    /// concatenated are the gradient of the rows, without the cost of slicing an `[R, P]`
+    /// autodiff tensor (the backward pass of every slice writes an `[R, P]` buffer). In training
+    /// mode the running-statistics blocks are not part of the graph: they get no gradient
+    /// (`None`), which stands for zero.
+    ///
+    /// # Panics
+    /// If the blocks do not match [`ResNet::blocks`] in number and widths.
     fn forward_blocks(
         &self,
         blocks: Vec<Tensor<2>>,
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        ResNet::forward_blocks(self, blocks, x, train)
+        self.run(&ParamRows::from_blocks(self.blocks(), blocks), x, train)
     }
 
+    /// Logits `[R, B, classes]` of `R` models `[R, P]` on images `[R, B, C·H·W]` (CHW per
+    /// sample), replica `r` on its own minibatch `x[r]`.
+    ///
+    /// With `train`, batch norm uses each replica's minibatch statistics and the second value
+    /// is the updated state `[R, state_len]` (running statistics after this minibatch, laid out
+    /// as the state suffix of a row): a plain tensor, without autodiff, even when `params` is on
+    /// an autodiff device. Without `train`, batch norm uses the running statistics of the rows
+    /// and the second value is `None`.
     fn forward(
         &self,
         params: Tensor<2>,
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        ResNet::forward(self, params, x, train)
+        self.run(&ParamRows::Whole(Box::new(params)), x, train)
     }
 }

@@ -344,6 +344,7 @@ impl TimedAs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Network;
 
     #[test]
     fn the_resnet20_preset_counts_the_papers_resnet20() {

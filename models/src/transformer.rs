@@ -364,102 +364,9 @@ impl Transformer {
         self.shape
     }
 
-    /// Parameters per replica.
-    pub fn num_params(&self) -> usize {
-        self.params
-    }
-
-    /// FLOPs (two per multiply-add) of one forward pass on one window of `context` positions:
-    /// every block's projections and attention, and the tied output layer. The embedding
-    /// lookups and the normalizations are not counted (no multiply-adds of note).
-    pub fn forward_flops(&self) -> u64 {
-        let t = self.shape.context;
-        let blocks: u64 = self
-            .blocks
-            .iter()
-            .map(|b| b.attn.flops(t) + t as u64 * (b.fc1.flops() + b.fc2.flops()))
-            .sum();
-        blocks + self.head_flops()
-    }
-
     /// FLOPs of the tied output layer on one window.
     fn head_flops(&self) -> u64 {
         2 * (self.shape.context * self.shape.d_model * self.shape.vocab) as u64
-    }
-
-    /// The weight matrices in row order, for low-rank compressors: the two embeddings
-    /// (`vocab × d`, `context × d`) and every block's four linear weights.
-    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        let mut m = vec![self.wte.matrix(), self.wpe.matrix()];
-        for b in &self.blocks {
-            m.extend(b.linears().iter().map(Linear::matrix));
-        }
-        m
-    }
-
-    /// The layers in forward order with their FLOPs per window: the embeddings (which own the
-    /// tied output layer's FLOPs, as they own its weight), then each block.
-    pub fn layer_starts(&self) -> Vec<(usize, u64)> {
-        let t = self.shape.context as u64;
-        let mut l = vec![(self.wte.weight, self.head_flops())];
-        l.extend(self.blocks.iter().map(|b| {
-            (
-                b.ln1.gain,
-                b.attn.flops(self.shape.context) + t * (b.fc1.flops() + b.fc2.flops()),
-            )
-        }));
-        l
-    }
-
-    /// Floats one window keeps through a forward and backward pass (an estimate): per block
-    /// and position the residual, two normalized copies, `q, k, v`, the attention output and
-    /// the MLP's two hidden vectors, plus the attention probabilities (`heads × T` per
-    /// position, twice: scores and softmax); and the logits and their softmax.
-    pub fn activations_per_sample(&self) -> u64 {
-        let s = self.shape;
-        let per_position = s.layers * (8 * s.d_model + 2 * s.d_ff + 2 * s.heads * s.context)
-            + 2 * s.d_model
-            + 2 * s.vocab;
-        (s.context * per_position) as u64
-    }
-
-    /// Initial parameters (GPT-2's, see the module doc), drawn in layout order.
-    pub fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        let mut p = vec![0.0f32; self.params];
-        let mut normal = |p: &mut [f32], std: f64| {
-            for v in p {
-                let z: f64 = rng.sample(StandardNormal);
-                *v = (z * std) as f32;
-            }
-        };
-        normal(&mut p[self.wte.block()], INIT_STD);
-        normal(&mut p[self.wpe.block()], INIT_STD);
-        let residual = INIT_STD / (2.0 * self.shape.layers as f64).sqrt();
-        for b in &self.blocks {
-            b.ln1.init(&mut p);
-            b.ln2.init(&mut p);
-            for (l, std) in [
-                (b.attn.qkv, INIT_STD),
-                (b.attn.proj, residual),
-                (b.fc1, INIT_STD),
-                (b.fc2, residual),
-            ] {
-                let [w, _bias] = l.blocks();
-                normal(&mut p[w], std);
-            }
-        }
-        self.ln_f.init(&mut p);
-        p
-    }
-
-    /// The blocks the forward pass reads, in layout order (they tile `0..P`).
-    pub fn blocks(&self) -> Vec<Range<usize>> {
-        let mut v = vec![self.wte.block(), self.wpe.block()];
-        for b in &self.blocks {
-            v.extend(b.blocks());
-        }
-        v.extend(self.ln_f.blocks());
-        v
     }
 
     /// Logits `[R, B·T, vocab]` of `R` models on windows `[R, B, T + 1]` of token ids (as
@@ -505,32 +412,97 @@ impl Network for Transformer {
         "transformer"
     }
 
+    /// Parameters per replica.
     fn num_params(&self) -> usize {
         self.params
     }
 
+    /// The weight matrices in row order, for low-rank compressors: the two embeddings
+    /// (`vocab × d`, `context × d`) and every block's four linear weights.
     fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
-        Transformer::matrices(self)
+        let mut m = vec![self.wte.matrix(), self.wpe.matrix()];
+        for b in &self.blocks {
+            m.extend(b.linears().iter().map(Linear::matrix));
+        }
+        m
     }
 
+    /// FLOPs (two per multiply-add) of one forward pass on one window of `context` positions:
+    /// every block's projections and attention, and the tied output layer. The embedding
+    /// lookups and the normalizations are not counted (no multiply-adds of note).
     fn forward_flops(&self) -> u64 {
-        Transformer::forward_flops(self)
+        let t = self.shape.context;
+        let blocks: u64 = self
+            .blocks
+            .iter()
+            .map(|b| b.attn.flops(t) + t as u64 * (b.fc1.flops() + b.fc2.flops()))
+            .sum();
+        blocks + self.head_flops()
     }
 
+    /// The layers in forward order with their FLOPs per window: the embeddings (which own the
+    /// tied output layer's FLOPs, as they own its weight), then each block.
     fn layer_starts(&self) -> Vec<(usize, u64)> {
-        Transformer::layer_starts(self)
+        let t = self.shape.context as u64;
+        let mut l = vec![(self.wte.weight, self.head_flops())];
+        l.extend(self.blocks.iter().map(|b| {
+            (
+                b.ln1.gain,
+                b.attn.flops(self.shape.context) + t * (b.fc1.flops() + b.fc2.flops()),
+            )
+        }));
+        l
     }
 
+    /// Floats one window keeps through a forward and backward pass (an estimate): per block
+    /// and position the residual, two normalized copies, `q, k, v`, the attention output and
+    /// the MLP's two hidden vectors, plus the attention probabilities (`heads × T` per
+    /// position, twice: scores and softmax); and the logits and their softmax.
     fn activations_per_sample(&self) -> u64 {
-        Transformer::activations_per_sample(self)
+        let s = self.shape;
+        let per_position = s.layers * (8 * s.d_model + 2 * s.d_ff + 2 * s.heads * s.context)
+            + 2 * s.d_model
+            + 2 * s.vocab;
+        (s.context * per_position) as u64
     }
 
+    /// Initial parameters (GPT-2's, see the module doc), drawn in layout order.
     fn init(&self, rng: &mut Stream) -> Vec<f32> {
-        Transformer::init(self, rng)
+        let mut p = vec![0.0f32; self.params];
+        let mut normal = |p: &mut [f32], std: f64| {
+            for v in p {
+                let z: f64 = rng.sample(StandardNormal);
+                *v = (z * std) as f32;
+            }
+        };
+        normal(&mut p[self.wte.block()], INIT_STD);
+        normal(&mut p[self.wpe.block()], INIT_STD);
+        let residual = INIT_STD / (2.0 * self.shape.layers as f64).sqrt();
+        for b in &self.blocks {
+            b.ln1.init(&mut p);
+            b.ln2.init(&mut p);
+            for (l, std) in [
+                (b.attn.qkv, INIT_STD),
+                (b.attn.proj, residual),
+                (b.fc1, INIT_STD),
+                (b.fc2, residual),
+            ] {
+                let [w, _bias] = l.blocks();
+                normal(&mut p[w], std);
+            }
+        }
+        self.ln_f.init(&mut p);
+        p
     }
 
+    /// The blocks the forward pass reads, in layout order (they tile `0..P`).
     fn blocks(&self) -> Vec<Range<usize>> {
-        Transformer::blocks(self)
+        let mut v = vec![self.wte.block(), self.wpe.block()];
+        for b in &self.blocks {
+            v.extend(b.blocks());
+        }
+        v.extend(self.ln_f.blocks());
+        v
     }
 
     fn forward_blocks(
