@@ -18,7 +18,8 @@ use dasim_sim::clock::rng::Stream;
 
 use crate::convex::Objective;
 use crate::data::Dataset;
-use crate::model::{Load, Model, ModelSpec, Network};
+pub use crate::layers::Activation;
+use crate::spec::{Load, Model, ModelSpec, Network};
 
 fn default_hidden() -> Vec<usize> {
     vec![32]
@@ -72,17 +73,6 @@ impl ModelSpec for MlpConfig {
     fn accuracy(&self) -> Option<bool> {
         None
     }
-}
-
-/// Hidden-layer nonlinearity.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Activation {
-    /// `max(0, x)`.
-    #[default]
-    Relu,
-    /// `tanh(x)`.
-    Tanh,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore
 
 use crate::convex::Objective;
 use crate::data::{DataConfig, Dataset, Split};
-use crate::model::{Load, Model, ModelSpec, QuadraticShape};
+use crate::spec::{Load, Model, ModelSpec, QuadraticShape};
 use crate::store::{RunStore, StoreStats};
 
 /// Default dimension of the synthetic quadratic.

@@ -19,7 +19,7 @@ use dasim_sim::clock::rng::Stream;
 use crate::convex::{ConvexKind, Objective};
 use crate::data::{Dataset, DatasetKind};
 use crate::mlp::{Activation, Mlp};
-use crate::model::{Load, Loss, Model, ModelSpec, Network};
+use crate::spec::{Load, Loss, Model, ModelSpec, Network};
 
 fn is_zero(v: &f64) -> bool {
     *v == 0.0

@@ -69,7 +69,7 @@ use crate::layers::conv::Conv;
 use crate::layers::linear::Linear;
 use crate::layers::norm::Norm;
 use crate::layers::{ParamRows, from_groups, to_groups};
-use crate::model::{Load, Model, ModelSpec, Network};
+use crate::spec::{Load, Model, ModelSpec, Network};
 
 pub(crate) mod cpu;
 

@@ -70,11 +70,11 @@ use dasim_sim::params::{
 use crate::convex::Objective;
 use crate::data::{Augment, Dataset, Sampler, Split, TargetKind};
 use crate::layers::{CpuNet, Targets as HostTargets, with_inner_parallelism};
-use crate::model::{Loss, Model};
 use crate::rows::{
     Blocks, Row, Rows, combine, combine_in_place_split, combine_into_split, mean_into_split,
     same_row,
 };
+use crate::spec::{Loss, Model};
 
 /// Requests per pass of a fused mean (all-reduce's: see `BurnStore::fused_mean`), at most. A
 /// pass of 16 requests of 32 samples has matrix products 512 rows tall. The pass size depends

@@ -51,7 +51,7 @@ use crate::layers::attention::CausalSelfAttention;
 use crate::layers::embedding::Embedding;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
-use crate::model::{Load, Model, ModelSpec, Network};
+use crate::spec::{Load, Model, ModelSpec, Network};
 
 fn default_layers() -> usize {
     2

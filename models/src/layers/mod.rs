@@ -24,11 +24,11 @@ use std::ops::Range;
 
 use burn::tensor::{Tensor, activation};
 use rand::Rng;
+use serde::{Deserialize, Serialize};
 
 use dasim_sim::clock::rng::Stream;
 
 use crate::data::ImageShape;
-use crate::mlp::Activation;
 
 pub(crate) mod attention;
 pub(crate) mod conv;
@@ -122,6 +122,17 @@ pub(crate) fn to_groups(x: Tensor<3>, shape: ImageShape) -> Tensor<4> {
 pub(crate) fn from_groups(x: Tensor<4>, r: usize) -> Tensor<3> {
     let [b, rc, h, w] = x.dims();
     x.reshape([b, r, rc / r * h * w]).swap_dims(0, 1)
+}
+
+/// Hidden-layer nonlinearity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// `max(0, x)`.
+    #[default]
+    Relu,
+    /// `tanh(x)`.
+    Tanh,
 }
 
 /// The activation on burn tensors.
