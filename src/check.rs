@@ -54,14 +54,23 @@ pub fn parse_seeds(s: &str) -> std::result::Result<Vec<u64>, String> {
             .map(num)
             .collect::<std::result::Result<_, _>>()?
     };
+    distinct_seeds(&seeds)?;
+    Ok(seeds)
+}
+
+/// An error unless `seeds` holds at least one seed, none twice.
+pub fn distinct_seeds(seeds: &[u64]) -> std::result::Result<(), String> {
+    if seeds.is_empty() {
+        return Err("no seed is given".into());
+    }
     let mut seen = Vec::new();
-    for &x in &seeds {
+    for &x in seeds {
         if seen.contains(&x) {
             return Err(format!("seed {x} is listed twice"));
         }
         seen.push(x);
     }
-    Ok(seeds)
+    Ok(())
 }
 
 /// How to check.
@@ -337,7 +346,8 @@ struct Planned {
     runs: Vec<(u64, Loaded)>,
 }
 
-fn nothing_to_check(path: &Path) -> Error {
+/// The error for a scenario without `[[expect]]` entries: nothing to check.
+pub(crate) fn nothing_to_check(path: &Path) -> Error {
     Error::Scenario(Box::new(ScenarioError {
         file: path.to_path_buf(),
         line: None,
@@ -473,7 +483,7 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
 }
 
 /// The verdicts of a scenario's claims from each seed's rows (or the error of its run).
-fn verdicts(
+pub(crate) fn verdicts(
     claims: &[Claim],
     per_seed: &[(u64, std::result::Result<Vec<CheckRow>, String>)],
 ) -> Vec<Verdict> {

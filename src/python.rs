@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -740,6 +740,110 @@ fn run(
     })
 }
 
+/// Runs the scenario under each of `seeds` (its own seed without them), each run kept in
+/// memory, and judges its `[[expect]]` entries as `dasim check` does: one verdict per claim,
+/// algorithm and seed, or per claim and algorithm for the mean over the seeds (`seeds =
+/// "mean"`). Every seed is loaded and planned before the first runs; a run that fails fails
+/// its claims (`run_error`), and Ctrl-C stops the checks. Returns the verdicts as dicts, in the
+/// order of the command's report.
+#[pyfunction]
+#[pyo3(signature = (scenario, seeds, backend, threads, reporter))]
+fn check<'py>(
+    py: Python<'py>,
+    scenario: &PyScenario,
+    seeds: Option<Vec<u64>>,
+    backend: &str,
+    threads: Option<usize>,
+    reporter: Option<Bound<'py, PyAny>>,
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    guard(|| {
+        let origin = Some(&scenario.origin);
+        let loaded = &scenario.loaded;
+        if loaded.scenario.expect.is_empty() {
+            return Err(to_py(crate::check::nothing_to_check(&loaded.path), origin));
+        }
+        let seeds = seeds.unwrap_or_else(|| vec![loaded.scenario.seed]);
+        crate::check::distinct_seeds(&seeds)
+            .map_err(|e| to_py(Error::Usage(format!("seeds: {e}")), origin))?;
+        let mut plans = Vec::new();
+        for &seed in &seeds {
+            let l = loaded
+                .with_seed(seed)
+                .map_err(|e| scenario_error(*e, origin))?;
+            plans.push((seed, Plan::prepare(&l).map_err(|e| to_py(e, origin))?));
+        }
+        let claims = plans[0].1.claims.clone();
+        let threads = threads_or_cores(threads)?;
+        let pool = pool(threads)?;
+        let backend =
+            crate::runtime::backend(backend_choice(backend)?).map_err(|e| to_py(e, origin))?;
+        let events = Events::default();
+        let stop = AtomicBool::new(false);
+        let execution = Execution {
+            threads,
+            max_batch: None,
+        };
+        let (result, raised) = wait_for(py, reporter.as_ref(), &events, &stop, || {
+            let mut progress = events.clone();
+            pool.install(|| {
+                let mut per_seed = Vec::new();
+                for (seed, plan) in &plans {
+                    progress.note(&format!("seed {seed}"));
+                    let checks = Simulation::new(plan, backend.clone())
+                        .execution(execution)
+                        .checkpoints(Checkpoints {
+                            every_s: None,
+                            interrupt: Some(&stop),
+                            resume: None,
+                        })
+                        .run(&mut InMemory::default(), &mut progress);
+                    match checks {
+                        Ok(results) => per_seed.push((*seed, Ok(results.checks))),
+                        Err(e @ Error::Interrupted(_)) => return Err(e),
+                        Err(e) => per_seed.push((*seed, Err(e.to_string()))),
+                    }
+                }
+                Ok(crate::check::verdicts(&claims, &per_seed))
+            })
+        });
+        let verdicts = match (raised, result?) {
+            (Some(e), _) => return Err(e),
+            (None, Err(e)) => return Err(to_py(e, origin)),
+            (None, Ok(v)) => v,
+        };
+        verdicts
+            .iter()
+            .map(|v| {
+                let d = PyDict::new(py);
+                let r = &v.row;
+                d.set_item("seed", &v.seed)?;
+                d.set_item("claim", &v.claim)?;
+                d.set_item("expect", r.expect)?;
+                d.set_item("algorithm", &r.algorithm)?;
+                d.set_item("metric", &r.metric)?;
+                d.set_item("over", &r.over)?;
+                d.set_item("op", &r.op)?;
+                d.set_item("value", &r.value)?;
+                d.set_item("observed", r.observed)?;
+                d.set_item("bound", r.bound)?;
+                d.set_item("tolerance", r.tolerance)?;
+                d.set_item("result", r.result.name())?;
+                d.set_item("reason", &r.reason)?;
+                d.set_item("note", &r.note)?;
+                d.set_item("run_error", v.run_error)?;
+                Ok(d)
+            })
+            .collect()
+    })
+}
+
+/// Parses seeds as `dasim check --seeds` does: `1..5` (both ends included), `1..=5`, `1,4,9`
+/// or `7`; a `ValueError` says what is wrong.
+#[pyfunction]
+fn parse_seeds(text: &str) -> PyResult<Vec<u64>> {
+    crate::check::parse_seeds(text).map_err(|e| PyValueError::new_err(format!("seeds: {e}")))
+}
+
 /// What `_core.sweep` returns: the points of the sweep, those run now, those skipped as
 /// complete, the failed ones (name, error), and the path of `sweep.csv`.
 type SweepReturn = (usize, usize, usize, Vec<(String, String)>, PathBuf);
@@ -860,6 +964,8 @@ fn core_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InternalError", py.get_type::<InternalError>())?;
     m.add_class::<PyScenario>()?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_seeds, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(trace, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

@@ -6,6 +6,7 @@ real gradients, driven from Python.
     run = dasim.run(scenario)                  # kept in memory; out="runs/qs" writes a run directory
     run.metrics                                # pandas DataFrames, as metrics.csv holds them
     run.plot("loss")                           # matplotlib
+    dasim.check(scenario, "1..3")              # the [[expect]] claims over seeds, as a DataFrame
 
 The engine is the Rust library (`dasim._core`); this package turns what it returns into
 DataFrames and figures. Errors are the command line's: `ScenarioError` (with `file`, `line`,
@@ -16,7 +17,7 @@ bug; Ctrl-C stops a run after its current event (with a checkpoint in a run dire
 
 from . import _core
 from ._core import DasimError, InternalError, ScenarioError
-from ._run import Run, open, run, sweep, trace
+from ._run import Run, check, open, run, sweep, trace
 from ._scenario import Scenario, load, validate
 from ._progress import DasimWarning
 
@@ -29,6 +30,7 @@ __all__ = [
     "Run",
     "Scenario",
     "ScenarioError",
+    "check",
     "load",
     "open",
     "run",

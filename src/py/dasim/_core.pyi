@@ -68,6 +68,14 @@ def run(
     memory_limit: Optional[int],
     reporter: Optional[_Reporter],
 ) -> Tuple[Optional[str], Optional[List[Tuple[str, str]]], str]: ...
+def check(
+    scenario: Scenario,
+    seeds: Optional[List[int]],
+    backend: str,
+    threads: Optional[int],
+    reporter: Optional[_Reporter],
+) -> List[Dict[str, Any]]: ...
+def parse_seeds(text: str) -> List[int]: ...
 def sweep(
     scenario: Scenario,
     grid: Optional[Dict[str, Any]],

@@ -1,4 +1,5 @@
-"""Runs: `run` (into memory or a run directory), `open` (a run directory), `sweep`, `trace`."""
+"""Runs: `run` (into memory or a run directory), `open` (a run directory), `check` (claims over
+seeds), `sweep`, `trace`."""
 
 from __future__ import annotations
 
@@ -217,6 +218,61 @@ def run(
         r.backend = used
         return r
     return Run(dict(files), backend=used)
+
+
+#: The columns of `check`'s verdicts, in order.
+VERDICT_COLUMNS = [
+    "seed",
+    "claim",
+    "expect",
+    "algorithm",
+    "metric",
+    "over",
+    "op",
+    "value",
+    "observed",
+    "bound",
+    "tolerance",
+    "result",
+    "reason",
+    "note",
+    "run_error",
+]
+
+
+def check(
+    scenario: Union[Scenario, PathLike, Mapping[str, Any]],
+    seeds: Union[None, int, str, Sequence[int]] = None,
+    *,
+    backend: str = "auto",
+    threads: Optional[int] = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Runs the scenario under each seed and judges its `[[expect]]` claims, as `dasim check`
+    does; returns the verdicts, one row per claim, algorithm and seed (`seed` is the seed, or
+    `"mean of seeds 1, 2, 3"` for a claim with `seeds = "mean"`): the columns of `checks.csv`
+    (`observed`, `bound`, `result` `pass`/`fail`/`skip`, `reason`...), with `claim` as written
+    and `run_error` (the run failed, so the claim could not be judged).
+
+    `seeds`: a list, one seed, or the command line's text (`"1..5"`, `"1,4,9"`); default: the
+    scenario's own. Every run is kept in memory; a failed claim is a row, not an exception.
+    `df.attrs["failures"]` counts the failed verdicts, so a regression test reads
+    `assert dasim.check(s, "1..3").attrs["failures"] == 0`.
+    """
+    s = as_scenario(scenario)
+    if isinstance(seeds, str):
+        seeds = _core.parse_seeds(seeds)
+    elif isinstance(seeds, int):
+        seeds = [seeds]
+    reporter = Reporter(progress)
+    try:
+        rows = _core.check(s._core, list(seeds) if seeds is not None else None, backend, threads, reporter)
+    finally:
+        reporter.close()
+    df = pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+    df.attrs["failures"] = int((df["result"] == "fail").sum())
+    df.attrs["skipped"] = int((df["result"] == "skip").sum())
+    return df
 
 
 def open(run_dir: PathLike) -> Run:  # noqa: A001 - dasim.open reads a run directory
