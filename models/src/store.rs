@@ -510,8 +510,9 @@ impl BurnStore {
     /// drawn from the run's init stream, on `device`. The loss follows the targets of `split`.
     ///
     /// # Panics
-    /// For [`Model::Quadratic`], which has no network (it runs on
-    /// [`crate::quadratic::QuadraticStore`]).
+    /// For a model without a network: the quadratic (it runs on
+    /// [`crate::quadratic::QuadraticStore`]) and a timing model (on
+    /// [`crate::timing_store::TimingStore`]).
     pub fn new(
         device: Device,
         model: Model,
@@ -522,8 +523,9 @@ impl BurnStore {
         seed: u64,
     ) -> Self {
         assert!(
-            !matches!(model, Model::Quadratic(_)),
-            "the quadratic has no network: it runs on the reference store"
+            matches!(model, Model::Net(_)),
+            "`{}` has no network: it runs on its own store (Problem::run_store)",
+            model.name()
         );
         // Gradients are the blocks' gradients concatenated: the blocks must tile the row.
         let mut end = 0;
