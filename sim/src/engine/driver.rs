@@ -857,18 +857,22 @@ impl<'r, 'w, 'h, A: Algorithm, I: FnMut(&A, &World<'_>, SimTime)> Run<'r, 'w, 'h
                     }
                 }
             }
-            self.alg.on_fault(
-                f,
-                &mut Ctx {
-                    now: self.now,
-                    queue: &mut self.queue,
-                    world: self.world,
-                },
-            );
-            (self.inspect)(self.alg, self.world, self.now);
-            drain_logs(self.world, self.observer)?;
+            self.deliver(|alg, ctx| alg.on_fault(f, ctx))?;
         }
         Ok(())
+    }
+
+    /// Hands the algorithm a context at the current time (`react` gives it an event or a
+    /// fault), then shows the result to the inspector and hands over the event logs.
+    fn deliver(&mut self, react: impl FnOnce(&mut A, &mut Ctx<'_, 'w, A::Event>)) -> Result<()> {
+        let mut ctx = Ctx {
+            now: self.now,
+            queue: &mut self.queue,
+            world: &mut *self.world,
+        };
+        react(&mut *self.alg, &mut ctx);
+        (self.inspect)(self.alg, self.world, self.now);
+        drain_logs(self.world, self.observer)
     }
 
     /// Pops the next event, advances the clock to it and hands it to the algorithm; reports
@@ -877,16 +881,7 @@ impl<'r, 'w, 'h, A: Algorithm, I: FnMut(&A, &World<'_>, SimTime)> Run<'r, 'w, 'h
         let (t, event) = self.queue.pop().expect("peeked");
         self.now = t;
         self.world.store.set_now(self.now);
-        self.alg.handle(
-            event,
-            &mut Ctx {
-                now: self.now,
-                queue: &mut self.queue,
-                world: self.world,
-            },
-        );
-        (self.inspect)(self.alg, self.world, self.now);
-        drain_logs(self.world, self.observer)?;
+        self.deliver(|alg, ctx| alg.handle(event, ctx))?;
         self.events += 1;
         if self.events.is_multiple_of(PROGRESS_EVERY) {
             self.observer.on_progress(&RunProgress {
