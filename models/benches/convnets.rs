@@ -8,11 +8,13 @@
 //! through burn's `flex` backend (gemm) on the same threads. On a GPU
 //! (`DASIM_BENCH_BACKEND=wgpu`): one batched pass of `R` replicas through burn's autodiff on
 //! the device (the path the store takes there), and the same matrix product (4,096 × 4,096)
-//! through burn on that device. The transformer has no CPU program: on every device it runs
-//! through burn's autodiff as the store runs it (windows of `context + 1` character tokens,
-//! 65 of them as Tiny Shakespeare's, cross-entropy per position), at the shipped scenario's
-//! shape (`scenarios/transformer.toml`: 2 blocks, d = 64, 4 heads, context 64) and at a larger
-//! one (4 blocks, d = 128, context 128).
+//! through burn on that device. The transformer (windows of `context + 1` character tokens, 65
+//! of them as Tiny Shakespeare's, cross-entropy per position) runs its CPU program on `flex`
+//! and burn's autodiff on a GPU, at three shapes: (a) the shipped scenario's
+//! (`scenarios/transformer.toml`: 2 blocks, d = 64, context 32, 8 windows), (b) 4 blocks,
+//! d = 128, context 128, 16 windows, and (c) nanoGPT's Shakespeare-character model (6 blocks,
+//! d = 384, context 256, 12 windows); and (b) once through burn's autodiff on `flex`, the pass
+//! the CPU program replaced.
 //!
 //! Each timed pass is paired with one run of the reference just before it (untimed), so that a
 //! shared machine whose speed drifts compares a pass with the product of the same moment. After
@@ -264,53 +266,146 @@ fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r
     time_passes(bencher, name, r, flops, pass);
 }
 
-/// A GPT of `layers` blocks of width `d` (`d / 16` heads, `d_ff = 4d`) over Tiny
+/// A GPT of `layers` blocks of width `d` with `heads` heads (`d_ff = 4d`) over Tiny
 /// Shakespeare's 65 characters, reading windows of `context` tokens.
-fn gpt(layers: usize, d: usize, context: usize) -> Transformer {
+fn gpt(layers: usize, d: usize, heads: usize, context: usize) -> Transformer {
     Transformer::new(TransformerShape {
         vocab: 65,
         context,
         d_model: d,
-        heads: d / 16,
+        heads,
         d_ff: 4 * d,
         layers,
     })
 }
 
-/// One training pass of `r` replicas of a transformer through burn's autodiff on the bench's
-/// device (the store's path everywhere): `BATCH / 2` random windows per replica.
-fn bench_transformer(bencher: Bencher, name: &'static str, m: Transformer, r: usize) {
-    let model = Model::net(m.clone());
+/// `r · batch` random windows of a transformer: the tokens as floats, and every position's
+/// next token.
+fn windows(m: &Transformer, r: usize, batch: usize) -> (Vec<f32>, Vec<u32>) {
     let (t, vocab) = (m.shape().context, m.shape().vocab);
-    let batch = BATCH / 2;
-    let device = &backend().1;
-    let row = model.init(&mut stream(1, StreamKind::Init, 0));
-    let p = row.len();
     let mut rng = stream(1, StreamKind::Data, 0);
     let tokens: Vec<u32> = (0..r * batch * (t + 1))
         .map(|_| rng.random_range(0..vocab as u32))
         .collect();
-    let x: Vec<f32> = tokens.iter().map(|&v| v as f32).collect();
-    let y: Vec<i64> = tokens
-        .chunks(t + 1)
-        .flat_map(|w| w[1..].iter().map(|&v| i64::from(v)))
-        .collect();
+    let y = tokens.chunks(t + 1).flat_map(|w| w[1..].to_vec()).collect();
+    (tokens.iter().map(|&v| v as f32).collect(), y)
+}
+
+/// One training pass of `r` replicas of a transformer on `batch` windows each: through its CPU
+/// program on `flex` (the replicas spread over the threads as the store spreads a flush), or
+/// with `burn`, or on a GPU, through burn's autodiff (the store's path there).
+fn bench_transformer(
+    bencher: Bencher,
+    name: &'static str,
+    m: Transformer,
+    batch: usize,
+    r: usize,
+    burn: bool,
+) {
+    let model = Model::net(m.clone());
+    let t = m.shape().context;
+    let row = model.init(&mut stream(1, StreamKind::Init, 0));
+    let p = row.len();
+    let (x, y) = windows(&m, r, batch);
     let flops = model.train_flops_per_sample() * (batch * r) as f64;
-    let params: Tensor<2> =
-        Tensor::from_data(TensorData::new(row, [1, p]), device).repeat_dim(0, r);
-    let xt: Tensor<3> = Tensor::from_data(TensorData::new(x, [r, batch, t + 1]), device);
-    let yt: Tensor<3, Int> = Tensor::from_data(TensorData::new(y, [r, batch * t, 1]), device);
-    bench_burn_pass(bencher, name, r, flops, &model, params, xt, yt);
+    if on_gpu() || burn {
+        let device = &backend().1;
+        let params: Tensor<2> =
+            Tensor::from_data(TensorData::new(row, [1, p]), device).repeat_dim(0, r);
+        let xt: Tensor<3> = Tensor::from_data(TensorData::new(x, [r, batch, t + 1]), device);
+        let y: Vec<i64> = y.iter().map(|&v| i64::from(v)).collect();
+        let yt: Tensor<3, Int> = Tensor::from_data(TensorData::new(y, [r, batch * t, 1]), device);
+        bench_burn_pass(bencher, name, r, flops, &model, params, xt, yt);
+        return;
+    }
+    let program = model.cpu_program().expect("a CPU program");
+    let threads = rayon::current_num_threads();
+    let by_replica = threads > 1 && (r == threads || r >= 2 * threads);
+    let (per_x, per_y) = (batch * (t + 1), batch * t);
+    let one = |k: usize| {
+        with_inner_parallelism(!by_replica, || {
+            let mut grad = vec![0.0f32; p];
+            let l = program.train(
+                &row,
+                &x[k * per_x..(k + 1) * per_x],
+                Targets::Tokens(&y[k * per_y..(k + 1) * per_y]),
+                1.0 / batch as f32,
+                &mut grad,
+            );
+            l[0] + grad[0]
+        })
+    };
+    let pass = || {
+        let started = Instant::now();
+        let s: f32 = if by_replica {
+            (0..r).into_par_iter().map(one).sum()
+        } else {
+            (0..r).map(one).sum()
+        };
+        (s, started.elapsed().as_secs_f64())
+    };
+    time_passes(bencher, name, r, flops, pass);
 }
 
-#[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
-fn gpt_2x64_context_64(bencher: Bencher, r: usize) {
-    bench_transformer(bencher, "gpt 2x64 T=64", gpt(2, 64, 64), r);
+fn gpt_replicas(large: bool) -> Vec<usize> {
+    if std::env::var_os("DASIM_BENCH_REPLICAS").is_some() {
+        return replicas();
+    }
+    match (on_gpu(), large) {
+        (true, _) => vec![16, 64],
+        (false, false) => vec![1, 8, 16],
+        (false, true) => vec![1, 4],
+    }
 }
 
-#[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]
-fn gpt_4x128_context_128(bencher: Bencher, r: usize) {
-    bench_transformer(bencher, "gpt 4x128 T=128", gpt(4, 128, 128), r);
+/// (a) The shipped scenario's shape (`scenarios/transformer.toml`): 2 blocks, d = 64, 4 heads,
+/// context 32, 8 windows.
+#[divan::bench(args = gpt_replicas(false), sample_count = SAMPLES, sample_size = 1)]
+fn gpt_a_2x64_context_32(bencher: Bencher, r: usize) {
+    bench_transformer(bencher, "gpt (a) 2x64 T=32", gpt(2, 64, 4, 32), 8, r, false);
+}
+
+/// (b) 4 blocks, d = 128, 4 heads, context 128, 16 windows.
+#[divan::bench(args = gpt_replicas(false), sample_count = SAMPLES, sample_size = 1)]
+fn gpt_b_4x128_context_128(bencher: Bencher, r: usize) {
+    bench_transformer(
+        bencher,
+        "gpt (b) 4x128 T=128",
+        gpt(4, 128, 4, 128),
+        16,
+        r,
+        false,
+    );
+}
+
+/// (c) nanoGPT's Shakespeare-character model: 6 blocks, d = 384, 6 heads, context 256, 12
+/// windows (10.7 M parameters).
+#[divan::bench(args = gpt_replicas(true), sample_count = SAMPLES, sample_size = 1)]
+fn gpt_c_6x384_context_256(bencher: Bencher, r: usize) {
+    bench_transformer(
+        bencher,
+        "gpt (c) 6x384 T=256",
+        gpt(6, 384, 6, 256),
+        12,
+        r,
+        false,
+    );
+}
+
+/// (b) through burn's autodiff on `flex`, the pass the CPU program replaced (one replica).
+#[divan::bench(args = [1], sample_count = SAMPLES, sample_size = 1)]
+fn gpt_b_burn_reference(bencher: Bencher, r: usize) {
+    if on_gpu() {
+        return;
+    }
+    bench_transformer(
+        bencher,
+        "gpt (b) burn pass",
+        gpt(4, 128, 4, 128),
+        16,
+        r,
+        true,
+    );
 }
 
 #[divan::bench(args = replicas(), sample_count = SAMPLES, sample_size = 1)]

@@ -438,9 +438,9 @@ impl Model {
         }
     }
 
-    /// The model's CPU program, where it has one: the convolutional models, whose layers the
-    /// layer kit runs by hand on `flex` ([`crate::layers`]) far faster than burn's
-    /// convolutions there. The store takes it on `flex` for every gradient and evaluation.
+    /// The model's CPU program, where it has one: the convolutional models and the transformer,
+    /// whose layers the layer kit runs by hand on `flex` ([`crate::layers`]) far faster than
+    /// burn's autodiff there. The store takes it on `flex` for every gradient and evaluation.
     pub fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
         match self {
             Model::Net(n) => n.cpu_program(),

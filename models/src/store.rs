@@ -593,6 +593,19 @@ impl BurnStore {
         }
     }
 
+    /// This store with every gradient and evaluation through burn's pass of the model, never its
+    /// CPU program ([`Model::cpu_program`]): the reference the CPU programs are tested and
+    /// benchmarked against, on `flex`. A store without a CPU program is unchanged.
+    pub fn with_reference_pass(mut self) -> Self {
+        if self.cpu.take().is_some() {
+            let upload =
+                |held: &Held| Held::Device(Box::new(DeviceData::upload(held.host(), &self.device)));
+            self.train = upload(&self.train);
+            self.test = upload(&self.test);
+        }
+        self
+    }
+
     /// This store with a flush's requests evaluated on up to `threads` threads of the current
     /// rayon pool (at least 1): the pending requests of a flush of at least
     /// [`PARALLEL_FLUSH_FLOPS`] are cut into that many groups of nearly equal size on `flex`; on
@@ -756,7 +769,7 @@ impl BurnStore {
                 Held::Host(train) => p
                     .batch
                     .iter()
-                    .flat_map(|&i| &train.features[i * train.dim..(i + 1) * train.dim])
+                    .flat_map(|&i| train.sample(i))
                     .copied()
                     .collect(),
                 Held::Device(_) => {
@@ -1336,11 +1349,19 @@ impl BurnStore {
                 Some(f) => x.extend_from_slice(f),
                 None => {
                     for &i in batch {
-                        x.extend_from_slice(&train.features[i * dim..(i + 1) * dim]);
+                        x.extend_from_slice(train.sample(i));
                     }
                 }
             }
             let targets = match train.target {
+                TargetKind::Tokens(_) => {
+                    // Every position's target is the window's next token.
+                    labels.clear();
+                    for window in x.chunks(dim) {
+                        labels.extend(window[1..].iter().map(|&t| t as u32));
+                    }
+                    HostTargets::Tokens(labels)
+                }
                 TargetKind::Classes(_) => {
                     labels.clear();
                     labels.extend(batch.iter().map(|&i| train.labels[i]));
@@ -1351,7 +1372,6 @@ impl BurnStore {
                     values.extend(batch.iter().map(|&i| train.values[i]));
                     HostTargets::Real(values)
                 }
-                TargetKind::Tokens(_) => unreachable!("no CPU program reads text"),
             };
             let b = batch.len();
             let per_sample = cpu.train(params, x, targets, 1.0 / b as f32, grad);
@@ -1366,48 +1386,48 @@ impl BurnStore {
 
     /// Held-out loss and accuracy of `model` on the CPU path: the test split in chunks of a
     /// minibatch's size (spread over the store's threads; each reuses its thread's buffers of
-    /// a training pass), each sample's loss summed in sample order in `f64`.
+    /// a training pass), each sample's (or a text's each position's) loss summed in order in
+    /// `f64`.
     fn cpu_evaluate(&self, cpu: &dyn CpuNet, model: &[f32]) -> Evaluation {
         let test = self.test.host();
         let n = test.len();
         let k = cpu.outputs();
+        // A text's windows predict `window − 1` positions each, every one scored.
+        let positions = test.positions_per_sample();
         let chunk = |range: Range<usize>| -> Vec<(f64, bool)> {
-            let x = &test.features[range.start * test.dim..range.end * test.dim];
-            // The last chunk is padded with zero images to a whole minibatch, so that it runs
+            let mut x = Vec::with_capacity(self.batch * test.dim);
+            for i in range.clone() {
+                x.extend_from_slice(test.sample(i));
+            }
+            // The last chunk is padded with zero samples to a whole minibatch, so that it runs
             // on the same buffers; evaluation treats each sample on its own.
-            let padded;
-            let x = if range.len() < self.batch {
-                padded = [x, &vec![0.0; (self.batch - range.len()) * test.dim]].concat();
-                &padded[..]
-            } else {
-                x
-            };
-            let mut out = vec![0.0f32; self.batch * k];
-            cpu.infer(model, x, &mut out);
-            range
-                .enumerate()
-                .map(|(j, i)| {
-                    let o = &out[j * k..(j + 1) * k];
-                    match test.target {
-                        TargetKind::Classes(_) => {
-                            let label = test.labels[i] as usize;
-                            let max = o.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                            let log_sum =
-                                o.iter().map(|&v| (v - max).exp()).sum::<f32>().ln() + max;
-                            let best = o
-                                .iter()
-                                .enumerate()
-                                .fold(0, |b, (c, &v)| if v > o[b] { c } else { b });
-                            (f64::from(log_sum - o[label]), best == label)
-                        }
+            x.resize(self.batch * test.dim, 0.0);
+            let mut out = vec![0.0f32; self.batch * positions * k];
+            cpu.infer(model, &x, self.batch, &mut out);
+            let mut scored = Vec::with_capacity(range.len() * positions);
+            for (j, i) in range.enumerate() {
+                for t in 0..positions {
+                    let at = (j * positions + t) * k;
+                    let o = &out[at..at + k];
+                    let label = match test.target {
+                        TargetKind::Classes(_) => test.labels[i] as usize,
+                        TargetKind::Tokens(_) => x[j * test.dim + t + 1] as usize,
                         TargetKind::Real => {
                             let e = f64::from(o[0]) - f64::from(test.values[i]);
-                            (0.5 * e * e, false)
+                            scored.push((0.5 * e * e, false));
+                            continue;
                         }
-                        TargetKind::Tokens(_) => unreachable!("no CPU program reads text"),
-                    }
-                })
-                .collect()
+                    };
+                    let max = o.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let log_sum = o.iter().map(|&v| (v - max).exp()).sum::<f32>().ln() + max;
+                    let best = o
+                        .iter()
+                        .enumerate()
+                        .fold(0, |b, (c, &v)| if v > o[b] { c } else { b });
+                    scored.push((f64::from(log_sum - o[label]), best == label));
+                }
+            }
+            scored
         };
         let ranges: Vec<Range<usize>> = (0..n)
             .step_by(self.batch)
@@ -1426,12 +1446,12 @@ impl BurnStore {
             loss += l;
             correct += usize::from(c);
         }
+        let scored = (n * positions) as f64;
         Evaluation {
-            loss: loss / n as f64,
+            loss: loss / scored,
             accuracy: match test.target {
-                TargetKind::Classes(_) => correct as f64 / n as f64,
+                TargetKind::Classes(_) | TargetKind::Tokens(_) => correct as f64 / scored,
                 TargetKind::Real => f64::NAN,
-                TargetKind::Tokens(_) => unreachable!("no CPU program reads text"),
             },
         }
     }

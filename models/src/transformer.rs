@@ -31,7 +31,10 @@
 //! vocab]`, one row of logits per position, which the store's cross-entropy averages over the
 //! `B·T` positions: the loss is in nats per token.
 //!
-//! The model has no CPU program: on `flex` it runs on burn's tensors like the MLP.
+//! **On the CPU** (`flex`) the model runs its own program ([`cpu`]): one replica's forward and
+//! backward pass written on row-major activations, layer norm, the causal softmax, GELU and the
+//! embeddings fused around gemm's matrix products. burn's pass above is the reference it is
+//! tested against, and the pass on a GPU.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -46,12 +49,14 @@ use dasim_sim::clock::rng::Stream;
 
 use crate::convex::Objective;
 use crate::data::{self, DataConfig, Dataset, DatasetKind, Split};
-use crate::layers::ParamRows;
 use crate::layers::attention::CausalSelfAttention;
 use crate::layers::embedding::Embedding;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
+use crate::layers::{CpuNet, ParamRows};
 use crate::spec::{Load, Model, ModelSpec, Network};
+
+pub(crate) mod cpu;
 
 fn default_layers() -> usize {
     2
@@ -525,5 +530,9 @@ impl Network for Transformer {
 
     fn is_language_model(&self) -> bool {
         true
+    }
+
+    fn cpu_program(&self) -> Option<Arc<dyn CpuNet>> {
+        Some(Arc::new(cpu::TransformerCpu::new(self)))
     }
 }

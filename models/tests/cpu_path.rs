@@ -246,7 +246,10 @@ fn inference_equals_burns_evaluation_mode() {
             .try_into_vec()
             .unwrap();
         let mut got = vec![0.0; want.len()];
-        model.cpu_program().unwrap().infer(row, &case.x, &mut got);
+        model
+            .cpu_program()
+            .unwrap()
+            .infer(row, &case.x, case.batch, &mut got);
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (a, b) in got.iter().zip(&want) {
             assert!(

@@ -17,8 +17,9 @@
 //! and evaluation.
 //!
 //! The transformer's layers (`embedding::Embedding`, `layer_norm::LayerNorm`,
-//! `attention::CausalSelfAttention`, used by [`crate::transformer`]) exist on burn only: the
-//! transformer runs on burn's tensors on every device, as the MLP does.
+//! `attention::CausalSelfAttention`) are assembled on burn by [`crate::transformer`]; its CPU
+//! program works on row-major activations (one row per position) with matrix products on views
+//! of them (`matmul`), layer norm, softmax, GELU and the embedding fused around the products.
 
 use std::ops::Range;
 
@@ -34,9 +35,11 @@ pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod cpu;
 pub(crate) mod embedding;
+pub(crate) mod fastmath;
 pub(crate) mod kernels;
 pub(crate) mod layer_norm;
 pub(crate) mod linear;
+pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod par;
 pub(crate) mod pool;
@@ -172,13 +175,16 @@ pub enum Targets<'a> {
     Classes(&'a [u32]),
     /// Real values: `½·(ŷ − y)²` on the model's one output.
     Real(&'a [f32]),
+    /// A language model's: the next token of every position of every window (`T` per window
+    /// of `T + 1` tokens), softmax cross-entropy per position.
+    Tokens(&'a [u32]),
 }
 
 impl Targets<'_> {
-    /// Samples.
+    /// Targets: samples, or a language model's positions.
     pub fn len(&self) -> usize {
         match self {
-            Targets::Classes(y) => y.len(),
+            Targets::Classes(y) | Targets::Tokens(y) => y.len(),
             Targets::Real(y) => y.len(),
         }
     }
@@ -204,6 +210,7 @@ pub(crate) fn loss_and_grad(
             let scales = vec![scale; labels.len()];
             cpu::softmax_cross_entropy(out, stride, outputs, labels, &scales, grad)
         }
+        Targets::Tokens(_) => panic!("a classifier's loss on a language model's targets"),
         Targets::Real(values) => {
             assert_eq!(outputs, 1, "a model on real targets has one output");
             values
@@ -222,10 +229,12 @@ pub(crate) fn loss_and_grad(
 /// A model's CPU program: one replica's training pass (forward and backward) and inference,
 /// on the host, without burn.
 pub trait CpuNet: Send + Sync {
-    /// Outputs per sample (classes, or 1).
+    /// Outputs per sample (classes, or 1), or per position of a language model's window (its
+    /// vocabulary).
     fn outputs(&self) -> usize;
 
-    /// Floats of one input sample.
+    /// Floats of one input sample (a language model's longest window: its context and the
+    /// last target).
     fn input_len(&self) -> usize;
 
     /// The training pass of one replica with parameters `params` (`P` numbers, read at the
@@ -244,9 +253,10 @@ pub trait CpuNet: Send + Sync {
     ) -> Vec<f32>;
 
     /// The outputs of the model `params` on `samples` samples `x` in evaluation mode (running
-    /// statistics), sample-major: `out[n·outputs + k]`. It reuses the buffers of a training
-    /// pass of `samples` samples.
-    fn infer(&self, params: &[f32], x: &[f32], out: &mut [f32]);
+    /// statistics), sample-major: `out[n·outputs + k]`, or for a language model position by
+    /// position, `out[(n·T + t)·outputs + k]` on windows of `T + 1` tokens. It reuses the
+    /// buffers of a training pass of `samples` samples.
+    fn infer(&self, params: &[f32], x: &[f32], samples: usize, out: &mut [f32]);
 
     /// Floats of the buffers one training pass of `batch` samples keeps per thread (reused
     /// from pass to pass), for the memory estimate.

@@ -30,6 +30,11 @@ fn inner() -> bool {
     INNER.with(Cell::get)
 }
 
+/// Whether this pass spreads its layers over more than one thread.
+pub(crate) fn spreads() -> bool {
+    inner() && rayon::current_num_threads() > 1
+}
+
 /// `f(i)` for every `i < count`: on every thread where this pass spreads its layers.
 pub(crate) fn tasks(count: usize, f: impl Fn(usize) + Sync + Send) {
     if count > 1 && inner() {

@@ -341,8 +341,8 @@ impl CpuNet for LeNetCpu {
         )
     }
 
-    fn infer(&self, params: &[f32], x: &[f32], out: &mut [f32]) {
-        let samples = x.len() / self.input_len();
+    fn infer(&self, params: &[f32], x: &[f32], samples: usize, out: &mut [f32]) {
+        debug_assert_eq!(x.len(), samples * self.input_len());
         // The training pass's buffers of the same size (an evaluation goes in chunks of the
         // minibatch size): one set of buffers per thread.
         let key = (self.net.clone(), samples, true);
