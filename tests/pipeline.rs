@@ -155,11 +155,30 @@ fn threads_and_batch_limits_give_byte_identical_outputs() {
     };
     let resnet = shipped("resnet.toml", "sim_time_s = 1.5", "sim_time_s = 0.2");
     let lenet = shipped("lenet.toml", "sim_time_s = 2.5", "sim_time_s = 0.3");
+    // The transformer's CPU program: the shipped GPT (all-reduce's flushes of 4, DiLoCo's
+    // single requests) and the benchmark's 4 blocks of d = 128 at 16 workers (all-reduce and
+    // AD-PSGD), two steps each. Their text path is made absolute, as the run resolves it.
+    let text = common::manifest_dir().join("models/data/tinyshakespeare.txt.gz");
+    let text = format!("path = {:?}", text.display().to_string());
+    let gpt = shipped("transformer.toml", "sim_time_s = 8.0", "sim_time_s = 0.5")
+        .replace("path = \"../models/data/tinyshakespeare.txt.gz\"", &text);
+    let gpt_b = shipped(
+        "perf/transformer-4x128.toml",
+        "worker_steps = 48",
+        "worker_steps = 2",
+    )
+    .replace("path = \"../../models/data/tinyshakespeare.txt.gz\"", &text);
+    assert!(
+        gpt.contains(&text) && gpt_b.contains(&text),
+        "the text's path"
+    );
     for (label, text) in [
         ("small", &small),
         ("wide", &wide),
         ("resnet", &resnet),
         ("lenet", &lenet),
+        ("transformer", &gpt),
+        ("transformer 4x128", &gpt_b),
     ] {
         let (dir, path) = scenario(text, "s.toml");
         let run = |name: &str, flags: &[&str]| {

@@ -44,21 +44,10 @@ fn every_scenario_trains_every_algorithm() {
     for file in &files {
         let loaded = Loaded::from_file(file).unwrap_or_else(|e| panic!("{e}"));
         let out = tempfile::tempdir().unwrap();
-        let opts = RunOptions {
-            backend: select(BackendChoice::Flex).unwrap(),
-            out: out.path().to_path_buf(),
-            progress: false,
-            execution: Default::default(),
-            memory_limit: None,
-            force: false,
-            checkpoint_every: None,
-            interrupt: None,
-            resume: None,
-        };
-        let summary =
-            run_scenario(&loaded, &opts).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let summary = run_scenario(&loaded, &options(out.path()))
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         assert_eq!(summary.runs.len(), loaded.scenario.algorithms.len());
-        golden.check(file, out.path());
+        golden.check(&file.file_name().unwrap().to_string_lossy(), out.path());
         // What the run says it trained on is what it trained on: the quadratic reads no data,
         // so its run directory has neither a `[data]` section nor a partition.
         let reads_data = loaded.scenario.model.name() != "quadratic";
@@ -134,7 +123,30 @@ fn every_scenario_trains_every_algorithm() {
         }
     }
     assert!(failures.is_empty(), "not trained:\n{}", failures.join("\n"));
+    // The language-model benchmark (4 blocks of d = 128, context 128, 16 workers, all-reduce
+    // and AD-PSGD) at two worker steps: the transformer's CPU program at a realistic shape.
+    let bench = dir.join("perf/transformer-4x128.toml");
+    let mut loaded = Loaded::from_file(&bench).unwrap_or_else(|e| panic!("{e}"));
+    loaded.scenario.run.worker_steps = Some(2);
+    let out = tempfile::tempdir().unwrap();
+    run_scenario(&loaded, &options(out.path())).unwrap_or_else(|e| panic!("{e}"));
+    golden.check("perf/transformer-4x128.toml at 2 worker steps", out.path());
     golden.finish();
+}
+
+/// A quiet run on flex into `out`.
+fn options(out: &Path) -> RunOptions {
+    RunOptions {
+        backend: select(BackendChoice::Flex).unwrap(),
+        out: out.to_path_buf(),
+        progress: false,
+        execution: Default::default(),
+        memory_limit: None,
+        force: false,
+        checkpoint_every: None,
+        interrupt: None,
+        resume: None,
+    }
 }
 
 /// What every shipped scenario wrote when the golden file was blessed: the SHA-256 of each CSV
@@ -174,8 +186,9 @@ impl Golden {
         }
     }
 
-    fn check(&mut self, scenario: &Path, out: &Path) {
-        let name = scenario.file_name().unwrap().to_string_lossy().into_owned();
+    /// Compares the outputs in `out` with the entry `name` (a scenario's file name).
+    fn check(&mut self, name: &str, out: &Path) {
+        let name = name.to_owned();
         let mut files: Vec<_> = std::fs::read_dir(out)
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -145,7 +145,10 @@ mod tests {
             }
         }
         eprintln!("normal_cdf: relative error {relative:e} above -4, absolute {absolute:e}");
-        assert!(relative < 2e-6 && absolute < 2e-7, "{relative:e}, {absolute:e}");
+        assert!(
+            relative < 2e-6 && absolute < 2e-7,
+            "{relative:e}, {absolute:e}"
+        );
     }
 
     #[test]
