@@ -1402,6 +1402,18 @@ impl BurnStore {
             // The last chunk is padded with zero samples to a whole minibatch, so that it runs
             // on the same buffers; evaluation treats each sample on its own.
             x.resize(self.batch * test.dim, 0.0);
+            if let TargetKind::Tokens(_) = test.target {
+                let labels: Vec<u32> = x
+                    .chunks(test.dim)
+                    .flat_map(|w| w[1..].iter().map(|&t| t as u32))
+                    .collect();
+                if let Some(scored) = cpu.infer_scored(model, &x, self.batch, &labels) {
+                    return scored[..range.len() * positions]
+                        .iter()
+                        .map(|&(l, c)| (f64::from(l), c))
+                        .collect();
+                }
+            }
             let mut out = vec![0.0f32; self.batch * positions * k];
             cpu.infer(model, &x, self.batch, &mut out);
             let mut scored = Vec::with_capacity(range.len() * positions);

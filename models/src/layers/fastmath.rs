@@ -80,6 +80,55 @@ pub(crate) fn gelu_and_slope(x: f32) -> (f32, f32) {
     (x * cdf, cdf + x * FRAC_1_SQRT_2PI * exp(-0.5 * x * x))
 }
 
+/// Lanes of a [`sum`]: partial sums `k, k + 16, k + 32, …`, added in a fixed tree at the end.
+const SUM_LANES: usize = 16;
+
+/// `Σ f(i)` for `i < n` in [`SUM_LANES`] partial sums and a fixed tree: a vector of them on
+/// every instruction set (one AVX-512 register, two AVX2 ones), the same bits on each, and no
+/// chain of dependent additions (a sum in order waits four cycles per element).
+#[inline(always)]
+fn lane_sum(n: usize, f: impl Fn(usize) -> f32) -> f32 {
+    let mut acc = [0.0f32; SUM_LANES];
+    let full = n - n % SUM_LANES;
+    let mut i = 0;
+    while i < full {
+        for (l, a) in acc.iter_mut().enumerate() {
+            *a += f(i + l);
+        }
+        i += SUM_LANES;
+    }
+    for (a, j) in acc.iter_mut().zip(full..n) {
+        *a += f(j);
+    }
+    let mut w = SUM_LANES / 2;
+    while w > 0 {
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+        w /= 2;
+    }
+    acc[0]
+}
+
+/// `Σ x[i]` ([`lane_sum`]'s order).
+#[inline(always)]
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    lane_sum(x.len(), |i| x[i])
+}
+
+/// `Σ a[i] · b[i]` ([`lane_sum`]'s order).
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let b = &b[..a.len()];
+    lane_sum(a.len(), |i| a[i] * b[i])
+}
+
+/// `Σ (x[i] − c)²` ([`lane_sum`]'s order).
+#[inline(always)]
+pub(crate) fn sum_sq_dev(x: &[f32], c: f32) -> f32 {
+    lane_sum(x.len(), |i| (x[i] - c) * (x[i] - c))
+}
+
 dispatch! {
     /// `g[i] = GELU(x[i])`, and `x[i]` replaced by GELU's slope there (what the backward pass
     /// multiplies the gradient by).
@@ -88,6 +137,71 @@ dispatch! {
             let (v, slope) = gelu_and_slope(*x);
             *g = v;
             *x = slope;
+        }
+    }
+}
+
+dispatch! {
+    /// `g[i] = GELU(x[i])` alone (an evaluation's forward pass).
+    pub(crate) fn gelu_into<V>(x: &[f32], g: &mut [f32]) {
+        for (&x, g) in x.iter().zip(g.iter_mut()) {
+            *g = x * normal_cdf(x);
+        }
+    }
+}
+
+dispatch! {
+    /// Layer norm of the rows of `x` (each `gain.len()` floats) into `y`: `(x − mean) · rstd ·
+    /// gain + bias` with the biased variance and `eps`, each row's mean and `rstd` into
+    /// `stats` (two floats a row).
+    pub(crate) fn layer_norm_rows<V>(
+        x: &[f32],
+        gain: &[f32],
+        bias: &[f32],
+        eps: f32,
+        y: &mut [f32],
+        stats: &mut [f32],
+    ) {
+        let d = gain.len();
+        for ((xr, yr), st) in x.chunks_exact(d).zip(y.chunks_exact_mut(d)).zip(stats.chunks_exact_mut(2)) {
+            let mean = sum(xr) / d as f32;
+            let var = sum_sq_dev(xr, mean) / d as f32;
+            let rstd = 1.0 / (var + eps).sqrt();
+            for (((o, &v), &g), &b) in yr.iter_mut().zip(xr).zip(gain).zip(bias) {
+                *o = (v - mean) * rstd * g + b;
+            }
+            st[0] = mean;
+            st[1] = rstd;
+        }
+    }
+}
+
+dispatch! {
+    /// The input gradient of [`layer_norm_rows`] from the output gradient `dy`, **added** into
+    /// `dx`: `rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂))` with `ĝ = dy · gain`, `x̂` the normalized
+    /// input; `scratch` holds a row.
+    pub(crate) fn layer_norm_grad_rows<V>(
+        x: &[f32],
+        stats: &[f32],
+        dy: &[f32],
+        gain: &[f32],
+        dx: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let d = gain.len();
+        let (gh, xh) = scratch[..2 * d].split_at_mut(d);
+        let rows = x.chunks_exact(d).zip(dy.chunks_exact(d)).zip(dx.chunks_exact_mut(d));
+        for (((xr, dr), out), st) in rows.zip(stats.chunks_exact(2)) {
+            let (mean, rstd) = (st[0], st[1]);
+            for j in 0..d {
+                gh[j] = dr[j] * gain[j];
+                xh[j] = (xr[j] - mean) * rstd;
+            }
+            let m1 = sum(gh) / d as f32;
+            let m2 = dot(gh, xh) / d as f32;
+            for j in 0..d {
+                out[j] += rstd * (gh[j] - m1 - xh[j] * m2);
+            }
         }
     }
 }
@@ -149,6 +263,40 @@ mod tests {
             relative < 2e-6 && absolute < 2e-7,
             "{relative:e}, {absolute:e}"
         );
+    }
+
+    #[test]
+    fn lane_sums_are_sums_in_a_fixed_order() {
+        for n in [0usize, 1, 5, 16, 17, 31, 64, 100] {
+            let x: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let y: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let want: f64 = x.iter().map(|&v| f64::from(v)).sum();
+            assert!((f64::from(sum(&x)) - want).abs() < 1e-5, "n = {n}");
+            let want: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            assert!((f64::from(dot(&x, &y)) - want).abs() < 1e-5, "n = {n}");
+            let want: f64 = x.iter().map(|&v| (f64::from(v) - 0.25).powi(2)).sum();
+            assert!(
+                (f64::from(sum_sq_dev(&x, 0.25)) - want).abs() < 1e-5,
+                "n = {n}"
+            );
+        }
+        // Lane k holds the elements k, k + 16, …, and lanes k and k + 8 meet first: 2²⁴ + 1 is
+        // not a float (it rounds to 2²⁴), so the order shows in the last bits.
+        let mut x = vec![0.0f32; 32];
+        x[0] = 16_777_216.0;
+        x[1] = 1.0;
+        x[9] = 1.0;
+        assert_eq!(
+            sum(&x),
+            16_777_218.0,
+            "the two 1s meet before they reach 2²⁴"
+        );
+        x.swap(9, 16);
+        assert_eq!(sum(&x), 16_777_216.0, "a 1 in lane 0 meets 2²⁴ alone");
     }
 
     #[test]

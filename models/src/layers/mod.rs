@@ -258,6 +258,20 @@ pub trait CpuNet: Send + Sync {
     /// buffers of a training pass of `samples` samples.
     fn infer(&self, params: &[f32], x: &[f32], samples: usize, out: &mut [f32]);
 
+    /// A language model's evaluation: the loss of every position of the `samples` windows `x`
+    /// against `labels` (its next token) and whether the model's likeliest token is that one,
+    /// position by position; `None` (the default) where the model leaves the scoring of its
+    /// [`CpuNet::infer`] outputs to the caller.
+    fn infer_scored(
+        &self,
+        _params: &[f32],
+        _x: &[f32],
+        _samples: usize,
+        _labels: &[u32],
+    ) -> Option<Vec<(f32, bool)>> {
+        None
+    }
+
     /// Floats of the buffers one training pass of `batch` samples keeps per thread (reused
     /// from pass to pass), for the memory estimate.
     fn train_floats(&self, batch: usize) -> usize;

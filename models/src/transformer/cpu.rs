@@ -15,7 +15,10 @@
 //! sum over rows (the biases, the layer-norm gains and biases, the embeddings) are summed row
 //! after row on one thread. No split cuts a sum, so the bits do not depend on the threads.
 
-use crate::layers::fastmath::{exp_shifted, gelu_in_place, mul_in_place};
+use crate::layers::fastmath::{
+    dot, exp_shifted, gelu_in_place, gelu_into, layer_norm_grad_rows, layer_norm_rows,
+    mul_in_place, sum,
+};
 use crate::layers::matmul::{View, matmul};
 use crate::layers::par::{chunks, chunks2, with_inner_parallelism};
 use crate::layers::workspace::with_workspace;
@@ -266,18 +269,8 @@ fn layer_norm_forward(params: &[f32], ln: &LayerNorm, x: &[f32], y: &mut [f32], 
         stats,
         2 * ROWS_PER_TASK,
         |c, rows, st| {
-            let x = &x[c * d * ROWS_PER_TASK..];
-            for (k, (row, st)) in rows.chunks_mut(d).zip(st.chunks_mut(2)).enumerate() {
-                let xr = &x[k * d..(k + 1) * d];
-                let mean = xr.iter().sum::<f32>() / d as f32;
-                let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-                let rstd = 1.0 / (var + LAYER_NORM_EPS as f32).sqrt();
-                for (((o, &v), &gv), &bv) in row.iter_mut().zip(xr).zip(gain).zip(bias) {
-                    *o = (v - mean) * rstd * gv + bv;
-                }
-                st[0] = mean;
-                st[1] = rstd;
-            }
+            let x = &x[c * d * ROWS_PER_TASK..][..rows.len()];
+            layer_norm_rows(x, gain, bias, LAYER_NORM_EPS as f32, rows, st);
         },
     );
 }
@@ -312,24 +305,17 @@ fn layer_norm_backward(
     }
     let gain = &params[g];
     chunks(&mut dx[..n * d], d * ROWS_PER_TASK, |c, rows| {
-        let base = c * ROWS_PER_TASK;
-        for (k, out) in rows.chunks_mut(d).enumerate() {
-            let r = base + k;
-            let (mean, rstd) = (stats[2 * r], stats[2 * r + 1]);
-            let (xr, dr) = (&x[r * d..(r + 1) * d], &dy[r * d..(r + 1) * d]);
-            // dx = rstd · (ĝ − mean(ĝ) − x̂ · mean(ĝ · x̂)), ĝ = dy · gain.
-            let (mut s1, mut s2) = (0.0f32, 0.0f32);
-            for j in 0..d {
-                let gh = dr[j] * gain[j];
-                s1 += gh;
-                s2 += gh * (xr[j] - mean) * rstd;
-            }
-            let (m1, m2) = (s1 / d as f32, s2 / d as f32);
-            for j in 0..d {
-                let xh = (xr[j] - mean) * rstd;
-                out[j] += rstd * (dr[j] * gain[j] - m1 - xh * m2);
-            }
-        }
+        let at = c * ROWS_PER_TASK;
+        let len = rows.len() / d;
+        let mut scratch = vec![0.0f32; 2 * d];
+        layer_norm_grad_rows(
+            &x[at * d..(at + len) * d],
+            &stats[2 * at..2 * (at + len)],
+            &dy[at * d..(at + len) * d],
+            gain,
+            rows,
+            &mut scratch,
+        );
     });
 }
 
@@ -345,7 +331,8 @@ impl TransformerCpu {
 
     /// The forward pass of the windows `x` (`B` of `T + 1` token ids as floats): the loss of
     /// every position against its next token is left in `w.losses`, the logits in `w.logits`.
-    fn forward(&self, params: &[f32], x: &[f32], w: &mut Work) {
+    /// With `train` unset (an evaluation), GELU's slope is not computed.
+    fn forward(&self, params: &[f32], x: &[f32], w: &mut Work, train: bool) {
         let net = &self.net;
         let (b, t, d) = (w.b, w.t, self.d());
         let n = b * t;
@@ -380,13 +367,20 @@ impl TransformerCpu {
             linear_forward(params, &block.fc1, &k.a2, None, &mut k.f);
             // GELU, its slope kept in `f` for the backward pass.
             let ff = block.fc1.fan_out;
-            chunks2(
-                &mut k.f,
-                ROWS_PER_TASK * ff,
-                &mut k.g,
-                ROWS_PER_TASK * ff,
-                |_, f, g| gelu_in_place(f, g),
-            );
+            if train {
+                chunks2(
+                    &mut k.f,
+                    ROWS_PER_TASK * ff,
+                    &mut k.g,
+                    ROWS_PER_TASK * ff,
+                    |_, f, g| gelu_in_place(f, g),
+                );
+            } else {
+                let f = &k.f;
+                chunks(&mut k.g, ROWS_PER_TASK * ff, |c, g| {
+                    gelu_into(&f[c * ROWS_PER_TASK * ff..][..g.len()], g)
+                });
+            }
             linear_forward(params, &block.fc2, &k.g, Some(&k.x2), x_out);
         }
         let last = &w.xs[net.blocks.len()];
@@ -461,7 +455,7 @@ impl TransformerCpu {
             let (seen, future) = row.split_at_mut(r + 1);
             let max = seen.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             exp_shifted(seen, max);
-            let inv = 1.0 / seen.iter().sum::<f32>();
+            let inv = 1.0 / sum(seen);
             for s in seen.iter_mut() {
                 *s *= inv;
             }
@@ -544,11 +538,7 @@ impl TransformerCpu {
             matmul(&mut dp, tt, datt, dy, qkv, v.t(), 1.0, false);
             for (r, (row, dpr)) in p.chunks_mut(t).zip(dp.chunks(t)).enumerate() {
                 let seen = r + 1;
-                let dot: f32 = row[..seen]
-                    .iter()
-                    .zip(&dpr[..seen])
-                    .map(|(a, b)| a * b)
-                    .sum();
+                let dot = dot(&row[..seen], &dpr[..seen]);
                 for (s, &gp) in row[..seen].iter_mut().zip(&dpr[..seen]) {
                     *s = *s * (gp - dot) * scale;
                 }
@@ -574,7 +564,7 @@ impl TransformerCpu {
                     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let target = row[label];
                     exp_shifted(row, max);
-                    let sum: f32 = row.iter().sum();
+                    let sum = sum(row);
                     *loss = sum.ln() + max - target;
                     if let Some(s) = grad_scale {
                         let p = s / sum;
@@ -600,7 +590,7 @@ impl TransformerCpu {
         let net = &self.net;
         let (b, t, d) = (w.b, w.t, self.d());
         let n = b * t;
-        self.forward(params, x, w);
+        self.forward(params, x, w, true);
         // Each window's loss is the mean over its positions.
         self.loss(targets, w, Some(scale / t as f32));
         let losses = w
@@ -742,10 +732,46 @@ impl CpuNet for TransformerCpu {
             &self.key(b, t),
             || Work::new(self, b, t, true),
             |w| {
-                self.forward(params, x, w);
+                self.forward(params, x, w, false);
                 out[..w.logits.len()].copy_from_slice(&w.logits);
             },
         )
+    }
+
+    /// The forward pass and the loss of every position as the training pass computes it
+    /// (vectorized, on this thread's workspace), and whether the likeliest token (the first of
+    /// equal logits) is the label.
+    fn infer_scored(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        samples: usize,
+        labels: &[u32],
+    ) -> Option<Vec<(f32, bool)>> {
+        let b = samples;
+        let t = x.len() / b - 1;
+        let v = self.net.shape.vocab;
+        Some(with_workspace(
+            &self.key(b, t),
+            || Work::new(self, b, t, true),
+            |w| {
+                self.forward(params, x, w, false);
+                let correct: Vec<bool> = w
+                    .logits
+                    .chunks(v)
+                    .zip(labels)
+                    .map(|(row, &label)| {
+                        let best = row
+                            .iter()
+                            .enumerate()
+                            .fold(0, |b, (c, &z)| if z > row[b] { c } else { b });
+                        best == label as usize
+                    })
+                    .collect();
+                self.loss(labels, w, None);
+                w.losses.iter().copied().zip(correct).collect()
+            },
+        ))
     }
 
     fn train_floats(&self, batch: usize) -> usize {
