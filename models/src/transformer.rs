@@ -31,10 +31,10 @@
 //! vocab]`, one row of logits per position, which the store's cross-entropy averages over the
 //! `B·T` positions: the loss is in nats per token.
 //!
-//! **On the CPU** (`flex`) the model runs its own program ([`cpu`]): one replica's forward and
-//! backward pass written on row-major activations, layer norm, the causal softmax, GELU and the
-//! embeddings fused around gemm's matrix products. burn's pass above is the reference it is
-//! tested against, and the pass on a GPU.
+//! **On the CPU** (`flex`) the model runs its own program (`transformer::cpu`): one replica's
+//! forward and backward pass written on row-major activations, layer norm, the causal softmax,
+//! GELU and the embeddings fused around gemm's matrix products. burn's pass above is the
+//! reference it is tested against, and the pass on a GPU.
 
 use std::ops::Range;
 use std::sync::Arc;
