@@ -235,23 +235,31 @@ fn bench_model(bencher: Bencher, name: &'static str, model: Model, dim: usize, r
         return;
     }
     let program = model.cpu_program().expect("a CPU program");
-    // As the store does: a replica per thread when the replicas fill the threads, else one
-    // replica after another, each spreading its layers over the threads.
+    time_cpu_passes(bencher, name, r, flops, p, |k, grad| {
+        let xs = &x[k * BATCH * dim..(k + 1) * BATCH * dim];
+        let ys = &y[k * BATCH..(k + 1) * BATCH];
+        program.train(&row, xs, Targets::Classes(ys), 1.0 / BATCH as f32, grad)[0]
+    });
+}
+
+/// Times a training pass of `r` replicas through a CPU program, `train(k, grad)` being replica
+/// `k`'s (its first loss): as the store spreads a flush, a replica per thread when the replicas
+/// fill the threads, else one replica after another, each spreading its layers over the
+/// threads.
+fn time_cpu_passes(
+    bencher: Bencher,
+    name: &'static str,
+    r: usize,
+    flops: f64,
+    p: usize,
+    train: impl Fn(usize, &mut [f32]) -> f32 + Sync,
+) {
     let threads = rayon::current_num_threads();
     let by_replica = threads > 1 && (r == threads || r >= 2 * threads);
     let one = |k: usize| {
         with_inner_parallelism(!by_replica, || {
             let mut grad = vec![0.0f32; p];
-            let xs = &x[k * BATCH * dim..(k + 1) * BATCH * dim];
-            let ys = &y[k * BATCH..(k + 1) * BATCH];
-            let l = program.train(
-                &row,
-                xs,
-                Targets::Classes(ys),
-                1.0 / BATCH as f32,
-                &mut grad,
-            );
-            l[0] + grad[0]
+            train(k, &mut grad) + grad[0]
         })
     };
     let pass = || {
@@ -319,32 +327,14 @@ fn bench_transformer(
         return;
     }
     let program = model.cpu_program().expect("a CPU program");
-    let threads = rayon::current_num_threads();
-    let by_replica = threads > 1 && (r == threads || r >= 2 * threads);
     let (per_x, per_y) = (batch * (t + 1), batch * t);
-    let one = |k: usize| {
-        with_inner_parallelism(!by_replica, || {
-            let mut grad = vec![0.0f32; p];
-            let l = program.train(
-                &row,
-                &x[k * per_x..(k + 1) * per_x],
-                Targets::Tokens(&y[k * per_y..(k + 1) * per_y]),
-                1.0 / batch as f32,
-                &mut grad,
-            );
-            l[0] + grad[0]
-        })
-    };
-    let pass = || {
-        let started = Instant::now();
-        let s: f32 = if by_replica {
-            (0..r).into_par_iter().map(one).sum()
-        } else {
-            (0..r).map(one).sum()
-        };
-        (s, started.elapsed().as_secs_f64())
-    };
-    time_passes(bencher, name, r, flops, pass);
+    time_cpu_passes(bencher, name, r, flops, p, |k, grad| {
+        let (xs, ys) = (
+            &x[k * per_x..(k + 1) * per_x],
+            &y[k * per_y..(k + 1) * per_y],
+        );
+        program.train(&row, xs, Targets::Tokens(ys), 1.0 / batch as f32, grad)[0]
+    });
 }
 
 fn gpt_replicas(large: bool) -> Vec<usize> {

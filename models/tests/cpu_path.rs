@@ -7,12 +7,16 @@
 //! and on the 8×8 digits (both "same"), at 1, 3 and 16 replicas, in training mode, and the
 //! evaluation-mode outputs.
 
+mod common;
+
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::layers::Targets;
 use dasim_models::{ImageShape, LeNet, Model, ResNet};
 use dasim_sim::clock::rng::{StreamKind, stream};
 use rand::Rng;
+
+use common::assert_close;
 
 fn shape(channels: usize, height: usize, width: usize) -> ImageShape {
     ImageShape {
@@ -134,25 +138,6 @@ fn cpu(model: &Model, case: &Case) -> (Vec<Vec<f32>>, Vec<f32>) {
         grads.push(g);
     }
     (grads, losses)
-}
-
-/// Every block of every row within `rel` of the reference's largest magnitude in that block.
-fn assert_close(model: &Model, got: &[Vec<f32>], want: &[Vec<f32>], rel: f32, what: &str) {
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        for block in model.blocks() {
-            let (g, w) = (&g[block.clone()], &w[block.clone()]);
-            let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-            let worst = g
-                .iter()
-                .zip(w)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(
-                worst <= rel * scale && g.iter().all(|v| v.is_finite()),
-                "{what}, replica {k}, block {block:?}: off by {worst:e} of {scale:e}"
-            );
-        }
-    }
 }
 
 /// The CPU program against burn at 1, 3 and 16 replicas (batches of 8, 6 and 4).

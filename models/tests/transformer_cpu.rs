@@ -5,6 +5,8 @@
 //! on one thread and on two; and whole stores (SGD with momentum and clipping, AdamW) that step
 //! alike through either pass.
 
+mod common;
+
 use std::path::Path;
 
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
@@ -13,6 +15,8 @@ use dasim_models::{DataConfig, Model, ModelConfig, Problem, Transformer, Transfo
 use dasim_sim::clock::rng::{StreamKind, stream};
 use dasim_sim::params::{OptimizerConfig, ReplicaStore};
 use rand::Rng;
+
+use common::assert_close;
 
 fn shape(
     vocab: usize,
@@ -121,25 +125,6 @@ fn cpu(
             (g, l.iter().sum::<f32>() / b as f32)
         })
         .unzip()
-}
-
-/// Every block of every row within `rel` of the reference's largest magnitude in that block.
-fn assert_close(model: &Model, got: &[Vec<f32>], want: &[Vec<f32>], rel: f32, what: &str) {
-    for (k, (g, w)) in got.iter().zip(want).enumerate() {
-        for block in model.blocks() {
-            let (g, w) = (&g[block.clone()], &w[block.clone()]);
-            let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-            let worst = g
-                .iter()
-                .zip(w)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(
-                worst <= rel * scale && g.iter().all(|v| v.is_finite()),
-                "{what}, replica {k}, block {block:?}: off by {worst:e} of {scale:e}"
-            );
-        }
-    }
 }
 
 fn check(s: TransformerShape, cases: &[(usize, usize, usize)], what: &str) {

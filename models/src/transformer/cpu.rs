@@ -687,14 +687,11 @@ impl TransformerCpu {
         (b, positions / b)
     }
 
-    fn key(&self, b: usize, t: usize) -> (TransformerCpuKey, usize, usize) {
-        (TransformerCpuKey(self.net.clone()), b, t)
+    /// A workspace's key: the layout, the windows and their positions.
+    fn key(&self, b: usize, t: usize) -> (Transformer, usize, usize) {
+        (self.net.clone(), b, t)
     }
 }
-
-/// The workspace key of a transformer: its layout.
-#[derive(Clone, Debug, PartialEq)]
-struct TransformerCpuKey(Transformer);
 
 impl CpuNet for TransformerCpu {
     fn outputs(&self) -> usize {
