@@ -38,11 +38,10 @@
 //! **Activities** ([`crate::record`]): computing, then blocked while a neighbour's message of the
 //! iteration is not sent yet (the wait attributed to that neighbour), then communicating.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde::{Deserialize, Serialize};
 
 use super::dpsgd::{MixingWeights, mixing_weights};
+use super::neighbours::{Exchange, SendsAt};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
@@ -51,8 +50,7 @@ use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointe
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
-use crate::params::{GradId, MsgId, ReplicaStore, Slot};
-use crate::record::Activity;
+use crate::params::{MsgId, ReplicaStore, Slot};
 
 /// Options of CHOCO-SGD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -126,25 +124,15 @@ pub enum Event {
     },
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct WorkerState {
-    iter: u64,
-    grad: Option<GradId>,
-    /// Stepped and sent its `q` of `iter`.
-    ready: bool,
-    inbox: BTreeMap<(u64, usize), MsgId>,
-    blocked: bool,
-}
-
 /// The state machine of CHOCO-SGD.
 #[derive(Serialize, Deserialize)]
 pub struct Choco {
     #[serde(with = "crate::compress::stored")]
     compression: Compression,
     gamma: f64,
-    neighbors: Vec<Vec<usize>>,
     weights: Vec<(f64, Vec<(usize, f64)>)>,
-    workers: Vec<WorkerState>,
+    /// The differences exchanged with the neighbours; ready: stepped and sent its `q`.
+    exchange: Exchange,
     /// Each node's public copy `x̂_i` and `s_i = Σ_j W_ij x̂_j`.
     hat: Vec<Option<MsgId>>,
     s: Vec<Option<MsgId>>,
@@ -152,8 +140,6 @@ pub struct Choco {
     rngs: Vec<Stream>,
     /// Payload bytes of one message.
     bytes: u64,
-    down: BTreeSet<usize>,
-    lost: BTreeSet<(u64, usize, usize)>,
 }
 
 impl Choco {
@@ -163,17 +149,17 @@ impl Choco {
         Choco {
             compression: cfg.compression.clone(),
             gamma: cfg.consensus_lr,
-            neighbors: (0..n).map(|i| topology.neighbors(i).to_vec()).collect(),
             weights: mixing_weights(cfg.weights, topology),
-            workers: vec![WorkerState::default(); n],
+            exchange: Exchange::new(
+                (0..n).map(|i| topology.neighbors(i).to_vec()).collect(),
+                SendsAt::Ready,
+            ),
             hat: vec![None; n],
             s: vec![None; n],
             rngs: (0..n)
                 .map(|i| stream(seed, StreamKind::Algorithm, i as u64))
                 .collect(),
             bytes: 0,
-            down: BTreeSet::new(),
-            lost: BTreeSet::new(),
         }
     }
 
@@ -194,12 +180,12 @@ impl Choco {
 
     /// Node `i`'s iteration: gossip steps it has completed.
     pub fn iteration(&self, i: usize) -> u64 {
-        self.workers[i].iter
+        self.exchange.iteration(i)
     }
 
     /// Whether node `i` has stepped and sent its difference of its current iteration.
     pub fn has_sent(&self, i: usize) -> bool {
-        self.workers[i].ready
+        self.exchange.is_ready(i)
     }
 
     /// Payload bytes of one message (the compressor's wire size).
@@ -232,7 +218,7 @@ impl Choco {
     }
 
     fn step_and_send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        let g = self.exchange.take_gradient(w);
         let lr = cx.lr_for(w);
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
@@ -251,10 +237,8 @@ impl Choco {
             &[(Slot::Msg(s), 1.0), (Slot::Msg(q), self_weight)],
             cx,
         );
-        let iter = self.workers[w].iter;
-        self.workers[w].ready = true;
-        for k in 0..self.neighbors[w].len() {
-            let j = self.neighbors[w][k];
+        self.exchange.set_ready(w);
+        self.exchange.send(w, self.bytes, cx, |j, iter, cx| {
             let msg = cx.world.store.new_msg(&[(Slot::Msg(q), 1.0)]);
             let event = Event::Diff {
                 from: w,
@@ -262,74 +246,26 @@ impl Choco {
                 iter,
                 msg,
             };
-            if cx.send(w, j, self.bytes, event).lost.is_some() {
-                cx.world.store.release_msg(msg);
-                self.lost.insert((iter, w, j));
-            }
-            if self.workers[j].ready {
-                self.wait(j, w, cx);
-            }
-        }
+            (msg, event)
+        });
         cx.world.store.release_msg(q);
     }
 
-    /// Whether worker `j` has sent its difference of iteration `k`.
-    fn sent(&self, j: usize, k: u64) -> bool {
-        let st = &self.workers[j];
-        st.iter > k || (st.iter == k && st.ready)
-    }
-
-    /// Worker `w` waits for its neighbours' differences: blocked while one is not sent yet,
-    /// communicating once all are in flight (`by` ended the blocked part, if it did).
-    fn wait(&mut self, w: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let st = &self.workers[w];
-        let iter = st.iter;
-        let unsent = self.neighbors[w]
-            .iter()
-            .any(|&j| !st.inbox.contains_key(&(iter, j)) && !self.sent(j, iter));
-        match (unsent, st.blocked) {
-            (true, false) => {
-                self.workers[w].blocked = true;
-                cx.block(w);
-            }
-            (false, true) => {
-                self.workers[w].blocked = false;
-                cx.unblock(w, by, Activity::Communicate);
-            }
-            (false, false) => cx.activity(w, Activity::Communicate),
-            (true, true) => {}
-        }
-    }
-
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        self.workers[w].ready = false;
-        self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
+        self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 
     fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let st = &self.workers[w];
-        let iter = st.iter;
-        if !st.ready {
+        let Some(msgs) = self.exchange.gather(w, cx) else {
             return;
-        }
-        if !self.neighbors[w]
-            .iter()
-            .all(|j| st.inbox.contains_key(&(iter, *j)))
-        {
-            self.wait(w, w, cx);
-            return;
-        }
-        self.workers[w].blocked = false;
+        };
         let mut terms = vec![(Slot::Msg(self.neighbourhood_sum(w)), 1.0)];
-        let mut msgs = Vec::with_capacity(self.neighbors[w].len());
-        for &(j, wij) in &self.weights[w].1 {
-            let m = self.workers[w]
-                .inbox
-                .remove(&(iter, j))
-                .expect("checked above");
-            terms.push((Slot::Msg(m), wij));
-            msgs.push(m);
-        }
+        let row = &self.weights[w].1;
+        terms.extend(
+            msgs.iter()
+                .zip(row)
+                .map(|(&m, &(_, wij))| (Slot::Msg(m), wij)),
+        );
         Self::update(&mut self.s[w], &terms, cx);
         for m in msgs {
             cx.world.store.release_msg(m);
@@ -340,7 +276,7 @@ impl Choco {
             w,
             &[(Slot::Row(w), 1.0), (Slot::Msg(s), g), (Slot::Msg(hat), -g)],
         );
-        self.workers[w].iter += 1;
+        self.exchange.advance(w);
         self.begin(w, cx);
     }
 }
@@ -358,7 +294,7 @@ impl Algorithm for Choco {
             self.compression
                 .payload_bytes(p, cx.world.net.value_bytes()),
         );
-        for w in 0..self.workers.len() {
+        for w in 0..self.exchange.len() {
             // x̂_i = s_i = 0, as the paper initializes them.
             self.hat[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
             self.s[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
@@ -369,9 +305,6 @@ impl Algorithm for Choco {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
             Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::Diff { to, msg, .. } if !cx.deliverable(to) => {
-                cx.world.store.release_msg(msg);
-            }
             Event::ComputeDone(w) => {
                 self.step_and_send(w, cx);
                 self.try_finish(w, cx);
@@ -382,50 +315,20 @@ impl Algorithm for Choco {
                 iter,
                 msg,
             } => {
-                debug_assert!(
-                    iter == self.workers[to].iter || iter == self.workers[to].iter + 1,
-                    "neighbours are at most one iteration apart"
-                );
-                self.workers[to].inbox.insert((iter, from), msg);
-                self.try_finish(to, cx);
+                if self.exchange.receive(from, to, iter, msg, cx) {
+                    self.try_finish(to, cx);
+                }
             }
         }
     }
 
     fn waiting(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (w, st) in self.workers.iter().enumerate() {
-            if !st.ready || self.down.contains(&w) {
-                continue;
-            }
-            for &j in &self.neighbors[w] {
-                if !st.inbox.contains_key(&(st.iter, j)) {
-                    let why = if self.lost.contains(&(st.iter, j, w)) {
-                        " (lost on the way)"
-                    } else if self.down.contains(&j) {
-                        " (down)"
-                    } else {
-                        ""
-                    };
-                    out.push(format!(
-                        "worker {w} waits for the compressed difference of iteration {} from worker {j}{why}",
-                        st.iter
-                    ));
-                }
-            }
-        }
-        out
+        self.exchange.waiting("compressed difference")
     }
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
         if let WorkerFault::Crash(w) = fault {
-            self.down.insert(w);
-            let st = &mut self.workers[w];
-            st.ready = false;
-            st.blocked = false;
-            if let Some(g) = st.grad.take() {
-                cx.world.store.release_gradient(g);
-            }
+            self.exchange.crash(w, cx);
         }
     }
 }

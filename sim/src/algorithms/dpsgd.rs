@@ -54,18 +54,16 @@
 //! `mean_j (x^k − η g_j)`), and combine-then-adapt keeps the *average* replica on all-reduce
 //! SGD's trajectory whenever gradients are linear in the parameters (e.g. a quadratic).
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use serde::{Deserialize, Serialize};
 
+use super::neighbours::{Exchange, SendsAt};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
-use crate::params::{GradId, MsgId, ReplicaStore, Slot};
-use crate::record::Activity;
+use crate::params::{MsgId, ReplicaStore, Slot};
 
 /// The mixing matrix of D-PSGD.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,29 +171,15 @@ pub enum Event {
     },
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct WorkerState {
-    iter: u64,
-    grad: Option<GradId>,
-    /// Combine-then-adapt: the gradient is ready; adapt-then-combine: the stepped model is sent.
-    ready: bool,
-    inbox: BTreeMap<(u64, usize), MsgId>,
-    /// Waiting for a neighbour's model that is not sent yet.
-    blocked: bool,
-}
-
 /// The state machine of D-PSGD.
 #[derive(Serialize, Deserialize)]
 pub struct Dpsgd {
     order: UpdateOrder,
-    neighbors: Vec<Vec<usize>>,
     /// `(W_ii, [(j, W_ij)])` per worker.
     weights: Vec<(f64, Vec<(usize, f64)>)>,
-    workers: Vec<WorkerState>,
-    /// Under faults: workers down (they never rejoin), and the models lost on the way,
-    /// `(iteration, from, to)`.
-    down: BTreeSet<usize>,
-    lost: BTreeSet<(u64, usize, usize)>,
+    /// The models exchanged with the neighbours; ready: combine-then-adapt, the gradient is
+    /// ready; adapt-then-combine, the stepped model is sent.
+    exchange: Exchange,
 }
 
 impl Dpsgd {
@@ -203,14 +187,14 @@ impl Dpsgd {
     pub fn new(cfg: &DpsgdConfig, topology: &Topology) -> Self {
         let n = topology.len();
         let neighbors: Vec<Vec<usize>> = (0..n).map(|i| topology.neighbors(i).to_vec()).collect();
-        let weights = mixing_weights(cfg.weights, topology);
+        let sends_at = match cfg.update {
+            UpdateOrder::CombineThenAdapt => SendsAt::Begin,
+            UpdateOrder::AdaptThenCombine => SendsAt::Ready,
+        };
         Dpsgd {
             order: cfg.update,
-            neighbors,
-            weights,
-            workers: vec![WorkerState::default(); n],
-            down: BTreeSet::new(),
-            lost: BTreeSet::new(),
+            weights: mixing_weights(cfg.weights, topology),
+            exchange: Exchange::new(neighbors, sends_at),
         }
     }
 
@@ -220,74 +204,28 @@ impl Dpsgd {
     }
 
     fn send_model(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let iter = self.workers[w].iter;
         let bytes = cx.world.model_bytes;
-        for k in 0..self.neighbors[w].len() {
-            let j = self.neighbors[w][k];
+        self.exchange.send(w, bytes, cx, |j, iter, cx| {
             let msg = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
-            let sent = cx.send(
-                w,
-                j,
-                bytes,
-                Event::Model {
-                    from: w,
-                    to: j,
-                    iter,
-                    msg,
-                },
-            );
-            if sent.lost.is_some() {
-                cx.world.store.release_msg(msg);
-                self.lost.insert((iter, w, j));
-            }
-            if self.workers[j].ready {
-                self.wait(j, w, cx);
-            }
-        }
-    }
-
-    /// Whether worker `j` has sent its model of iteration `k` (combine-then-adapt: when the
-    /// iteration starts; adapt-then-combine: once its step is computed).
-    fn sent(&self, j: usize, k: u64) -> bool {
-        let st = &self.workers[j];
-        match self.order {
-            UpdateOrder::CombineThenAdapt => st.iter >= k,
-            UpdateOrder::AdaptThenCombine => st.iter > k || (st.iter == k && st.ready),
-        }
-    }
-
-    /// Worker `w` waits for its neighbours' models: blocked while one is not sent yet,
-    /// communicating once all are in flight (`by` ended the blocked part, if it did).
-    fn wait(&mut self, w: usize, by: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let st = &self.workers[w];
-        let iter = st.iter;
-        let unsent = self.neighbors[w]
-            .iter()
-            .any(|&j| !st.inbox.contains_key(&(iter, j)) && !self.sent(j, iter));
-        match (unsent, st.blocked) {
-            (true, false) => {
-                self.workers[w].blocked = true;
-                cx.block(w);
-            }
-            (false, true) => {
-                self.workers[w].blocked = false;
-                cx.unblock(w, by, Activity::Communicate);
-            }
-            (false, false) => cx.activity(w, Activity::Communicate),
-            (true, true) => {}
-        }
+            let event = Event::Model {
+                from: w,
+                to: j,
+                iter,
+                msg,
+            };
+            (msg, event)
+        });
     }
 
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         if self.order == UpdateOrder::CombineThenAdapt {
             self.send_model(w, cx);
         }
-        self.workers[w].ready = false;
-        self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
+        self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 
     fn apply(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        let g = self.exchange.take_gradient(w);
         let lr = cx.lr_for(w);
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
@@ -295,30 +233,16 @@ impl Dpsgd {
     }
 
     fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let st = &self.workers[w];
-        let iter = st.iter;
-        if !st.ready {
+        let Some(msgs) = self.exchange.gather(w, cx) else {
             return;
-        }
-        if !self.neighbors[w]
-            .iter()
-            .all(|j| st.inbox.contains_key(&(iter, *j)))
-        {
-            self.wait(w, w, cx);
-            return;
-        }
-        self.workers[w].blocked = false;
+        };
         let (self_weight, row) = &self.weights[w];
         let mut terms = vec![(Slot::Row(w), *self_weight)];
-        let mut msgs = Vec::with_capacity(row.len());
-        for &(j, wij) in row {
-            let m = self.workers[w]
-                .inbox
-                .remove(&(iter, j))
-                .expect("checked above");
-            terms.push((Slot::Msg(m), wij));
-            msgs.push(m);
-        }
+        terms.extend(
+            msgs.iter()
+                .zip(row)
+                .map(|(&m, &(_, wij))| (Slot::Msg(m), wij)),
+        );
         cx.world.store.mix(w, &terms);
         for m in msgs {
             cx.world.store.release_msg(m);
@@ -326,7 +250,7 @@ impl Dpsgd {
         if self.order == UpdateOrder::CombineThenAdapt {
             self.apply(w, cx);
         }
-        self.workers[w].iter += 1;
+        self.exchange.advance(w);
         self.begin(w, cx);
     }
 }
@@ -339,7 +263,7 @@ impl Algorithm for Dpsgd {
     }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        for w in 0..self.workers.len() {
+        for w in 0..self.exchange.len() {
             self.begin(w, cx);
         }
     }
@@ -348,12 +272,9 @@ impl Algorithm for Dpsgd {
         match event {
             // A crashed worker's step is abandoned; what lands at it is dropped.
             Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::Model { to, msg, .. } if !cx.deliverable(to) => {
-                cx.world.store.release_msg(msg);
-            }
             Event::ComputeDone(w) => {
-                // Ready (and, adapt-then-combine, sent: see `sent`) from here on.
-                self.workers[w].ready = true;
+                // Ready (and, adapt-then-combine, sent: see `SendsAt`) from here on.
+                self.exchange.set_ready(w);
                 if self.order == UpdateOrder::AdaptThenCombine {
                     self.apply(w, cx);
                     self.send_model(w, cx);
@@ -366,50 +287,20 @@ impl Algorithm for Dpsgd {
                 iter,
                 msg,
             } => {
-                debug_assert!(
-                    iter == self.workers[to].iter || iter == self.workers[to].iter + 1,
-                    "neighbours are at most one iteration apart"
-                );
-                self.workers[to].inbox.insert((iter, from), msg);
-                self.try_finish(to, cx);
+                if self.exchange.receive(from, to, iter, msg, cx) {
+                    self.try_finish(to, cx);
+                }
             }
         }
     }
 
     fn waiting(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (w, st) in self.workers.iter().enumerate() {
-            if !st.ready || self.down.contains(&w) {
-                continue;
-            }
-            for &j in &self.neighbors[w] {
-                if !st.inbox.contains_key(&(st.iter, j)) {
-                    let why = if self.lost.contains(&(st.iter, j, w)) {
-                        " (lost on the way)"
-                    } else if self.down.contains(&j) {
-                        " (down)"
-                    } else {
-                        ""
-                    };
-                    out.push(format!(
-                        "worker {w} waits for the model of iteration {} from worker {j}{why}",
-                        st.iter
-                    ));
-                }
-            }
-        }
-        out
+        self.exchange.waiting("model")
     }
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
         if let WorkerFault::Crash(w) = fault {
-            self.down.insert(w);
-            let st = &mut self.workers[w];
-            st.ready = false;
-            st.blocked = false;
-            if let Some(g) = st.grad.take() {
-                cx.world.store.release_gradient(g);
-            }
+            self.exchange.crash(w, cx);
         }
     }
 }

@@ -44,6 +44,7 @@ pub mod diloco;
 pub mod dpsgd;
 pub mod lap;
 pub mod local_sgd;
+pub mod neighbours;
 pub mod ps;
 pub mod rennala;
 pub mod ring;
@@ -52,6 +53,8 @@ pub mod sgp;
 pub mod slowmo;
 pub mod star;
 pub mod streaming_diloco;
+#[cfg(test)]
+mod testkit;
 
 use serde::{Deserialize, Serialize, Serializer};
 
