@@ -38,12 +38,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::star::{Event, NODE_PROGRESS, Star, star_support};
-use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use super::star::{Event, Star, StarMethod, StarOptions};
+use crate::algorithm::Ctx;
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore};
 
 /// Options of Rennala SGD.
@@ -60,7 +57,7 @@ pub struct RennalaConfig {
 }
 
 impl RennalaConfig {
-    fn check(&self, path: &str) -> Result<(), ConfigError> {
+    fn check_batch(&self, path: &str) -> Result<(), ConfigError> {
         if self.batch == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.batch"),
@@ -115,13 +112,22 @@ impl Rennala {
     pub fn computing(&self) -> Vec<(usize, u64)> {
         self.star.computing().collect()
     }
+}
 
-    /// A gradient of worker `w`, computed at `x_version`, landed at the server.
+impl StarMethod for Rennala {
+    const NAME: &'static str = "rennala";
+
+    fn star(&self) -> &Star {
+        &self.star
+    }
+
+    fn star_mut(&mut self) -> &mut Star {
+        &mut self.star
+    }
+
     fn push(&mut self, w: usize, version: u64, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
         if version != self.star.k {
-            cx.world.store.release_gradient(grad);
-            self.star.ignored += 1;
-            self.star.reply(w, version, cx);
+            self.star.ignore(w, version, grad, cx);
             return;
         }
         self.batch.push((w, grad));
@@ -136,107 +142,24 @@ impl Rennala {
         } else {
             cx.world.store.mean_gradient(&grads)
         };
-        let lr = cx.lr();
-        let row = self.star.row;
-        cx.world.store.apply_gradient(row, mean, lr);
-        cx.world.store.release_gradient(mean);
-        self.star.follow_statistics(w, cx);
-        for &(m, _) in &members {
-            cx.step_done(m);
-        }
-        self.star.k += 1;
+        let workers: Vec<usize> = members.iter().map(|&(m, _)| m).collect();
+        self.star.step(w, mean, &workers, cx);
         if self.cfg.stops {
             // Every worker computing at an older point: its gradient would be ignored.
-            let k = self.star.k;
-            let stale: Vec<usize> = self
-                .star
-                .computing()
-                .map(|(v, _)| v)
-                .filter(|&v| self.star.offered(v) < k)
-                .collect();
-            for v in stale {
-                self.star.offer(v, cx);
-            }
+            self.star.stop(|offered, k| offered < k, cx);
         }
         self.star.reply(w, version, cx);
     }
 }
 
-impl Algorithm for Rennala {
-    type Event = Event;
+impl StarOptions for RennalaConfig {
+    type Method = Rennala;
 
-    fn name(&self) -> &str {
-        "rennala"
+    fn check(&self, path: &str) -> Result<(), ConfigError> {
+        self.check_batch(path)
     }
 
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        self.star.start(cx);
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        if let Some((worker, version, grad)) = self.star.handle(event, cx) {
-            self.push(worker, version, grad, cx);
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        // Only a crash makes workers wait with nothing in flight; `is_down` is not visible
-        // here, so every waiting worker is listed.
-        self.star.waiting(|_| false)
-    }
-
-    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
-        Some(vec![(self.star.row, 1.0)])
-    }
-
-    fn series(&mut self) -> Vec<(&'static str, f64)> {
-        self.star.series()
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        self.star.on_fault(fault, cx);
-    }
-
-    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
-        vec![("gradients_dropped", self.star.dropped)]
-    }
-}
-
-impl AlgorithmSpec for RennalaConfig {
-    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
-        self.check(setup.path)
-    }
-
-    fn extra_nodes(&self) -> usize {
-        1
-    }
-
-    fn uses_topology(&self) -> bool {
-        false
-    }
-
-    fn node_progress(&self) -> Result<(), &'static str> {
-        Err(NODE_PROGRESS)
-    }
-
-    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
-        star_support(fault)
-    }
-
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        run_checkpointed(
-            &mut Rennala::new(self, world.workers()),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+    fn method(&self, workers: usize) -> Rennala {
+        Rennala::new(self, workers)
     }
 }

@@ -35,13 +35,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::star::{Event, NODE_PROGRESS, Star, star_support};
-use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use super::star::{Event, Star, StarMethod, StarOptions};
+use crate::algorithm::{Ctx, StalenessStats};
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, ReplicaStore};
+use crate::params::GradId;
 
 fn yes() -> bool {
     true
@@ -61,7 +58,7 @@ pub struct RingmasterConfig {
 }
 
 impl RingmasterConfig {
-    fn check(&self, path: &str) -> Result<(), ConfigError> {
+    fn check_delay(&self, path: &str) -> Result<(), ConfigError> {
         if self.max_delay == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.max_delay"),
@@ -115,117 +112,47 @@ impl Ringmaster {
     pub fn computing(&self) -> Vec<(usize, u64)> {
         self.star.computing().collect()
     }
+}
 
-    /// A gradient of worker `w`, computed at `x_version`, landed at the server.
+impl StarMethod for Ringmaster {
+    const NAME: &'static str = "ringmaster";
+
+    fn star(&self) -> &Star {
+        &self.star
+    }
+
+    fn star_mut(&mut self) -> &mut Star {
+        &mut self.star
+    }
+
     fn push(&mut self, w: usize, version: u64, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
         let delay = self.star.k - version;
         if delay >= self.cfg.max_delay {
-            cx.world.store.release_gradient(grad);
-            self.star.ignored += 1;
-            self.star.reply(w, version, cx);
+            self.star.ignore(w, version, grad, cx);
             return;
         }
-        let lr = cx.lr();
-        let row = self.star.row;
-        cx.world.store.apply_gradient(row, grad, lr);
-        cx.world.store.release_gradient(grad);
-        self.star.follow_statistics(w, cx);
         self.stats.record(delay);
-        cx.step_done(w);
-        self.star.k += 1;
+        self.star.step(w, grad, &[w], cx);
         if self.cfg.stops {
-            let k = self.star.k;
-            let stale: Vec<usize> = self
-                .star
-                .computing()
-                .map(|(v, _)| v)
-                .filter(|&v| k - self.star.offered(v) >= self.cfg.max_delay)
-                .collect();
-            for v in stale {
-                self.star.offer(v, cx);
-            }
+            let r = self.cfg.max_delay;
+            self.star.stop(|offered, k| k - offered >= r, cx);
         }
         self.star.reply(w, version, cx);
-    }
-}
-
-impl Algorithm for Ringmaster {
-    type Event = Event;
-
-    fn name(&self) -> &str {
-        "ringmaster"
-    }
-
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        self.star.start(cx);
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        if let Some((worker, version, grad)) = self.star.handle(event, cx) {
-            self.push(worker, version, grad, cx);
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        self.star.waiting(|_| false)
-    }
-
-    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
-        Some(vec![(self.star.row, 1.0)])
     }
 
     fn staleness(&self) -> Option<StalenessStats> {
         Some(self.stats)
     }
-
-    fn series(&mut self) -> Vec<(&'static str, f64)> {
-        self.star.series()
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        self.star.on_fault(fault, cx);
-    }
-
-    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
-        vec![("gradients_dropped", self.star.dropped)]
-    }
 }
 
-impl AlgorithmSpec for RingmasterConfig {
-    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
-        self.check(setup.path)
+impl StarOptions for RingmasterConfig {
+    type Method = Ringmaster;
+
+    fn check(&self, path: &str) -> Result<(), ConfigError> {
+        self.check_delay(path)
     }
 
-    fn extra_nodes(&self) -> usize {
-        1
-    }
-
-    fn uses_topology(&self) -> bool {
-        false
-    }
-
-    fn node_progress(&self) -> Result<(), &'static str> {
-        Err(NODE_PROGRESS)
-    }
-
-    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
-        star_support(fault)
-    }
-
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        run_checkpointed(
-            &mut Ringmaster::new(self, world.workers()),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+    fn method(&self, workers: usize) -> Ringmaster {
+        Ringmaster::new(self, workers)
     }
 }

@@ -34,9 +34,13 @@
 //! link-down fault would leave a worker waiting for good: those faults are refused (the
 //! parameter server, `kind = "ps"`, retransmits).
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::algorithm::Ctx;
+use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
@@ -96,17 +100,17 @@ struct Worker {
 pub(crate) struct Star {
     workers: Vec<Worker>,
     /// The server's model row.
-    pub row: usize,
+    pub(crate) row: usize,
     /// The server's network node.
     node: usize,
     /// Server iterations `k` (updates of `x`).
-    pub k: u64,
+    pub(crate) k: u64,
     /// Gradients that landed and were not used (computed at a point the method refuses).
-    pub ignored: u64,
+    pub(crate) ignored: u64,
     /// Computations abandoned by a stop.
-    pub stopped: u64,
+    pub(crate) stopped: u64,
     /// Gradients lost to a crash (abandoned, or landed while their worker was down).
-    pub dropped: u64,
+    pub(crate) dropped: u64,
 }
 
 impl Star {
@@ -298,9 +302,44 @@ impl Star {
         self.begin(w, version, cx);
     }
 
+    /// The method ignores `w`'s gradient computed at `x_version`: it is released and counted,
+    /// and `w` is answered (it computes at `x_k`).
+    pub fn ignore(&mut self, w: usize, version: u64, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
+        cx.world.store.release_gradient(grad);
+        self.ignored += 1;
+        self.reply(w, version, cx);
+    }
+
+    /// The server steps with `grad` (released), its running statistics following `w`'s; each
+    /// of `members` (the workers whose gradients `grad` is made of) counts a step; `k ← k + 1`.
+    pub fn step(&mut self, w: usize, grad: GradId, members: &[usize], cx: &mut Ctx<'_, '_, Event>) {
+        let lr = cx.lr();
+        cx.world.store.apply_gradient(self.row, grad, lr);
+        cx.world.store.release_gradient(grad);
+        self.follow_statistics(w, cx);
+        for &m in members {
+            cx.step_done(m);
+        }
+        self.k += 1;
+    }
+
+    /// The papers' calculation stops: sends `x_k` to every worker computing whose newest point
+    /// offered is `stale(offered, k)`, in worker order.
+    pub fn stop(&mut self, stale: impl Fn(u64, u64) -> bool, cx: &mut Ctx<'_, '_, Event>) {
+        let k = self.k;
+        let stale: Vec<usize> = self
+            .computing()
+            .map(|(v, _)| v)
+            .filter(|&v| stale(self.offered(v), k))
+            .collect();
+        for v in stale {
+            self.offer(v, cx);
+        }
+    }
+
     /// The server's running statistics follow the worker whose gradient it applied (as the
     /// parameter server's, [`super::ps`]).
-    pub fn follow_statistics(&self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+    fn follow_statistics(&self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let state = cx.world.store.state();
         if !state.is_empty() {
             cx.world.store.copy_block(self.row, w, state);
@@ -376,5 +415,194 @@ pub(crate) fn star_support(fault: FaultKind) -> FaultSupport {
             "a lost gradient or model would leave its worker waiting for good: this method does \
              not retransmit (the parameter server, kind = \"ps\", does)",
         ),
+    }
+}
+
+/// A method on the star: what the server does with a gradient that lands (Rennala's batch at
+/// the current point, Ringmaster's delay threshold). The star runs everything else, so
+/// [`Algorithm`] is implemented once for every method.
+pub(crate) trait StarMethod {
+    /// The kind's name.
+    const NAME: &'static str;
+    /// The star the method runs on.
+    fn star(&self) -> &Star;
+    /// The star, to change.
+    fn star_mut(&mut self) -> &mut Star;
+    /// `w`'s gradient computed at `x_version` landed at the server: the method uses it
+    /// ([`Star::step`], [`Star::stop`]) or ignores it ([`Star::ignore`]), and answers `w`
+    /// ([`Star::reply`]).
+    fn push(&mut self, w: usize, version: u64, grad: GradId, cx: &mut Ctx<'_, '_, Event>);
+    /// The staleness of the gradients used, where the method reports it.
+    fn staleness(&self) -> Option<StalenessStats> {
+        None
+    }
+}
+
+impl<M: StarMethod> Algorithm for M {
+    type Event = Event;
+
+    fn name(&self) -> &str {
+        M::NAME
+    }
+
+    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        self.star_mut().start(cx);
+    }
+
+    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
+        if let Some((worker, version, grad)) = self.star_mut().handle(event, cx) {
+            self.push(worker, version, grad, cx);
+        }
+    }
+
+    fn waiting(&self) -> Vec<String> {
+        // Only a crash makes workers wait with nothing in flight; `is_down` is not visible
+        // here, so every waiting worker is listed.
+        self.star().waiting(|_| false)
+    }
+
+    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
+        Some(vec![(self.star().row, 1.0)])
+    }
+
+    fn staleness(&self) -> Option<StalenessStats> {
+        StarMethod::staleness(self)
+    }
+
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        self.star().series()
+    }
+
+    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
+        self.star_mut().on_fault(fault, cx);
+    }
+
+    fn fault_counts(&self) -> Vec<(&'static str, u64)> {
+        vec![("gradients_dropped", self.star().dropped)]
+    }
+}
+
+/// The options of a method on the star: their check and the method they build. The star's
+/// needs (the server's node, no graph, the run's progress, crashes only) are written once, so
+/// [`AlgorithmSpec`] is implemented once for every method's options.
+pub(crate) trait StarOptions {
+    /// The method.
+    type Method: StarMethod + Serialize + DeserializeOwned;
+    /// Checks the options; `path` is the entry's.
+    fn check(&self, path: &str) -> Result<(), ConfigError>;
+    /// The method for `workers` workers.
+    fn method(&self, workers: usize) -> Self::Method;
+}
+
+impl<C: StarOptions> AlgorithmSpec for C {
+    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
+        self.check(setup.path)
+    }
+
+    fn extra_nodes(&self) -> usize {
+        1
+    }
+
+    fn uses_topology(&self) -> bool {
+        false
+    }
+
+    fn node_progress(&self) -> Result<(), &'static str> {
+        Err(NODE_PROGRESS)
+    }
+
+    fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
+        star_support(fault)
+    }
+
+    fn run(
+        &self,
+        _kind: &'static str,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
+    ) -> crate::Result<Outcome> {
+        let mut method = self.method(world.workers());
+        run_checkpointed(&mut method, world, run_cfg, observer, ckpt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::testkit;
+    use crate::cluster::{ClusterConfig, StragglerConfig};
+    use crate::engine::{Collect, run};
+    use crate::net::NetworkConfig;
+
+    /// The least method on the star: steps with every gradient computed at the current point,
+    /// ignores the others, and (with `stops`) stops every worker computing at an older point.
+    #[derive(Serialize, Deserialize)]
+    struct Fresh {
+        star: Star,
+        stops: bool,
+    }
+
+    impl StarMethod for Fresh {
+        const NAME: &'static str = "fresh";
+        fn star(&self) -> &Star {
+            &self.star
+        }
+        fn star_mut(&mut self) -> &mut Star {
+            &mut self.star
+        }
+        fn push(&mut self, w: usize, version: u64, grad: GradId, cx: &mut Ctx<'_, '_, Event>) {
+            if version != self.star.k {
+                self.star.ignore(w, version, grad, cx);
+                return;
+            }
+            self.star.step(w, grad, &[w], cx);
+            if self.stops {
+                self.star.stop(|offered, k| offered < k, cx);
+            }
+            self.star.reply(w, version, cx);
+        }
+    }
+
+    /// Two workers and the server (node 2), worker 1 four times slower, for 1 s.
+    fn run_fresh(stops: bool) -> (Fresh, Outcome) {
+        let n = 2;
+        let cluster = ClusterConfig::new(n)
+            .with_step_time_ms(10.0)
+            .with_straggler(StragglerConfig::fixed([1], 4.0));
+        let mut store = testkit::store(n, 9);
+        let net = NetworkConfig::uniform(10.0, 5.0);
+        let mut world = testkit::world(&cluster, &net, n + 1, &mut store, "");
+        let mut alg = Fresh {
+            star: Star::new(n),
+            stops,
+        };
+        let stop = testkit::stop_at(1.0);
+        let out = run(&mut alg, &mut world, &stop, &mut Collect::default()).unwrap();
+        (alg, out)
+    }
+
+    /// Every server update counts the steps of the gradients it used and moves `k` by one.
+    /// Without stops, the slow worker's gradients are always stale: each is ignored, counts no
+    /// step, and its worker is answered (it computes again, at `x_k`). With stops, it is sent
+    /// `x_k` after every update while it computes at an older point: it abandons that
+    /// computation, and no gradient is ignored any more.
+    #[test]
+    fn the_star_steps_ignores_and_stops_by_the_methods_rule() {
+        let (plain, out) = run_fresh(false);
+        assert_eq!(plain.star.k, out.worker_steps);
+        assert_eq!(plain.star.stopped, 0);
+        assert!(
+            plain.star.ignored >= 20,
+            "the slow worker's gradients: {}",
+            plain.star.ignored
+        );
+        let (stopping, out) = run_fresh(true);
+        assert_eq!(stopping.star.k, out.worker_steps);
+        assert!(stopping.star.stopped >= 20, "{}", stopping.star.stopped);
+        assert_eq!(stopping.star.ignored, 0);
+        assert_eq!(Algorithm::name(&stopping), "fresh");
+        assert_eq!(stopping.eval_model(), Some(vec![(stopping.star.row, 1.0)]));
     }
 }
