@@ -85,6 +85,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ps::PsConfig;
+use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, SimTime, run_checkpointed};
@@ -247,6 +248,12 @@ pub enum Event {
     Retransmit(u64),
 }
 
+impl Resend for Event {
+    fn resend(id: u64) -> Self {
+        Event::Retransmit(id)
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WorkerState {
     grad: Option<GradId>,
@@ -270,15 +277,6 @@ struct WorkerState {
     cut: Option<String>,
 }
 
-/// A message posted with [`AsyncLocalSgd::post`]: enough to post it again.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct Posted {
-    src: usize,
-    dst: usize,
-    bytes: u64,
-    event: Event,
-}
-
 /// The state machine of asynchronous Local-SGD.
 #[derive(Serialize, Deserialize)]
 pub struct AsyncLocalSgd {
@@ -297,12 +295,8 @@ pub struct AsyncLocalSgd {
     /// Each worker's last measured round: `(steps, busy nanoseconds)`.
     speeds: Vec<Option<(u32, u64)>>,
     stats: StalenessStats,
-    /// Under faults: the retransmission timeout (`None`: no faults).
-    retransmit: Option<SimTime>,
-    /// Lost messages waiting to be posted again.
-    lost: std::collections::BTreeMap<u64, Posted>,
-    next_lost: u64,
-    retransmissions: u64,
+    /// Under faults: lost messages posted again.
+    retransmit: Retransmit<Event>,
     dropped: u64,
     abandoned: u64,
 }
@@ -320,10 +314,7 @@ impl AsyncLocalSgd {
             last: None,
             speeds: vec![None; n],
             stats: StalenessStats::default(),
-            retransmit: None,
-            lost: std::collections::BTreeMap::new(),
-            next_lost: 0,
-            retransmissions: 0,
+            retransmit: Retransmit::default(),
             dropped: 0,
             abandoned: 0,
         }
@@ -331,7 +322,7 @@ impl AsyncLocalSgd {
 
     /// Retransmits lost messages after `timeout` (set for runs with `[[faults]]`).
     pub fn with_retransmit(mut self, timeout: SimTime) -> Self {
-        self.retransmit = Some(timeout);
+        self.retransmit.set_timeout(timeout);
         self
     }
 
@@ -410,29 +401,9 @@ impl AsyncLocalSgd {
         event: Event,
         cx: &mut Ctx<'_, '_, Event>,
     ) {
-        let sent = cx.send(src, dst, bytes, event);
-        let Some(rto) = self.retransmit else {
-            return;
-        };
-        if sent.lost.is_none() {
-            return;
+        if let Some(lost) = self.retransmit.post(src, dst, bytes, event, cx) {
+            self.lost_for_good(lost.src, lost.dst, lost.event, cx);
         }
-        if cx.world.faults().cut_for_good(src, dst, cx.now()) {
-            self.lost_for_good(src, dst, event, cx);
-            return;
-        }
-        let id = self.next_lost;
-        self.next_lost += 1;
-        self.lost.insert(
-            id,
-            Posted {
-                src,
-                dst,
-                bytes,
-                event,
-            },
-        );
-        cx.after(rto, Event::Retransmit(id));
     }
 
     /// A message that can never be delivered: its buffers are freed, and its worker, if it
@@ -748,9 +719,9 @@ impl Algorithm for AsyncLocalSgd {
                 }
             }
             Event::Retransmit(id) => {
-                let m = self.lost.remove(&id).expect("a lost message");
-                self.retransmissions += 1;
-                self.post(m.src, m.dst, m.bytes, m.event, cx);
+                if let Some(lost) = self.retransmit.again(id, cx) {
+                    self.lost_for_good(lost.src, lost.dst, lost.event, cx);
+                }
             }
         }
     }
@@ -813,7 +784,7 @@ impl Algorithm for AsyncLocalSgd {
 
     fn fault_counts(&self) -> Vec<(&'static str, u64)> {
         vec![
-            ("retransmissions", self.retransmissions),
+            ("retransmissions", self.retransmit.count()),
             ("outer_gradients_dropped", self.dropped),
             ("rounds_abandoned", self.abandoned),
         ]

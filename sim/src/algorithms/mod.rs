@@ -47,6 +47,7 @@ pub mod local_sgd;
 pub mod neighbours;
 pub mod ps;
 pub mod rennala;
+pub mod retransmit;
 pub mod ring;
 pub mod ringmaster;
 pub mod sgp;

@@ -151,6 +151,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
+use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Setup};
 use crate::clock::time::TimeUnit;
@@ -336,6 +337,12 @@ pub enum Event {
     Retransmit(u64),
 }
 
+impl Resend for Event {
+    fn resend(id: u64) -> Self {
+        Event::Retransmit(id)
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct WorkerState {
     clock: u64,
@@ -350,15 +357,6 @@ struct WorkerState {
     life: u64,
     /// Why it waits for good: a pull or a reply whose link is down for good.
     cut: Option<String>,
-}
-
-/// A message posted with [`ParameterServer::post`]: enough to post it again.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct Posted {
-    src: usize,
-    dst: usize,
-    bytes: u64,
-    event: Event,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -391,14 +389,10 @@ pub struct ParameterServer {
     /// statistics").
     state: Range<usize>,
     stats: StalenessStats,
-    /// Under faults: the retransmission timeout (`None`: no faults).
-    retransmit: Option<SimTime>,
-    /// Lost messages waiting to be posted again.
-    lost: BTreeMap<u64, Posted>,
-    next_lost: u64,
+    /// Under faults: lost messages posted again.
+    retransmit: Retransmit<Event>,
     /// Gradients of which a block was dropped or lost (they count no step).
     broken: std::collections::BTreeSet<GradId>,
-    retransmissions: u64,
     pushes_dropped: u64,
     gradients_dropped: u64,
     /// Gradients per update (`aggregate`); with 1 none of the fields below is used.
@@ -452,11 +446,8 @@ impl ParameterServer {
             row: usize::MAX,
             state: 0..0,
             stats: StalenessStats::default(),
-            retransmit: None,
-            lost: BTreeMap::new(),
-            next_lost: 0,
+            retransmit: Retransmit::default(),
             broken: std::collections::BTreeSet::new(),
-            retransmissions: 0,
             pushes_dropped: 0,
             gradients_dropped: 0,
             m: cfg.aggregate.max(1),
@@ -474,7 +465,7 @@ impl ParameterServer {
 
     /// Retransmits lost messages after `timeout` (set for runs with `[[faults]]`).
     pub fn with_retransmit(mut self, timeout: SimTime) -> Self {
-        self.retransmit = Some(timeout);
+        self.retransmit.set_timeout(timeout);
         self
     }
 
@@ -488,29 +479,9 @@ impl ParameterServer {
         event: Event,
         cx: &mut Ctx<'_, '_, Event>,
     ) {
-        let sent = cx.send(src, dst, bytes, event);
-        let Some(rto) = self.retransmit else {
-            return;
-        };
-        if sent.lost.is_none() {
-            return;
+        if let Some(lost) = self.retransmit.post(src, dst, bytes, event, cx) {
+            self.lost_for_good(lost.src, lost.dst, lost.event, cx);
         }
-        if cx.world.faults().cut_for_good(src, dst, cx.now()) {
-            self.lost_for_good(src, dst, event, cx);
-            return;
-        }
-        let id = self.next_lost;
-        self.next_lost += 1;
-        self.lost.insert(
-            id,
-            Posted {
-                src,
-                dst,
-                bytes,
-                event,
-            },
-        );
-        cx.after(rto, Event::Retransmit(id));
     }
 
     /// A message that can never be delivered: a push's block is lost for its shard; a pull or
@@ -941,9 +912,9 @@ impl Algorithm for ParameterServer {
                 self.pull(w, cx);
             }
             Event::Retransmit(id) => {
-                let m = self.lost.remove(&id).expect("a lost message");
-                self.retransmissions += 1;
-                self.post(m.src, m.dst, m.bytes, m.event, cx);
+                if let Some(lost) = self.retransmit.again(id, cx) {
+                    self.lost_for_good(lost.src, lost.dst, lost.event, cx);
+                }
             }
             Event::Push {
                 worker,
@@ -996,7 +967,7 @@ impl Algorithm for ParameterServer {
 
     fn fault_counts(&self) -> Vec<(&'static str, u64)> {
         vec![
-            ("retransmissions", self.retransmissions),
+            ("retransmissions", self.retransmit.count()),
             ("pushes_dropped", self.pushes_dropped),
             ("gradients_dropped", self.gradients_dropped),
         ]
