@@ -37,7 +37,10 @@
 //!   and no operation but the step touches the optimizer state. Adam (bias correction by the
 //!   row's own step count) and LARS (trust ratio per layer of [`ReplicaStore::layers`]) follow
 //!   their rules step after step, and their state stays with its row through mixes, averages,
-//!   copies and messages.
+//!   copies and messages. The rule a store is held to is the rule's own code, run here in `f64`
+//!   on the measured gradient ([`crate::params::optim`]): one statement of each rule, which the
+//!   reference store runs in `f64` and the burn store's rows in `f32`, so that this suite checks
+//!   a store's state handling and arithmetic against it, within the fixture's tolerance.
 //! - **Mixing** ([`ReplicaStore::mix`]): the stated linear combination of rows and messages, into
 //!   any row, atomically (a destination may be a source, even twice).
 //! - **Messages**: [`ReplicaStore::new_msg`] holds its value as of the instant it was taken,
@@ -115,6 +118,7 @@ use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::ops::Range;
 
+use crate::params::optim::{self, Sgd, State};
 use crate::params::{GradId, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot, blocks};
 
 /// One store implementation under test: how to build a fresh store and how to read its rows.
@@ -408,19 +412,10 @@ fn first_gradient<F: Fixture>(f: &F, workers: usize) -> (Vec<f64>, Vec<f64>) {
     (x, g)
 }
 
-/// `x` and `v` after one optimizer step with gradient `g` and rate `lr`, as
-/// [`crate::params::optimizer`] states it.
+/// `x` and `v` after one SGD step with gradient `g` and rate `lr`: the rule of
+/// [`crate::params::optim::sgd`], in `f64`.
 fn rule_step(opt: &OptimizerConfig, x: &mut [f64], v: &mut [f64], g: &[f64], lr: f64) {
-    for k in 0..x.len() {
-        let d = g[k] + opt.weight_decay * x[k];
-        v[k] = opt.momentum * v[k] + d;
-        let step = if opt.nesterov {
-            d + opt.momentum * v[k]
-        } else {
-            v[k]
-        };
-        x[k] -= lr * step;
-    }
+    Sgd::<f64>::of(opt).apply(x, Some(v), g, lr);
 }
 
 fn same_bits(a: f64, b: f64) -> bool {
@@ -1298,12 +1293,12 @@ pub fn row_operations_leave_optimizer_state<F: Fixture>(f: &F) {
     }
 }
 
-/// One row's optimizer state in the suite's own `f64` statement of the rules.
+/// One row's optimizer state, every buffer a rule may keep ([`crate::params::optim::Buffers`]).
 #[derive(Clone)]
 struct RuleState {
     v: Vec<f64>,
     s: Vec<f64>,
-    t: Vec<i32>,
+    t: Vec<u64>,
 }
 
 impl RuleState {
@@ -1316,7 +1311,9 @@ impl RuleState {
     }
 }
 
-/// One full step of any rule of [`crate::params::optimizer`], in `f64`.
+/// One full step of any rule of [`crate::params::optim`], in `f64`, after clipping the
+/// gradient by its norm: the rule's own code, which every store runs (the reference store in
+/// `f64`, the burn store's rows in `f32`).
 fn any_rule_step(
     opt: &OptimizerConfig,
     layers: &[Range<usize>],
@@ -1325,53 +1322,14 @@ fn any_rule_step(
     g: &[f64],
     lr: f64,
 ) {
-    let wd = opt.weight_decay;
     let c = opt.clip_factor(g.iter().map(|v| v * v).sum::<f64>().sqrt());
     let clipped: Vec<f64> = g.iter().map(|v| v * c).collect();
-    let g = &clipped[..];
-    match opt.kind {
-        OptimizerKind::Sgd => rule_step(opt, x, &mut st.v, g, lr),
-        OptimizerKind::AdamW => {
-            let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
-            for k in 0..x.len() {
-                st.t[k] += 1;
-                st.v[k] = b1 * st.v[k] + (1.0 - b1) * g[k];
-                st.s[k] = b2 * st.s[k] + (1.0 - b2) * g[k] * g[k];
-                let m_hat = st.v[k] / (1.0 - b1.powi(st.t[k]));
-                let s_hat = st.s[k] / (1.0 - b2.powi(st.t[k]));
-                x[k] -= lr * wd * x[k] + lr * m_hat / (s_hat.sqrt() + eps);
-            }
-        }
-        OptimizerKind::Adam => {
-            let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
-            for k in 0..x.len() {
-                let d = g[k] + wd * x[k];
-                st.t[k] += 1;
-                st.v[k] = b1 * st.v[k] + (1.0 - b1) * d;
-                st.s[k] = b2 * st.s[k] + (1.0 - b2) * d * d;
-                let m_hat = st.v[k] / (1.0 - b1.powi(st.t[k]));
-                let s_hat = st.s[k] / (1.0 - b2.powi(st.t[k]));
-                x[k] -= lr * m_hat / (s_hat.sqrt() + eps);
-            }
-        }
-        OptimizerKind::Lars => {
-            for l in layers {
-                let norm = |v: &[f64]| v.iter().map(|a| a * a).sum::<f64>().sqrt();
-                let (xn, gn) = (norm(&x[l.clone()]), norm(&g[l.clone()]));
-                let den = gn + wd * xn;
-                let trust = if xn > 0.0 && den > 0.0 {
-                    opt.eta() * xn / den
-                } else {
-                    1.0
-                };
-                for k in l.clone() {
-                    let d = g[k] + wd * x[k];
-                    st.v[k] = opt.momentum * st.v[k] + lr * trust * d;
-                    x[k] -= st.v[k];
-                }
-            }
-        }
-    }
+    let state = State {
+        first: Some(&mut st.v),
+        second: Some(&mut st.s),
+        counts: Some(&mut st.t),
+    };
+    optim::step(opt, x, state, &clipped, lr, 0..x.len(), layers);
 }
 
 /// The first gradient of each of the workers `0..count` on a fresh store of `workers` workers

@@ -1,9 +1,11 @@
 //! Parameters: the replica store every algorithm speaks to, the exact reference store, the
-//! staleness-measuring wrapper, the `[optimizer]` section and learning-rate schedules.
+//! staleness-measuring wrapper, the `[optimizer]` section, its rules (one file each, in
+//! [`optim`]) and learning-rate schedules.
 
 pub mod conformance;
 pub mod handles;
 pub mod lr;
+pub mod optim;
 pub mod optimizer;
 pub mod reference;
 pub mod store;

@@ -10,87 +10,36 @@
 //! [`crate::params::ReplicaStore::swap_optimizer_state`] moves states between rows, for an
 //! algorithm that keeps several states for one set of parameters: LPP-SGD's processes.)
 //!
+//! The rules, each in its own file of [`crate::params::optim`] with its formula:
+//!
+//! - `kind = "sgd"` (the default): SGD with heavy-ball or Nesterov momentum and an L2 weight
+//!   decay ([`optim::sgd`]);
+//! - `kind = "adam"`: Adam, bias-corrected by the row's own step count ([`optim::adam`]);
+//! - `kind = "adamw"`: Adam with the weight decay decoupled ([`optim::adamw`]);
+//! - `kind = "lars"`: layer-wise adaptive rate scaling ([`optim::lars`]).
+//!
 //! ## Gradient clipping (`clip_norm`)
 //!
 //! With `clip_norm = c`, every rule first scales the gradient it applies by `min(1, c/‖g‖)`,
-//! `‖g‖` the Euclidean norm of the gradient's trainable coordinates (PyTorch's
-//! `clip_grad_norm_` over the model's parameters). It is the gradient the step applies that is
-//! clipped: a worker's own, or the mean all-reduce applies (as data-parallel training clips
-//! after the all-reduce); and its whole norm, also for a step on a block (a parameter-server
-//! shard, an LPP-SGD block), so that every block of one gradient is scaled alike.
+//! `‖g‖` the Euclidean norm of the gradient's trainable coordinates, whatever block the step
+//! touches ([`optim::clip`]).
 //!
-//! ## `kind = "sgd"` (the default)
+//! ## This section and the rules
 //!
-//! For row `x`, its momentum buffer `v`, gradient `g`, rate `η`, momentum `μ`, weight decay `λ`,
-//! coordinate by coordinate:
-//!
-//! ```text
-//! d ← g + λ·x
-//! v ← μ·v + d
-//! x ← x − η·(d + μ·v)     (nesterov = true)
-//! x ← x − η·v             (nesterov = false)
-//! ```
-//!
-//! With `μ = 0` the buffer stays zero and the step is plain SGD, `x ← x − η·(g + λ·x)`.
-//!
-//! ## `kind = "adam"` (Kingma & Ba 2015, as in SGP's translation experiments)
-//!
-//! With first and second moments `m`, `v` and a step count `t`, all per row and per coordinate,
-//! `β₁ = beta1`, `β₂ = beta2`, `ε = eps`, and weight decay `λ` as an L2 term added to the
-//! gradient (Adam, not AdamW), coordinate by coordinate:
-//!
-//! ```text
-//! d ← g + λ·x
-//! t ← t + 1
-//! m ← β₁·m + (1 − β₁)·d
-//! v ← β₂·v + (1 − β₂)·d²
-//! x ← x − η · (m / (1 − β₁ᵗ)) / (√(v / (1 − β₂ᵗ)) + ε)
-//! ```
-//!
-//! The bias correction uses the row's **own** step count: the number of steps that row has taken
-//! (a replica's count, not the cluster's). It is kept per coordinate, so a step on a block
-//! (a parameter-server shard, an LPP-SGD block) counts for the coordinates it touched only; when
-//! every step covers the whole row, as for every other algorithm, all coordinates of a row share
-//! one count, the row's number of optimizer steps. A row added by
-//! [`crate::params::ReplicaStore::add_rows`] starts at `t = 0`.
-//!
-//! ## `kind = "adamw"` (Loshchilov & Hutter 2019, DiLoCo's inner optimizer)
-//!
-//! Adam with the weight decay decoupled from the gradient: the moments see the gradient alone,
-//! and the decay shrinks the parameters beside the Adam step, scaled by the rate in force as in
-//! PyTorch's `AdamW` (which DiLoCo's implementations use):
-//!
-//! ```text
-//! t ← t + 1
-//! m ← β₁·m + (1 − β₁)·g
-//! v ← β₂·v + (1 − β₂)·g²
-//! x ← x − η·λ·x − η · (m / (1 − β₁ᵗ)) / (√(v / (1 − β₂ᵗ)) + ε)
-//! ```
-//!
-//! The step counts, the bias correction and the state per row are Adam's. With `λ = 0` the two
-//! rules are the same.
-//!
-//! ## `kind = "lars"` (You, Gitman & Ginsburg 2017, as in LAP-SGD's large-batch baselines)
-//!
-//! Layer-wise adaptive rate scaling. For each layer `l` of the model
-//! ([`crate::params::ReplicaStore::layers`]; the quadratic is one layer), with trust coefficient
-//! `η_T = eta`, global rate `η`, momentum `μ` and weight decay `λ`, its parameters `x_l`,
-//! gradient `g_l` and momentum buffer `v_l`:
-//!
-//! ```text
-//! τ_l ← η_T · ‖x_l‖ / (‖g_l‖ + λ·‖x_l‖)     (τ_l = 1 when ‖x_l‖ = 0 or the denominator is 0)
-//! v_l ← μ·v_l + η·τ_l·(g_l + λ·x_l)
-//! x_l ← x_l − v_l
-//! ```
-//!
-//! (Algorithm 1 of the paper: the local rate `η·τ_l` is inside the momentum buffer.) The norms
-//! are those of the coordinates of the layer that the step touches: the whole layer for a full
-//! step; for a step on a block, the part of each layer inside the block.
+//! [`OptimizerConfig`] is the section as a scenario writes it: one flat table of keys, each with
+//! its default and its range checked here. Which keys a kind reads, the state it keeps and its
+//! own checks are the rule's ([`optim::Rule`]); [`OptimizerConfig::validate`] refuses a key no
+//! rule of the kind reads, at its field.
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 use crate::params::lr::{LrScaling, LrSchedule};
+use crate::params::optim::{self, Buffers};
+
+pub use crate::params::optim::OptimizerKind;
+pub use crate::params::optim::adam::{DEFAULT_BETA1, DEFAULT_BETA2, DEFAULT_EPS};
+pub use crate::params::optim::lars::DEFAULT_ETA;
 
 fn default_lr() -> f64 {
     0.1
@@ -100,51 +49,9 @@ fn is_no_scaling(s: &LrScaling) -> bool {
     *s == LrScaling::None
 }
 
-/// Which update rule the store applies ([module documentation](self#the-optimizer-step)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OptimizerKind {
-    /// SGD with optional (Nesterov) momentum and weight decay.
-    #[default]
-    Sgd,
-    /// Adam, with bias correction by the row's own step count.
-    Adam,
-    /// AdamW: Adam with weight decay decoupled from the gradient (Loshchilov & Hutter 2019).
-    #[serde(rename = "adamw")]
-    AdamW,
-    /// LARS: layer-wise trust ratio, momentum and weight decay as You et al. (2017) define them.
-    Lars,
+fn is_sgd(k: &OptimizerKind) -> bool {
+    *k == OptimizerKind::Sgd
 }
-
-impl OptimizerKind {
-    /// The name used in scenario files.
-    pub fn name(self) -> &'static str {
-        match self {
-            OptimizerKind::Sgd => "sgd",
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::AdamW => "adamw",
-            OptimizerKind::Lars => "lars",
-        }
-    }
-
-    /// Adam or AdamW: the rules that keep two moments and a step count.
-    pub fn is_adam(self) -> bool {
-        matches!(self, OptimizerKind::Adam | OptimizerKind::AdamW)
-    }
-
-    fn is_sgd(&self) -> bool {
-        *self == OptimizerKind::Sgd
-    }
-}
-
-/// Adam's default `beta1`.
-pub const DEFAULT_BETA1: f64 = 0.9;
-/// Adam's default `beta2`.
-pub const DEFAULT_BETA2: f64 = 0.999;
-/// Adam's default `eps`.
-pub const DEFAULT_EPS: f64 = 1e-8;
-/// LARS's default trust coefficient `eta` (You et al. 2017).
-pub const DEFAULT_ETA: f64 = 0.001;
 
 /// The `[optimizer]` section: the local update every algorithm applies, and its learning rate.
 ///
@@ -155,7 +62,7 @@ pub const DEFAULT_ETA: f64 = 0.001;
 #[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
     /// The update rule: `sgd` (default), `adam`, `adamw` or `lars`.
-    #[serde(default, skip_serializing_if = "OptimizerKind::is_sgd")]
+    #[serde(default, skip_serializing_if = "is_sgd")]
     pub kind: OptimizerKind,
     /// Base learning rate η.
     #[serde(default = "default_lr")]
@@ -230,64 +137,45 @@ impl OptimizerConfig {
         self.eps.unwrap_or(DEFAULT_EPS)
     }
 
-    /// The factor a gradient of norm `norm` is scaled by before a step: `min(1, clip_norm /
-    /// norm)`, 1 without `clip_norm` (or for a zero or non-finite norm, which clipping cannot
-    /// mend: a NaN stays for the divergence check to see).
-    pub fn clip_factor(&self, norm: f64) -> f64 {
-        match self.clip_norm {
-            Some(c) if norm.is_finite() && norm > c => c / norm,
-            _ => 1.0,
-        }
-    }
-
     /// LARS's trust coefficient: `eta`, or its default 0.001.
     pub fn eta(&self) -> f64 {
         self.eta.unwrap_or(DEFAULT_ETA)
     }
 
+    /// The factor a gradient of norm `norm` is scaled by before a step: `min(1, clip_norm /
+    /// norm)`, 1 without `clip_norm` (or for a zero or non-finite norm, which clipping cannot
+    /// mend: a NaN stays for the divergence check to see). See [`optim::clip`].
+    pub fn clip_factor(&self, norm: f64) -> f64 {
+        optim::clip::factor(self.clip_norm, norm)
+    }
+
+    /// The optimizer state each row keeps with these settings ([`optim::Rule::buffers`]).
+    pub fn buffers(&self) -> Buffers {
+        self.kind.buffers(self)
+    }
+
     /// Whether each row keeps a first buffer (SGD's or LARS's momentum, Adam's first moment).
     pub fn has_momentum_buffer(&self) -> bool {
-        match self.kind {
-            OptimizerKind::Sgd | OptimizerKind::Lars => self.momentum > 0.0,
-            OptimizerKind::Adam | OptimizerKind::AdamW => true,
-        }
+        self.buffers().first
     }
 
     /// Numbers of optimizer state per parameter and row, for memory estimates: SGD and LARS 1
     /// with momentum (else 0), Adam 3 (two moments and a step count).
     pub fn state_per_param(&self) -> u64 {
-        match self.kind {
-            OptimizerKind::Adam | OptimizerKind::AdamW => 3,
-            _ => u64::from(self.has_momentum_buffer()),
-        }
+        self.buffers().count()
     }
 
-    /// Checks every value.
+    /// Checks every value: each optional key only where the kind reads it, each key's range,
+    /// and the rule's own checks ([`optim::Rule::validate`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let only = |field: &str, value: Option<f64>, kinds: &[OptimizerKind]| {
-            if value.is_some() && !kinds.contains(&self.kind) {
-                let names: Vec<String> =
-                    kinds.iter().map(|k| format!("\"{}\"", k.name())).collect();
-                return Err(ConfigError::new(
-                    &format!("optimizer.{field}"),
-                    format!(
-                        "`{field}` applies to kind = {} only, and this optimizer is \"{}\"",
-                        names.join(" or "),
-                        self.kind.name()
-                    ),
-                )
-                .hint(format!(
-                    "remove {field}, or set optimizer.kind = {}",
-                    names.join(" or ")
-                )));
-            }
-            Ok(())
-        };
-        let adam = &[OptimizerKind::Adam, OptimizerKind::AdamW];
-        only("beta1", self.beta1, adam)?;
-        only("beta2", self.beta2, adam)?;
-        only("eps", self.eps, adam)?;
-        only("eta", self.eta, &[OptimizerKind::Lars])?;
+        for (field, value) in [
+            ("beta1", self.beta1),
+            ("beta2", self.beta2),
+            ("eps", self.eps),
+            ("eta", self.eta),
+        ] {
+            self.read_by_kind(field, value.is_some())?;
+        }
         for (field, value) in [("beta1", self.beta1()), ("beta2", self.beta2())] {
             if !(0.0..1.0).contains(&value) {
                 return Err(ConfigError::new(
@@ -296,15 +184,7 @@ impl OptimizerConfig {
                 ));
             }
         }
-        if let Some(c) = self.clip_norm
-            && !(c.is_finite() && c > 0.0)
-        {
-            return Err(ConfigError::new(
-                "optimizer.clip_norm",
-                format!("clip_norm must be a positive number, got {c}"),
-            )
-            .hint("the largest gradient norm a step applies; leave it out for no clipping"));
-        }
+        optim::clip::validate(self.clip_norm)?;
         for (field, value) in [("eps", self.eps()), ("eta", self.eta())] {
             if !(value.is_finite() && value > 0.0) {
                 return Err(ConfigError::new(
@@ -313,18 +193,13 @@ impl OptimizerConfig {
                 ));
             }
         }
-        if self.kind.is_adam() && self.momentum != 0.0 {
-            return Err(ConfigError::new(
-                "optimizer.momentum",
-                "Adam has no momentum of its own: its first-moment decay is beta1",
-            )
-            .hint("remove momentum, or set optimizer.beta1"));
-        }
-        if self.nesterov && self.kind != OptimizerKind::Sgd {
+        self.kind.validate(self)?;
+        if self.nesterov && !self.kind.keys().contains(&"nesterov") {
             return Err(ConfigError::new(
                 "optimizer.nesterov",
                 format!(
-                    "Nesterov momentum applies to kind = \"sgd\" only, and this optimizer is \"{}\"",
+                    "Nesterov momentum applies to kind = {} only, and this optimizer is \"{}\"",
+                    OptimizerKind::readers("nesterov"),
                     self.kind.name()
                 ),
             )
@@ -336,28 +211,25 @@ impl OptimizerConfig {
                 format!("the learning rate must be positive, got {}", self.lr),
             ));
         }
-        if !(0.0..1.0).contains(&self.momentum) {
-            return Err(ConfigError::new(
-                "optimizer.momentum",
-                format!("momentum must be in [0, 1), got {}", self.momentum),
-            ));
-        }
-        if self.nesterov && self.momentum == 0.0 {
-            return Err(ConfigError::new(
-                "optimizer.nesterov",
-                "Nesterov momentum needs a momentum above zero",
-            )
-            .hint("set optimizer.momentum, e.g. 0.9, or remove nesterov"));
-        }
-        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(ConfigError::new(
-                "optimizer.weight_decay",
-                format!(
-                    "weight decay must be zero or positive, got {}",
-                    self.weight_decay
-                ),
-            ));
-        }
+        optim::momentum::validate(self.momentum)?;
+        optim::momentum::validate_nesterov(self.nesterov, self.momentum)?;
+        optim::decay::validate(self.weight_decay)?;
         self.schedule.validate("optimizer.schedule")
+    }
+
+    /// An optional key `field`, when `set`, is one this kind reads ([`optim::Rule::KEYS`]).
+    fn read_by_kind(&self, field: &str, set: bool) -> Result<(), ConfigError> {
+        if set && !self.kind.keys().contains(&field) {
+            let names = OptimizerKind::readers(field);
+            return Err(ConfigError::new(
+                &format!("optimizer.{field}"),
+                format!(
+                    "`{field}` applies to kind = {names} only, and this optimizer is \"{}\"",
+                    self.kind.name()
+                ),
+            )
+            .hint(format!("remove {field}, or set optimizer.kind = {names}")));
+        }
+        Ok(())
     }
 }

@@ -10,9 +10,9 @@ use std::ops::Range;
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::clock::rng::{Stream, StreamKind, stream};
+use crate::params::optim::{self, State};
 use crate::params::{
-    Evaluation, GradId, HandleMap, Layer, Matrix, MsgId, OptimizerConfig, OptimizerKind,
-    ReplicaStore, Slot,
+    Evaluation, GradId, HandleMap, Layer, Matrix, MsgId, OptimizerConfig, ReplicaStore, Slot,
 };
 
 /// The analytic problem of a [`ReferenceStore`].
@@ -64,6 +64,8 @@ pub struct ReferenceStore {
     workers: usize,
     train_size: usize,
     layers: Vec<Layer>,
+    /// The layers' coordinate ranges, as the rules take them.
+    ranges: Vec<Range<usize>>,
     matrices: Vec<Matrix>,
     state: ReferenceState,
 }
@@ -72,7 +74,8 @@ impl ReferenceStore {
     /// `workers` replicas, all starting at zero.
     pub fn new(problem: Quadratic, workers: usize, optimizer: OptimizerConfig, seed: u64) -> Self {
         let dim = problem.curvature.len();
-        let adam = if optimizer.kind.is_adam() { dim } else { 0 };
+        // Adam's second moment and step counts (empty for the other rules).
+        let adam = if optimizer.buffers().second { dim } else { 0 };
         ReferenceStore {
             workers,
             state: ReferenceState {
@@ -96,6 +99,7 @@ impl ReferenceStore {
                 params: 0..dim,
                 forward_flops: 2 * dim as u64,
             }],
+            ranges: std::iter::once(0..dim).collect(),
             matrices: Vec::new(),
         }
     }
@@ -120,6 +124,7 @@ impl ReferenceStore {
             Some(self.num_params()),
             "the layers cover every coordinate"
         );
+        self.ranges = layers.iter().map(|l| l.params.clone()).collect();
         self.layers = layers;
         self
     }
@@ -283,8 +288,17 @@ impl ReplicaStore for ReferenceStore {
     }
 
     fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
-        let g = self.state.grads.get(grad.0).expect("live gradient");
         let opt = &self.optimizer;
+        let buffers = opt.buffers();
+        let ReferenceState {
+            params,
+            velocity,
+            second,
+            steps,
+            grads,
+            ..
+        } = &mut self.state;
+        let g = grads.get(grad.0).expect("live gradient");
         // Clipping by the whole gradient's norm (the quadratic has no state coordinates).
         let clipped: Vec<f64>;
         let c = match opt.clip_norm {
@@ -297,64 +311,17 @@ impl ReplicaStore for ReferenceStore {
         } else {
             g
         };
-        let weight_decay = opt.weight_decay;
-        let x = &mut self.state.params[row];
-        let v = &mut self.state.velocity[row];
-        match opt.kind {
-            OptimizerKind::Sgd => {
-                let (momentum, nesterov) = (opt.momentum, opt.nesterov);
-                for k in block {
-                    let d = g[k] + weight_decay * x[k];
-                    v[k] = momentum * v[k] + d;
-                    let step = if nesterov { d + momentum * v[k] } else { v[k] };
-                    x[k] -= lr * step;
-                }
-            }
-            OptimizerKind::Adam | OptimizerKind::AdamW => {
-                let (b1, b2, eps) = (opt.beta1(), opt.beta2(), opt.eps());
-                let decoupled = opt.kind == OptimizerKind::AdamW;
-                let (s, t) = (&mut self.state.second[row], &mut self.state.steps[row]);
-                for k in block {
-                    let d = if decoupled {
-                        g[k]
-                    } else {
-                        g[k] + weight_decay * x[k]
-                    };
-                    t[k] += 1;
-                    v[k] = b1 * v[k] + (1.0 - b1) * d;
-                    s[k] = b2 * s[k] + (1.0 - b2) * d * d;
-                    let tk = t[k] as i32;
-                    let m_hat = v[k] / (1.0 - b1.powi(tk));
-                    let s_hat = s[k] / (1.0 - b2.powi(tk));
-                    if decoupled {
-                        x[k] -= lr * weight_decay * x[k];
-                    }
-                    x[k] -= lr * m_hat / (s_hat.sqrt() + eps);
-                }
-            }
-            OptimizerKind::Lars => {
-                let (momentum, eta) = (opt.momentum, opt.eta());
-                for layer in &self.layers {
-                    let part = layer.params.start.max(block.start)..layer.params.end.min(block.end);
-                    if part.is_empty() {
-                        continue;
-                    }
-                    let xn = x[part.clone()].iter().map(|a| a * a).sum::<f64>().sqrt();
-                    let gn = g[part.clone()].iter().map(|a| a * a).sum::<f64>().sqrt();
-                    let den = gn + weight_decay * xn;
-                    let trust = if xn > 0.0 && den > 0.0 {
-                        eta * xn / den
-                    } else {
-                        1.0
-                    };
-                    for k in part {
-                        let d = g[k] + weight_decay * x[k];
-                        v[k] = momentum * v[k] + lr * trust * d;
-                        x[k] -= v[k];
-                    }
-                }
-            }
-        }
+        // The rule, from its own file of `crate::params::optim`, in `f64`: the code the burn
+        // store's rows run in `f32`. Every row keeps a momentum buffer, which the rule is handed
+        // whether or not it keeps one for its settings (SGD without momentum leaves the last
+        // step's direction in it).
+        let state = State {
+            first: Some(&mut velocity[row][block.clone()]),
+            second: buffers.second.then(|| &mut second[row][block.clone()]),
+            counts: buffers.counts.then(|| &mut steps[row][block.clone()]),
+        };
+        let x = &mut params[row][block.clone()];
+        optim::step(opt, x, state, &g[block.clone()], lr, block, &self.ranges);
     }
 
     fn release_gradient(&mut self, grad: GradId) {
@@ -539,6 +506,7 @@ struct ReferenceState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::OptimizerKind;
 
     #[test]
     fn averaging_keeps_the_sum() {
