@@ -160,9 +160,19 @@ fn options(out: &Path) -> RunOptions {
 /// some scenarios, keep the others' entries as they were, so that they stay exact on their
 /// CPUs. `summary.json` is compared as a subset: a new field does not fail, a changed or removed
 /// one does.
+///
+/// An entry may also hold what other kernels wrote ([`ALSO`]), so that a host with those
+/// compares exactly too: `DASIM_BLESS=also` adds this host's outputs to every entry blessed
+/// with other kernels and changes nothing else. A scenario whose numbers are discontinuous in
+/// its inputs (a quantized exchange, Streaming DiLoCo's 4-bit outer step) moves by more than
+/// any tolerance from one set of kernels to another, and needs one. Blessing with
+/// `DASIM_BLESS=1` writes entries without alternates: a change that moves an entry's outputs
+/// leaves the other kernels' record stale.
 struct Golden {
     path: std::path::PathBuf,
     bless: bool,
+    /// `DASIM_BLESS=also`: record this host's outputs beside the entries of other kernels.
+    also: bool,
     expected: BTreeMap<String, BTreeMap<String, Value>>,
     seen: BTreeMap<String, BTreeMap<String, Value>>,
     mismatches: Vec<String>,
@@ -171,7 +181,8 @@ struct Golden {
 impl Golden {
     fn load() -> Golden {
         let path = common::manifest_dir().join("tests/golden/outputs.json");
-        let bless = std::env::var_os("DASIM_BLESS").is_some();
+        let also = std::env::var("DASIM_BLESS").is_ok_and(|v| v == "also");
+        let bless = std::env::var_os("DASIM_BLESS").is_some() && !also;
         let expected = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap(),
             Err(_) if bless => BTreeMap::new(),
@@ -180,6 +191,7 @@ impl Golden {
         Golden {
             path,
             bless,
+            also,
             expected,
             seen: BTreeMap::new(),
             mismatches: Vec::new(),
@@ -229,11 +241,28 @@ impl Golden {
             summary.as_object_mut().unwrap().remove("scenario_sha256");
         }
         got.insert("summary.json".into(), summary);
-        if let Some(expected) = self.expected.get(&name) {
-            let exact = blessed_here(expected);
-            for (file, want) in expected {
+        got.insert(
+            KERNELS.into(),
+            Value::String(dasim_models::backend::cpu_kernels().into()),
+        );
+        if self.also
+            && let Some(entry) = self.expected.get_mut(&name)
+            && !blessed_here(entry)
+        {
+            let here = dasim_models::backend::cpu_kernels();
+            let also = entry
+                .entry(ALSO.into())
+                .or_insert_with(|| Value::Object(Default::default()));
+            also.as_object_mut()
+                .expect("an entry's alternates are an object")
+                .insert(here.into(), serde_json::to_value(&got).unwrap());
+        }
+        if let Some(entry) = self.expected.get(&name) {
+            let expected = alternate_here(entry).unwrap_or_else(|| entry.clone());
+            let exact = blessed_here(&expected);
+            for (file, want) in &expected {
                 match got.get(file) {
-                    _ if file == KERNELS => {}
+                    _ if file == KERNELS || file == ALSO => {}
                     None => self
                         .mismatches
                         .push(format!("{name}: {file} is no longer written")),
@@ -257,14 +286,15 @@ impl Golden {
             self.mismatches
                 .push(format!("{name}: not in the golden file (bless it)"));
         }
-        got.insert(
-            KERNELS.into(),
-            Value::String(dasim_models::backend::cpu_kernels().into()),
-        );
         self.seen.insert(name, got);
     }
 
     fn finish(self) {
+        if self.also {
+            let text = serde_json::to_string_pretty(&self.expected).unwrap() + "\n";
+            std::fs::write(&self.path, text).unwrap();
+            return;
+        }
         if self.bless {
             std::fs::create_dir_all(self.path.parent().unwrap()).unwrap();
             let text = serde_json::to_string_pretty(&self.seen).unwrap() + "\n";
@@ -344,6 +374,16 @@ fn close(want: &Value, have: &Value) -> bool {
 /// ([`dasim_models::backend::cpu_kernels`]); an entry without it was blessed with `avx512f`.
 const KERNELS: &str = "kernels";
 
+/// The key of a golden entry's record of what other kernels wrote: kernels → an entry of the
+/// same form, compared exactly on a host with those kernels.
+const ALSO: &str = "also";
+
+/// What `entry`'s scenario wrote with this host's kernels, where the entry records it.
+fn alternate_here(entry: &BTreeMap<String, Value>) -> Option<BTreeMap<String, Value>> {
+    let here = entry.get(ALSO)?.get(dasim_models::backend::cpu_kernels())?;
+    Some(serde_json::from_value(here.clone()).expect("an alternate is an entry"))
+}
+
 /// The kernels that blessed a golden entry.
 fn entry_kernels(entry: &BTreeMap<String, Value>) -> &str {
     entry
@@ -368,7 +408,7 @@ fn host_hint(expected: &BTreeMap<String, BTreeMap<String, Value>>) -> String {
     let here = dasim_models::backend::cpu_kernels();
     let other: Vec<String> = expected
         .iter()
-        .filter(|(_, entry)| !blessed_here(entry))
+        .filter(|(_, entry)| !blessed_here(entry) && alternate_here(entry).is_none())
         .map(|(name, entry)| format!("{name} ({})", entry_kernels(entry)))
         .collect();
     if other.is_empty() {
