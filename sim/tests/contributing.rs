@@ -8,16 +8,16 @@
 //! The state machine is the walkthrough's at the top of the crate's documentation
 //! (`sim/src/lib.rs`), with the one option of the chapter, `weight` (the walkthrough's is 0.5,
 //! the default). The tests check what the chapter promises: `validate` names the key it refuses,
-//! the run through `AlgorithmSpec::run` trains and keeps the walkthrough's invariants at every
-//! event, and a run resumed from a checkpoint goes on exactly as the run never interrupted —
-//! which holds only because the state and the events serialize whole.
+//! the run through `AlgorithmSpec::run` (which runs what `build` returns) trains and keeps the
+//! walkthrough's invariants at every event, and a run resumed from a checkpoint goes on exactly
+//! as the run never interrupted — which holds only because the state and the events serialize
+//! whole.
 
 // ANCHOR: imports
 use dasim_sim::ConfigError;
 use dasim_sim::algorithm::{Algorithm, Ctx, World};
-use dasim_sim::algorithms::{AlgorithmSpec, Setup};
+use dasim_sim::algorithms::{AlgorithmSpec, Runnable, Setup};
 use dasim_sim::clock::rng::{Stream, StreamKind, stream};
-use dasim_sim::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use dasim_sim::params::{GradId, MsgId, ReplicaStore, Slot};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -30,6 +30,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::{Checked, optimizer, quadratic_store, stop_at};
+use dasim_sim::engine::{Checkpointing, Observer, Outcome};
 use dasim_sim::prelude::{
     Activity, BuildEnv, Cluster, ClusterConfig, Collect, EvalPoint, MetricsConfig, Network,
     NetworkConfig, OptimizerConfig, ReferenceStore, SimTime, StragglerConfig, Topology,
@@ -177,16 +178,12 @@ impl AlgorithmSpec for GossipConfig {
         Ok(())
     }
 
-    fn run(
+    fn build(
         &self,
         _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> dasim_sim::Result<Outcome> {
-        let mut alg = Gossip::new(self, world.workers(), world.seed);
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        world: &World<'_>,
+    ) -> dasim_sim::Result<Box<dyn Runnable>> {
+        Ok(Box::new(Gossip::new(self, world.workers(), world.seed)))
     }
 }
 // ANCHOR_END: spec

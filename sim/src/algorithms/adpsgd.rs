@@ -108,11 +108,10 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::clock::time::TimeUnit;
 use crate::engine::SimTime;
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
@@ -1290,14 +1289,7 @@ impl AlgorithmSpec for AdPsgdConfig {
         Ok(())
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let sides = world.topology.bipartition().ok_or_else(|| {
             ConfigError::new("topology.kind", "AD-PSGD needs a bipartite topology")
         })?;
@@ -1305,6 +1297,6 @@ impl AlgorithmSpec for AdPsgdConfig {
         if world.faults().configured() {
             alg = alg.with_timeout(self.partner_timeout(world));
         }
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        Ok(Box::new(alg))
     }
 }

@@ -55,9 +55,8 @@ use serde::{Deserialize, Serialize};
 
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::compress::{Compression, PowerSgd};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore, blocks};
@@ -383,20 +382,7 @@ impl AlgorithmSpec for AllReduceConfig {
         ring_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        run_checkpointed(
-            &mut AllReduceSgd::new(self, world.workers()),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        Ok(Box::new(AllReduceSgd::new(self, world.workers())))
     }
 }

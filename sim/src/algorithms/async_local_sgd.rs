@@ -87,8 +87,8 @@ use serde::{Deserialize, Serialize};
 use super::ps::PsConfig;
 use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, SimTime, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
+use crate::engine::SimTime;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
@@ -819,18 +819,11 @@ impl AlgorithmSpec for AsyncLocalSgdConfig {
         Ok(())
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let mut alg = AsyncLocalSgd::new(self, world.workers());
         if world.faults().configured() {
             alg = alg.with_retransmit(PsConfig::default().retransmit(world));
         }
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        Ok(Box::new(alg))
     }
 }

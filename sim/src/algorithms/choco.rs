@@ -43,10 +43,9 @@ use serde::{Deserialize, Serialize};
 use super::dpsgd::{MixingWeights, mixing_weights};
 use super::neighbours::{Exchange, SendsAt};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::compress::Compression;
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
@@ -354,15 +353,8 @@ impl AlgorithmSpec for ChocoConfig {
         }
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        let mut alg = Choco::new(self, &world.topology, world.seed);
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        let alg = Choco::new(self, &world.topology, world.seed);
+        Ok(Box::new(alg))
     }
 }

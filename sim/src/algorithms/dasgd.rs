@@ -98,8 +98,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::{AlgorithmSpec, Declared, Setup, measure};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Declared, Runnable, Setup, measure};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
@@ -835,18 +834,11 @@ impl AlgorithmSpec for DasgdConfig {
         Ok(())
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let mut alg = Dasgd::new(self, &world.topology);
         if world.faults().configured() {
             alg = alg.with_faults();
         }
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        Ok(Box::new(alg))
     }
 }

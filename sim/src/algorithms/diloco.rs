@@ -49,8 +49,7 @@ use std::ops::Range;
 use super::allreduce::{bucket_bytes, ring_support};
 use super::ring::{Done, Ring, mark};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::tracked::Tracked;
@@ -407,20 +406,7 @@ impl AlgorithmSpec for DilocoConfig {
         ring_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        run_checkpointed(
-            &mut Diloco::new(self, world.workers()),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        Ok(Box::new(Diloco::new(self, world.workers())))
     }
 }

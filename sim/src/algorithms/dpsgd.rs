@@ -58,8 +58,7 @@ use serde::{Deserialize, Serialize};
 
 use super::neighbours::{Exchange, SendsAt};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
@@ -321,15 +320,8 @@ impl AlgorithmSpec for DpsgdConfig {
         }
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        let mut alg = Dpsgd::new(self, &world.topology);
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        let alg = Dpsgd::new(self, &world.topology);
+        Ok(Box::new(alg))
     }
 }

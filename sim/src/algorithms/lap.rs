@@ -91,8 +91,7 @@ use serde::{Deserialize, Serialize};
 use super::allreduce::bucket_bytes;
 use super::ring::{Done, Ring};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 
@@ -639,21 +638,8 @@ impl AlgorithmSpec for LapSgdConfig {
         Ok(())
     }
 
-    fn run(
-        &self,
-        kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let partitioned = kind == "lpp-sgd";
-        run_checkpointed(
-            &mut LapSgd::new(self, world.workers(), partitioned),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+        Ok(Box::new(LapSgd::new(self, world.workers(), partitioned)))
     }
 }

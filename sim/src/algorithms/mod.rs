@@ -28,9 +28,25 @@
 //! [`AlgorithmKind`] and its options type. The options type implements [`AlgorithmSpec`]: how
 //! the entry is checked against the topology and the model ([`AlgorithmSpec::validate`]), which
 //! network nodes it needs besides the workers ([`AlgorithmSpec::extra_nodes`]) and how it is
-//! built and run ([`AlgorithmSpec::run`]). What every entry has (`label`) lives once, in
-//! [`AlgorithmConfig`]. Adding an algorithm is a module, an options type with its
-//! `AlgorithmSpec`, and one line in the table (see the contributors' chapter of the book).
+//! built ([`AlgorithmSpec::build`]; running and resuming it is written once,
+//! [`AlgorithmSpec::run`]). What every entry has (`label`) lives once, in [`AlgorithmConfig`].
+//! Adding an algorithm is a module, an options type with its `AlgorithmSpec`, and one line in
+//! the table (see the contributors' chapter of the book).
+//!
+//! ## Shared shapes
+//!
+//! What several methods share is written once, each shape with unit tests of the rules it owns;
+//! a method keeps only what is its own:
+//!
+//! - [`neighbours::Exchange`]: the neighbour-synchronous exchange (the inbox by iteration and
+//!   sender, the blocked/communicating wait, crashes and the stall report): D-PSGD, CHOCO-SGD.
+//! - [`star`]: one server and its workers (the protocol, the replies, the calculation stops,
+//!   crashes and rejoins); a method on it is its rule for a landed gradient: Rennala,
+//!   Ringmaster.
+//! - [`retransmit::Retransmit`]: retransmission on loss after a timeout, a message lost for good
+//!   handed back: the parameter server, asynchronous Local-SGD.
+//! - [`ring`]: the bucketed ring all-reduce and its barrier: all-reduce SGD, local SGD, DiLoCo,
+//!   SlowMo, Streaming DiLoCo, LAP-SGD.
 //!
 //! Learning-rate schedules, momentum, Nesterov and weight decay are the shared `[optimizer]`
 //! section ([`crate::params::OptimizerConfig`], [`crate::params::lr`]), not options of an algorithm.
@@ -57,9 +73,10 @@ pub mod streaming_diloco;
 #[cfg(test)]
 mod testkit;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::algorithm::World;
+use crate::algorithm::{Algorithm, World};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig};
 use crate::error::ConfigError;
 use crate::net::topology::{Topology, TopologyConfig};
@@ -236,11 +253,15 @@ pub trait AlgorithmSpec {
     }
 
     /// Builds the algorithm on `world` (whose topology [`AlgorithmSpec::validate`] accepted, and
-    /// whose network has `workers + extra_nodes()` nodes) and runs it until a stop rule of
-    /// `run_cfg` fires.
+    /// whose network has `workers + extra_nodes()` nodes), ready to run: any [`Algorithm`] whose
+    /// state and events serialize is a [`Runnable`] (`Ok(Box::new(alg))`).
     ///
-    /// `kind` is the entry's kind, for options types shared by two kinds. Checkpoints are taken,
-    /// and a run resumed, as `ckpt` says ([`crate::engine::run_checkpointed`]).
+    /// `kind` is the entry's kind, for options types shared by two kinds.
+    fn build(&self, kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>>;
+
+    /// Builds the algorithm ([`AlgorithmSpec::build`]) and runs it until a stop rule of
+    /// `run_cfg` fires. Checkpoints are taken, and a run resumed, as `ckpt` says
+    /// ([`crate::engine::run_checkpointed`]). Written once, for every kind.
     fn run(
         &self,
         kind: &'static str,
@@ -248,7 +269,40 @@ pub trait AlgorithmSpec {
         run_cfg: &RunConfig,
         observer: &mut dyn Observer,
         ckpt: Checkpointing<'_>,
+    ) -> crate::Result<Outcome> {
+        self.build(kind, world)?
+            .run_checkpointed(world, run_cfg, observer, ckpt)
+    }
+}
+
+/// An algorithm built for a run ([`AlgorithmSpec::build`]): what the engine runs, checkpoints
+/// and resumes. Implemented for every [`Algorithm`] whose state and events serialize.
+pub trait Runnable {
+    /// Runs until a stop rule of `run_cfg` fires, with checkpoints as `ckpt` says
+    /// ([`crate::engine::run_checkpointed`]).
+    fn run_checkpointed(
+        &mut self,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
     ) -> crate::Result<Outcome>;
+}
+
+impl<A> Runnable for A
+where
+    A: Algorithm + Serialize + DeserializeOwned,
+    A::Event: Serialize + DeserializeOwned,
+{
+    fn run_checkpointed(
+        &mut self,
+        world: &mut World<'_>,
+        run_cfg: &RunConfig,
+        observer: &mut dyn Observer,
+        ckpt: Checkpointing<'_>,
+    ) -> crate::Result<Outcome> {
+        crate::engine::run_checkpointed(self, world, run_cfg, observer, ckpt)
+    }
 }
 
 /// The registry: one line per kind. Generates [`AlgorithmKind`] (the serde schema of an entry's

@@ -153,9 +153,9 @@ use serde::{Deserialize, Serialize};
 
 use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::time::TimeUnit;
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, SimTime, run_checkpointed};
+use crate::engine::SimTime;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, ReplicaStore, blocks};
@@ -1061,14 +1061,7 @@ impl AlgorithmSpec for PsConfig {
         Ok(())
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let n = world.workers();
         let need = n + self.servers;
         if world.net.nodes() < need {
@@ -1087,6 +1080,6 @@ impl AlgorithmSpec for PsConfig {
         if world.faults().configured() {
             alg = alg.with_retransmit(self.retransmit(world));
         }
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        Ok(Box::new(alg))
     }
 }

@@ -117,8 +117,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, World, neighbour_model};
-use crate::algorithms::{AlgorithmSpec, Declared, Setup, measure};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Declared, Runnable, Setup, measure};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::schedule::PeerSchedule;
@@ -881,19 +880,12 @@ impl AlgorithmSpec for SgpConfig {
         push_sum_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let schedule = world
             .topology
             .training_schedule(world.store.batch_size(), world.store.train_size());
-        let mut alg = Sgp::synchronous(self, &schedule);
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        let alg = Sgp::synchronous(self, &schedule);
+        Ok(Box::new(alg))
     }
 }
 
@@ -918,18 +910,11 @@ impl AlgorithmSpec for OverlapSgpConfig {
         push_sum_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
         let schedule = world
             .topology
             .training_schedule(world.store.batch_size(), world.store.train_size());
-        let mut alg = Sgp::overlap(self, &schedule);
-        run_checkpointed(&mut alg, world, run_cfg, observer, ckpt)
+        let alg = Sgp::overlap(self, &schedule);
+        Ok(Box::new(alg))
     }
 }

@@ -88,9 +88,8 @@ use super::allreduce::{bucket_bytes, ring_support};
 use super::ring::{Done, Ring, mark};
 use super::sgp::{self, SgpConfig};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup, Sgp};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup, Sgp};
 use crate::clock::EventQueue;
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::tracked::Tracked;
@@ -635,20 +634,7 @@ impl AlgorithmSpec for SlowmoConfig {
         ring_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        run_checkpointed(
-            &mut Slowmo::new(self, world),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        Ok(Box::new(Slowmo::new(self, world)))
     }
 }

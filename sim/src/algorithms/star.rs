@@ -38,8 +38,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, MsgId, ReplicaStore, Slot};
@@ -487,7 +486,7 @@ impl<M: StarMethod> Algorithm for M {
 /// [`AlgorithmSpec`] is implemented once for every method's options.
 pub(crate) trait StarOptions {
     /// The method.
-    type Method: StarMethod + Serialize + DeserializeOwned;
+    type Method: StarMethod + Serialize + DeserializeOwned + 'static;
     /// Checks the options; `path` is the entry's.
     fn check(&self, path: &str) -> Result<(), ConfigError>;
     /// The method for `workers` workers.
@@ -515,16 +514,9 @@ impl<C: StarOptions> AlgorithmSpec for C {
         star_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        let mut method = self.method(world.workers());
-        run_checkpointed(&mut method, world, run_cfg, observer, ckpt)
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        let method = self.method(world.workers());
+        Ok(Box::new(method))
     }
 }
 
@@ -533,7 +525,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit;
     use crate::cluster::{ClusterConfig, StragglerConfig};
-    use crate::engine::{Collect, run};
+    use crate::engine::{Collect, Outcome, run};
     use crate::net::NetworkConfig;
 
     /// The least method on the star: steps with every gradient computed at the current point,

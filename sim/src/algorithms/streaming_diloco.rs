@@ -95,8 +95,7 @@ use super::diloco::{
 };
 use super::ring::{Barrier, Done, Ring};
 use crate::algorithm::{Algorithm, Ctx, World};
-use crate::algorithms::{AlgorithmSpec, Setup};
-use crate::engine::{Checkpointing, Observer, Outcome, RunConfig, run_checkpointed};
+use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
@@ -816,20 +815,7 @@ impl AlgorithmSpec for StreamingDilocoConfig {
         ring_support(fault)
     }
 
-    fn run(
-        &self,
-        _kind: &'static str,
-        world: &mut World<'_>,
-        run_cfg: &RunConfig,
-        observer: &mut dyn Observer,
-        ckpt: Checkpointing<'_>,
-    ) -> crate::Result<Outcome> {
-        run_checkpointed(
-            &mut StreamingDiloco::new(self, world.workers()),
-            world,
-            run_cfg,
-            observer,
-            ckpt,
-        )
+    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
+        Ok(Box::new(StreamingDiloco::new(self, world.workers())))
     }
 }
