@@ -35,7 +35,7 @@ use crate::engine::error::{Error, Result};
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
 /// The format version; bumped whenever the encoded state changes shape.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 
 /// When to take checkpoints, and what to continue from.
 #[derive(Clone, Copy, Debug, Default)]
