@@ -29,7 +29,7 @@
 //! **Steps.** A gradient used in an update counts as a step of its worker; an ignored one counts
 //! none.
 //!
-//! **Staleness** ([`Algorithm::staleness`]): the delay `δ` of every gradient used; the
+//! **Staleness** ([`Algorithm::staleness`](crate::algorithm::Algorithm::staleness)): the delay `δ` of every gradient used; the
 //! invariant (checked at every event by `tests/ringmaster.rs`) is `δ ≤ R − 1`, and with stops no
 //! worker computes at a point `R` or more updates old once the stop has landed.
 
