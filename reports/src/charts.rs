@@ -5,7 +5,10 @@
 //! of panels or workers so that labels stay readable. Activities have fixed colours in every
 //! figure (compute blue, communicate green, blocked vermillion, idle grey).
 
+use std::ops::Range;
+
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
@@ -329,19 +332,28 @@ pub(crate) struct Gantt {
     pub tags: Vec<(u64, String)>,
 }
 
+/// The coordinates a [`Gantt`] is drawn in: simulated seconds across, lanes down.
+type GanttChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Ticked>>;
+
 impl Gantt {
+    /// The height of one lane, in pixels: smaller the more lanes there are, from 26 down to 6.
     fn row_height(&self) -> u32 {
         (2400 / self.lanes.len().max(1) as u32).clamp(6, 26)
     }
-}
 
-impl Figure for Gantt {
-    fn size(&self) -> (u32, u32) {
-        let rows = self.lanes.len() as u32 * self.row_height();
-        (PLOT_WIDTH, PLOT_HEIGHT.max(HEADER_HEIGHT + 90 + rows))
+    /// The rows of the chart: one per lane, at least one.
+    fn rows(&self) -> usize {
+        self.lanes.len().max(1)
     }
 
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+    /// Where lane `i` is drawn: worker 0 on top, so lane `i` is at y = rows − 1 − i.
+    fn lane_y(&self, i: usize) -> f64 {
+        (self.rows() - 1 - i) as f64
+    }
+
+    /// The keys of the header: the activities (with `down` when a worker was down), then the
+    /// kinds of fault marks that some lane has.
+    fn keys(&self) -> Vec<Key> {
         let down = self
             .lanes
             .iter()
@@ -362,8 +374,12 @@ impl Figure for Gantt {
                 });
             }
         }
-        let area = header(root, &self.title, &self.note, &keys)?;
-        let n = self.lanes.len().max(1);
+        keys
+    }
+
+    /// The x range: the window, or else the extent of the lanes' intervals (`0..1` when that
+    /// is empty).
+    fn x_range(&self) -> Range<f64> {
         let intervals = || self.lanes.iter().flat_map(|l| &l.intervals);
         let (start, end) = self.window.unwrap_or_else(|| {
             (
@@ -371,60 +387,51 @@ impl Figure for Gantt {
                 intervals().map(|i| i.2).fold(f64::NEG_INFINITY, f64::max),
             )
         });
-        let x_range = if start < end { start..end } else { 0.0..1.0 };
-        // Worker 0 on top: lane i is drawn at y = n - 1 - i.
+        if start < end { start..end } else { 0.0..1.0 }
+    }
+
+    /// The y axis: a row per lane, at most 32 of them labelled (every how many it takes).
+    fn y_axis(&self) -> Ticked {
+        let n = self.rows();
         let every = n.div_ceil(32);
         let y_keys: Vec<f64> = (0..n)
             .filter(|i| i % every == 0)
-            .map(|i| (n - 1 - i) as f64)
+            .map(|i| self.lane_y(i))
             .collect();
-        let y_spec = Ticked {
+        Ticked {
             range: -0.5..n as f64 - 0.5,
             ticks: y_keys,
-        };
-        let lanes = &self.lanes;
-        let tags = &self.tags;
-        let worker_of = move |y: &f64| {
-            let i = n as i64 - 1 - y.round() as i64;
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| lanes.get(i))
-                .map_or_else(String::new, |l| {
-                    match tags.iter().find(|(w, _)| *w == l.worker) {
-                        Some((_, tag)) => format!("{} {tag}", l.worker),
-                        None => l.worker.to_string(),
-                    }
-                })
-        };
-        let mut chart = ChartBuilder::on(&area)
-            .margin(12)
-            .margin_right(30)
-            .x_label_area_size(58)
-            .y_label_area_size(if self.tags.is_empty() { 84 } else { 124 })
-            .build_cartesian_2d(x_range, y_spec)?;
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .x_desc("simulated time (s)")
-            .y_desc("worker")
-            .x_label_formatter(&|v| format_tick(*v))
-            .y_label_formatter(&worker_of)
-            .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
-            .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
-            .axis_style(AXIS_COLOR)
-            .bold_line_style(GRID_BOLD)
-            .light_line_style(WHITE)
-            .draw()?;
-        // Successive steps are told apart by a thin white line at the start of every compute
-        // interval (and between back-to-back intervals of one activity), as long as there is
-        // room for them (a few pixels per interval): a step that follows a sub-pixel
-        // communication (AD-PSGD's averaging) would otherwise merge with the previous one.
+        }
+    }
+
+    /// The label of the row at `y`: its worker, followed by the worker's tag if it has one
+    /// (empty where no lane is).
+    fn worker_label(&self, y: f64) -> String {
+        let i = self.rows() as i64 - 1 - y.round() as i64;
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.lanes.get(i))
+            .map_or_else(String::new, |l| {
+                match self.tags.iter().find(|(w, _)| *w == l.worker) {
+                    Some((_, tag)) => format!("{} {tag}", l.worker),
+                    None => l.worker.to_string(),
+                }
+            })
+    }
+
+    /// Draws each lane's intervals in their activities' colours.
+    ///
+    /// Successive steps are told apart by a thin white line at the start of every compute
+    /// interval (and between back-to-back intervals of one activity), as long as there is
+    /// room for them (a few pixels per interval): a step that follows a sub-pixel
+    /// communication (AD-PSGD's averaging) would otherwise merge with the previous one.
+    fn draw_intervals<DB: DrawingBackend>(&self, chart: &mut GanttChart<'_, DB>) -> DrawResult<DB> {
         let separate = self
             .lanes
             .iter()
             .all(|l| l.intervals.len() <= SEPARATED_INTERVALS);
         for (i, lane) in self.lanes.iter().enumerate() {
-            let y = (n - 1 - i) as f64;
+            let y = self.lane_y(i);
             chart.draw_series(lane.intervals.iter().map(|&(activity, a, b)| {
                 Rectangle::new(
                     [(a, y - 0.4), (b, y + 0.4)],
@@ -447,12 +454,17 @@ impl Figure for Gantt {
                 )?;
             }
         }
-        // Fault marks on top, thinned evenly beyond the most drawn.
+        Ok(())
+    }
+
+    /// Draws the fault marks on top of the intervals (a cross for a lost message, a circle for
+    /// a disturbed one), thinned evenly beyond [`MAX_DRAWN_MARKS`].
+    fn draw_marks<DB: DrawingBackend>(&self, chart: &mut GanttChart<'_, DB>) -> DrawResult<DB> {
         let marks: usize = self.lanes.iter().map(|l| l.marks.len()).sum();
         let every = marks.div_ceil(MAX_DRAWN_MARKS).max(1);
         let mut k = 0usize;
         for (i, lane) in self.lanes.iter().enumerate() {
-            let y = (n - 1 - i) as f64;
+            let y = self.lane_y(i);
             for &(t, kind) in &lane.marks {
                 k += 1;
                 if !k.is_multiple_of(every) {
@@ -470,6 +482,39 @@ impl Figure for Gantt {
             }
         }
         Ok(())
+    }
+}
+
+impl Figure for Gantt {
+    fn size(&self) -> (u32, u32) {
+        let rows = self.lanes.len() as u32 * self.row_height();
+        (PLOT_WIDTH, PLOT_HEIGHT.max(HEADER_HEIGHT + 90 + rows))
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let area = header(root, &self.title, &self.note, &self.keys())?;
+        let worker_of = |y: &f64| self.worker_label(*y);
+        let mut chart = ChartBuilder::on(&area)
+            .margin(12)
+            .margin_right(30)
+            .x_label_area_size(58)
+            .y_label_area_size(if self.tags.is_empty() { 84 } else { 124 })
+            .build_cartesian_2d(self.x_range(), self.y_axis())?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc("simulated time (s)")
+            .y_desc("worker")
+            .x_label_formatter(&|v| format_tick(*v))
+            .y_label_formatter(&worker_of)
+            .label_style((FONT_FAMILY, LABEL_SIZE).into_font().color(&TEXT_COLOR))
+            .axis_desc_style((FONT_FAMILY, AXIS_DESC_SIZE).into_font().color(&TEXT_COLOR))
+            .axis_style(AXIS_COLOR)
+            .bold_line_style(GRID_BOLD)
+            .light_line_style(WHITE)
+            .draw()?;
+        self.draw_intervals(&mut chart)?;
+        self.draw_marks(&mut chart)
     }
 }
 

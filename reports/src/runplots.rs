@@ -38,14 +38,18 @@ use crate::charts::{
     Gantt, GroupedBars, HistogramPanel, HistogramPanels, StackedPanel, StackedPanels,
 };
 use crate::data::{
-    GANTT_MAX_ROWS, Lane, LogCurve, Metric, WorkerShare, XAxis, attach_fault_marks, band,
-    metric_series, named_series, range_series, sample_lanes, staleness_histograms, thousands,
-    timeline_lanes, utilization, worker_bin,
+    GANTT_MAX_ROWS, Lane, LogCurve, Metric, WorkerShare, XAxis, attach_fault_marks, metric_series,
+    named_series, range_series, sample_lanes, staleness_histograms, thousands, timeline_lanes,
+    utilization, worker_bin,
 };
 use crate::figure::{DrawResult, Figure, format_tick, save};
 use crate::plot::{Band, Line, LineChart};
 use crate::rundir::{MetricRow, RunData};
-use crate::{Error, Result, Series};
+use crate::{Result, Series};
+
+mod overlay;
+
+use overlay::overlay_figures;
 
 /// Any figure of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -908,146 +912,6 @@ pub(crate) fn slug(label: &str) -> String {
     } else {
         out
     }
-}
-
-/// The overlay of several runs: loss and accuracy bands against time and epochs.
-pub(crate) fn overlay_figures(runs: &[RunData]) -> Result<Vec<NamedFigure>> {
-    let mut algorithms: Vec<String> = Vec::new();
-    for run in runs {
-        for a in &run.algorithms {
-            if !algorithms.contains(a) {
-                algorithms.push(a.clone());
-            }
-        }
-    }
-    let mut names: Vec<String> = runs.iter().map(RunData::scenario_name).collect();
-    names.dedup();
-    let name = names.join(" / ");
-    let seeds: Vec<String> = runs
-        .iter()
-        .filter_map(|r| r.summary.as_ref().map(|s| s.seed.to_string()))
-        .collect();
-    let seeds = if seeds.len() == runs.len() {
-        format!(" (seeds {})", seeds.join(", "))
-    } else {
-        String::new()
-    };
-
-    let mut out = Vec::new();
-    for (metric, stem, what, y_label, scale, log) in [
-        (
-            Metric::Loss,
-            "loss",
-            "held-out loss",
-            "test loss",
-            1.0,
-            true,
-        ),
-        (
-            Metric::Accuracy,
-            "accuracy",
-            "held-out accuracy",
-            "test accuracy (%)",
-            100.0,
-            false,
-        ),
-    ] {
-        let mut by_time = LineChart {
-            title: format!("{name}: {what}, {} runs", runs.len()),
-            note: format!(
-                "line: mean over runs{seeds}; band: min to max; aligned on the evaluation times common to all runs (no interpolation)"
-            ),
-            x_label: TIME_LABEL.into(),
-            y_label: y_label.into(),
-            log_y: log,
-            ..LineChart::default()
-        };
-        let mut by_epoch = LineChart {
-            note: format!(
-                "line: mean over runs{seeds}; band: min to max; at each common evaluation time, x = the runs' mean epoch"
-            ),
-            x_label: EPOCH_LABEL.into(),
-            ..by_time.clone()
-        };
-        for (color, alg) in algorithms.iter().enumerate() {
-            let per_run: Vec<Vec<&MetricRow>> = runs
-                .iter()
-                .map(|r| {
-                    r.metrics
-                        .iter()
-                        .filter(|m| &m.algorithm == alg)
-                        .collect::<Vec<_>>()
-                })
-                .filter(|rows| rows.iter().any(|m| metric.of(m).is_some()))
-                .collect();
-            if per_run.is_empty() {
-                continue;
-            }
-            let points = band(&per_run, metric);
-            if points.is_empty() && per_run.len() > 1 {
-                let run = runs
-                    .iter()
-                    .find(|r| r.algorithms.contains(alg))
-                    .expect("the algorithm comes from a run");
-                return Err(Error::Input {
-                    path: run.dir.clone(),
-                    message: format!(
-                        "algorithm `{alg}` has no evaluation time common to all {} runs that have it; \
-                         overlay runs with the same [run] eval_every_s",
-                        per_run.len()
-                    ),
-                });
-            }
-            let legend = runs
-                .iter()
-                .find(|r| r.algorithms.contains(alg))
-                .map_or_else(|| alg.clone(), |r| r.legend(alg));
-            let label = format!("{legend} ({} runs)", per_run.len());
-            by_time.lines.push(Line {
-                label: label.clone(),
-                points: points.iter().map(|p| (p.time_s, p.mean * scale)).collect(),
-                color,
-                dashed: false,
-            });
-            by_time.bands.push(Band {
-                color,
-                points: points
-                    .iter()
-                    .map(|p| (p.time_s, p.min * scale, p.max * scale))
-                    .collect(),
-            });
-            let with_epoch = || points.iter().filter_map(|p| Some((p.epoch?, p)));
-            by_epoch.lines.push(Line {
-                label,
-                points: with_epoch().map(|(e, p)| (e, p.mean * scale)).collect(),
-                color,
-                dashed: false,
-            });
-            by_epoch.bands.push(Band {
-                color,
-                points: with_epoch()
-                    .map(|(e, p)| (e, p.min * scale, p.max * scale))
-                    .collect(),
-            });
-        }
-        let heading = format!("{}{} across runs", what[..1].to_uppercase(), &what[1..]);
-        if by_time.lines.iter().any(|l| !l.points.is_empty()) {
-            out.push(NamedFigure {
-                stem: stem.into(),
-                heading: format!("{heading}, against time"),
-                chart: Chart::Lines(by_time),
-            });
-        }
-        if by_epoch.lines.iter().any(|l| !l.points.is_empty()) {
-            out.push(NamedFigure {
-                stem: format!("{stem}_epochs"),
-                heading: format!("{heading}, against epochs"),
-                chart: Chart::Lines(by_epoch),
-            });
-        }
-    }
-    mark_identical(&mut out);
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::data::{timeline_lanes, utilization};
-use crate::rundir::{MessageRow, RunData, read_csv, write_atomic};
+use crate::rundir::{FaultRow, MessageRow, RunData, TimelineRow, read_csv, write_atomic};
 use crate::runplots::gantt_chart;
 use crate::{GANTT_MAX_ROWS, Result};
 
@@ -64,16 +64,82 @@ fn us(s: f64) -> f64 {
 /// The trace of a loaded run directory, and what it holds. `messages` are `messages.csv`'s rows
 /// (`None` when the run did not log them).
 pub fn trace_json(data: &RunData, messages: Option<&[MessageRow]>) -> (Value, TraceCounts) {
-    let mut events: Vec<Value> = Vec::new();
-    let mut counts = TraceCounts::default();
+    let mut trace = Trace::default();
     let mut notes = BTreeMap::new();
     let workers = data.summary.as_ref().map(|s| s.workers as u64);
-    let mut flow_id = 0u64;
     for (i, alg) in data.algorithms.iter().enumerate() {
-        let pid = i + 1;
+        let note = trace.add_algorithm(data, i, alg, workers, messages.unwrap_or_default());
+        if let Some(note) = note {
+            notes.insert(alg.clone(), note);
+        }
+    }
+    let other = other_data(data, messages, notes);
+    let json = json!({
+        "traceEvents": trace.events,
+        "displayTimeUnit": "ms",
+        "otherData": other,
+    });
+    (json, trace.counts)
+}
+
+/// The trace being built: its events, what they hold, and the last flow id given out (flows
+/// are numbered from 1 across the whole trace).
+#[derive(Default)]
+struct Trace {
+    events: Vec<Value>,
+    counts: TraceCounts,
+    flow_id: u64,
+}
+
+/// What the trace shows of one algorithm, its process: the window and the workers of its Gantt
+/// chart.
+struct Process<'a> {
+    /// The algorithm's label.
+    alg: &'a str,
+    /// The process id: the algorithm's position in the run, from 1.
+    pid: usize,
+    /// The timeline window, in simulated seconds.
+    window: (f64, f64),
+    /// The workers shown.
+    shown: BTreeSet<u64>,
+    /// The run's number of workers, when the summary gives it.
+    workers: Option<u64>,
+}
+
+impl Process<'_> {
+    /// Whether `node` is a server node, beyond the workers. A server node has no timeline: it
+    /// gets a thread of its own once a message or a fault touches it.
+    fn is_server(&self, node: u64) -> bool {
+        self.workers.is_some_and(|n| node >= n)
+    }
+
+    /// Whether `node` has a thread in the trace: a shown worker, or a server node.
+    fn shows(&self, node: u64) -> bool {
+        self.shown.contains(&node) || self.is_server(node)
+    }
+
+    /// Whether simulated time `t` falls in the window.
+    fn in_window(&self, t: f64) -> bool {
+        (self.window.0..=self.window.1).contains(&t)
+    }
+}
+
+impl Trace {
+    /// Adds algorithm `alg`, the `i`th of the run, as a process: a thread per shown worker and
+    /// per server node touched, its timeline slices, the flows of its `messages` and the
+    /// instants of its faults. Returns the Gantt chart's note on what is shown, or `None` (and
+    /// adds nothing) when the algorithm has no timeline.
+    fn add_algorithm(
+        &mut self,
+        data: &RunData,
+        i: usize,
+        alg: &str,
+        workers: Option<u64>,
+        messages: &[MessageRow],
+    ) -> Option<String> {
         let lanes = timeline_lanes(&data.timeline, alg);
         if lanes.is_empty() {
-            continue;
+            return None;
         }
         let shares = utilization(&data.utilization, alg);
         let gantt = gantt_chart(
@@ -82,13 +148,13 @@ pub fn trace_json(data: &RunData, messages: Option<&[MessageRow]>) -> (Value, Tr
             (!shares.is_empty()).then_some(shares.as_slice()),
             GANTT_MAX_ROWS,
         );
-        let Some((start, end)) = gantt.window else {
-            continue;
-        };
-        notes.insert(alg.clone(), gantt.note.clone());
-        events.push(json!({"name": "process_name", "ph": "M", "pid": pid,
+        let window = gantt.window?;
+        let pid = i + 1;
+        self.events
+            .push(json!({"name": "process_name", "ph": "M", "pid": pid,
             "args": {"name": data.legend(alg)}}));
-        events.push(json!({"name": "process_sort_index", "ph": "M", "pid": pid,
+        self.events
+            .push(json!({"name": "process_sort_index", "ph": "M", "pid": pid,
             "args": {"sort_index": i}}));
         let tags: BTreeMap<u64, &str> = gantt.tags.iter().map(|(w, t)| (*w, t.as_str())).collect();
         let mut shown: BTreeSet<u64> = BTreeSet::new();
@@ -99,82 +165,118 @@ pub fn trace_json(data: &RunData, messages: Option<&[MessageRow]>) -> (Value, Tr
                 Some(tag) => format!("worker {w} ({tag})"),
                 None => format!("worker {w}"),
             };
-            events.push(
-                json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": w,
-                "args": {"name": name}}),
-            );
-            events.push(
-                json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": w,
-                "args": {"sort_index": w}}),
-            );
+            self.thread(pid, w, name);
         }
-        for r in data
-            .timeline
+        let process = Process {
+            alg,
+            pid,
+            window,
+            shown,
+            workers,
+        };
+        self.slices(&data.timeline, &process);
+        let mut servers: BTreeSet<u64> = BTreeSet::new();
+        self.flows(messages, &process, &mut servers);
+        self.instants(&data.faults, &process, &mut servers);
+        for k in servers {
+            self.thread(pid, k, format!("node {k} (server)"));
+        }
+        Some(gantt.note)
+    }
+
+    /// Names thread `tid` of process `pid` `name`, and sorts it by its id.
+    fn thread(&mut self, pid: usize, tid: u64, name: String) {
+        self.events.push(
+            json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+            "args": {"name": name}}),
+        );
+        self.events.push(
+            json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
+            "args": {"sort_index": tid}}),
+        );
+    }
+
+    /// Adds a complete slice for each interval of `timeline` of a shown worker of `process`.
+    fn slices(&mut self, timeline: &[TimelineRow], process: &Process<'_>) {
+        for r in timeline
             .iter()
-            .filter(|r| &r.algorithm == alg && shown.contains(&r.worker))
+            .filter(|r| r.algorithm == process.alg && process.shown.contains(&r.worker))
         {
             let mut e = json!({"name": r.activity.name(), "cat": "activity", "ph": "X",
-                "pid": pid, "tid": r.worker, "ts": us(r.start_s), "dur": us(r.end_s - r.start_s)});
+                "pid": process.pid, "tid": r.worker, "ts": us(r.start_s),
+                "dur": us(r.end_s - r.start_s)});
             if let Some(p) = r.waited_for {
                 e["args"] = json!({"waited_for": p});
             }
-            events.push(e);
-            counts.slices += 1;
+            self.events.push(e);
+            self.counts.slices += 1;
         }
-        // Server nodes (beyond the workers) have no timeline: a thread each, once a message
-        // touches them.
-        let is_server = |node: u64| workers.is_some_and(|n| node >= n);
-        let in_window = |t: f64| (start..=end).contains(&t);
-        let mut servers: BTreeSet<u64> = BTreeSet::new();
+    }
+
+    /// Adds a flow for each of `messages` of `process` posted in the window whose both ends
+    /// have a thread, and collects the server nodes among those ends into `servers`.
+    fn flows(
+        &mut self,
+        messages: &[MessageRow],
+        process: &Process<'_>,
+        servers: &mut BTreeSet<u64>,
+    ) {
         for m in messages
-            .unwrap_or_default()
             .iter()
-            .filter(|m| &m.algorithm == alg && in_window(m.send_s))
+            .filter(|m| m.algorithm == process.alg && process.in_window(m.send_s))
         {
             let ends = [m.src, m.dst];
-            if !ends.iter().all(|&e| shown.contains(&e) || is_server(e)) {
+            if !ends.iter().all(|&e| process.shows(e)) {
                 continue;
             }
-            servers.extend(ends.into_iter().filter(|&e| is_server(e)));
-            flow_id += 1;
-            events.push(
-                json!({"name": "message", "cat": "message", "ph": "s", "id": flow_id,
-                "pid": pid, "tid": m.src, "ts": us(m.send_s),
+            servers.extend(ends.into_iter().filter(|&e| process.is_server(e)));
+            self.flow_id += 1;
+            self.events.push(
+                json!({"name": "message", "cat": "message", "ph": "s", "id": self.flow_id,
+                "pid": process.pid, "tid": m.src, "ts": us(m.send_s),
                 "args": {"bytes": m.bytes, "to": m.dst}}),
             );
-            events.push(
+            self.events.push(
                 json!({"name": "message", "cat": "message", "ph": "f", "bp": "e",
-                "id": flow_id, "pid": pid, "tid": m.dst, "ts": us(m.arrive_s)}),
+                "id": self.flow_id, "pid": process.pid, "tid": m.dst, "ts": us(m.arrive_s)}),
             );
-            counts.flows += 1;
+            self.counts.flows += 1;
         }
-        for f in data.faults.iter().filter(|f| {
-            &f.algorithm == alg
-                && in_window(f.time_s)
-                && (shown.contains(&f.node) || is_server(f.node))
+    }
+
+    /// Adds an instant event for each of `faults` of `process` in the window on a node that has
+    /// a thread, and collects the server nodes among those into `servers`.
+    fn instants(
+        &mut self,
+        faults: &[FaultRow],
+        process: &Process<'_>,
+        servers: &mut BTreeSet<u64>,
+    ) {
+        for f in faults.iter().filter(|f| {
+            f.algorithm == process.alg && process.in_window(f.time_s) && process.shows(f.node)
         }) {
-            if is_server(f.node) {
+            if process.is_server(f.node) {
                 servers.insert(f.node);
             }
             let mut e = json!({"name": f.event, "cat": "fault", "ph": "i", "s": "t",
-                "pid": pid, "tid": f.node, "ts": us(f.time_s)});
+                "pid": process.pid, "tid": f.node, "ts": us(f.time_s)});
             if let Some(p) = f.peer {
                 e["args"] = json!({"peer": p});
             }
-            events.push(e);
-            counts.instants += 1;
-        }
-        for k in servers {
-            events.push(
-                json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": k,
-                "args": {"name": format!("node {k} (server)")}}),
-            );
-            events.push(
-                json!({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": k,
-                "args": {"sort_index": k}}),
-            );
+            self.events.push(e);
+            self.counts.instants += 1;
         }
     }
+}
+
+/// The trace's `otherData`: the scenario, the version and seed that ran it, the time unit,
+/// whether messages were logged, and per algorithm (`notes`) which window and workers are
+/// shown.
+fn other_data(
+    data: &RunData,
+    messages: Option<&[MessageRow]>,
+    notes: BTreeMap<String, String>,
+) -> serde_json::Map<String, Value> {
     let mut other = serde_json::Map::new();
     other.insert("scenario".into(), json!(data.scenario_name()));
     if let Some(s) = &data.summary {
@@ -198,10 +300,5 @@ pub fn trace_json(data: &RunData, messages: Option<&[MessageRow]>) -> (Value, Tr
     for (alg, note) in notes {
         other.insert(format!("shown: {alg}"), json!(note));
     }
-    let trace = json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": other,
-    });
-    (trace, counts)
+    other
 }

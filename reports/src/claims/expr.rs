@@ -158,7 +158,6 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
-    let err = |column: usize, message: String| ParseError { column, message };
     while i < chars.len() {
         let c = chars[i];
         let column = i + 1;
@@ -167,130 +166,165 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
             continue;
         }
         if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) {
-            let start = i;
-            while i < chars.len() && chars[i].is_ascii_digit() {
-                i += 1;
-            }
-            if i < chars.len() && chars[i] == '.' {
-                i += 1;
-                while i < chars.len() && chars[i].is_ascii_digit() {
-                    i += 1;
-                }
-            }
-            if i < chars.len() && (chars[i] == 'e' || chars[i] == 'E') {
-                let mut j = i + 1;
-                if j < chars.len() && (chars[j] == '+' || chars[j] == '-') {
-                    j += 1;
-                }
-                if j < chars.len() && chars[j].is_ascii_digit() {
-                    i = j;
-                    while i < chars.len() && chars[i].is_ascii_digit() {
-                        i += 1;
-                    }
-                }
-            }
-            let literal: String = chars[start..i].iter().collect();
-            let value: f64 = literal
-                .parse()
-                .map_err(|_| err(column, format!("`{literal}` is not a number")))?;
-            if i < chars.len() && (chars[i].is_alphabetic() || chars[i] == '_') {
-                return Err(err(
-                    i + 1,
-                    format!(
-                        "expected an operator after the number `{literal}` (write `{literal} * {}` for a product)",
-                        chars[i]
-                    ),
-                ));
-            }
+            let (value, end) = lex_number(&chars, i)?;
             out.push((Tok::Num(value), column));
+            i = end;
             continue;
         }
         if c.is_alphabetic() || c == '_' || c == '`' {
-            let start = i;
-            let mut name = String::new();
-            if c == '`' {
-                // A quoted label: any characters up to the closing backtick, then `.metric`.
-                let Some(close) = chars[i + 1..].iter().position(|&d| d == '`') else {
-                    return Err(err(
-                        column,
-                        "a `` ` `` opens a quoted label that is never closed".into(),
-                    ));
-                };
-                name.extend(&chars[i + 1..i + 1 + close]);
-                i += close + 2;
-                if chars.get(i) != Some(&'.') {
-                    return Err(err(
-                        i + 1,
-                        "a quoted label is followed by `.` and a metric, as in `` `osgp-tau-2`.message_age.max ``".into(),
-                    ));
-                }
-            } else {
-                i += 1;
-            }
-            let rest_start = if c == '`' { i } else { start };
-            while i < chars.len() {
-                let d = chars[i];
-                if d.is_alphanumeric() || d == '_' || d == '.' {
-                    i += 1;
-                } else if d == '-' && chars.get(i + 1).is_some_and(|n| n.is_alphabetic()) {
-                    i += 2;
-                } else if d == '[' {
-                    let mut j = i + 1;
-                    while j < chars.len() && chars[j].is_ascii_digit() {
-                        j += 1;
-                    }
-                    if j == i + 1 || chars.get(j) != Some(&']') {
-                        return Err(err(
-                            i + 1,
-                            "`[` in a name must hold a worker index, as in `worker[3]`".into(),
-                        ));
-                    }
-                    i = j + 1;
-                } else {
-                    break;
-                }
-            }
-            name.extend(&chars[rest_start..i]);
-            if name.ends_with('.') {
-                return Err(err(
-                    start + 1,
-                    format!("`{name}` ends with `.`: a metric name is missing after it"),
-                ));
-            }
+            let (name, end) = lex_name(&chars, i)?;
             out.push((Tok::Name(name), column));
+            i = end;
             continue;
         }
-        let tok = match c {
-            '+' | '-' | '*' | '/' | '^' => Tok::Op(c),
-            '(' => Tok::Open,
-            ')' => Tok::Close,
-            ',' => Tok::Comma,
-            '−' => {
-                return Err(err(
-                    column,
-                    "`−` (U+2212) is not an operator: write the ASCII minus `-`".into(),
-                ));
-            }
-            '×' | '·' => {
-                return Err(err(
-                    column,
-                    format!("`{c}` is not an operator: write `*` for a product"),
-                ));
-            }
-            _ => {
-                return Err(err(
-                    column,
-                    format!(
-                        "unexpected character `{c}` (an expression has numbers, names, + - * / ^, functions and parentheses)"
-                    ),
-                ));
-            }
-        };
-        out.push((tok, column));
+        out.push((lex_symbol(c, column)?, column));
         i += 1;
     }
     out.push((Tok::End, chars.len() + 1));
     Ok(out)
+}
+
+/// A [`ParseError`] at `column`.
+fn error(column: usize, message: String) -> ParseError {
+    ParseError { column, message }
+}
+
+/// The position of the first character at or after `i` that is not an ASCII digit.
+fn skip_digits(chars: &[char], mut i: usize) -> usize {
+    while i < chars.len() && chars[i].is_ascii_digit() {
+        i += 1;
+    }
+    i
+}
+
+/// Reads the number that starts at `start` (digits, a fraction, an exponent): its value, and
+/// the position just past it. A letter right after the number is an error (`2n` is not a
+/// product); an `e` not followed by digits is not read as an exponent.
+fn lex_number(chars: &[char], start: usize) -> Result<(f64, usize), ParseError> {
+    let column = start + 1;
+    let mut i = skip_digits(chars, start);
+    if i < chars.len() && chars[i] == '.' {
+        i = skip_digits(chars, i + 1);
+    }
+    if i < chars.len() && (chars[i] == 'e' || chars[i] == 'E') {
+        let mut j = i + 1;
+        if j < chars.len() && (chars[j] == '+' || chars[j] == '-') {
+            j += 1;
+        }
+        if j < chars.len() && chars[j].is_ascii_digit() {
+            i = skip_digits(chars, j);
+        }
+    }
+    let literal: String = chars[start..i].iter().collect();
+    let value: f64 = literal
+        .parse()
+        .map_err(|_| error(column, format!("`{literal}` is not a number")))?;
+    if i < chars.len() && (chars[i].is_alphabetic() || chars[i] == '_') {
+        return Err(error(
+            i + 1,
+            format!(
+                "expected an operator after the number `{literal}` (write `{literal} * {}` for a product)",
+                chars[i]
+            ),
+        ));
+    }
+    Ok((value, i))
+}
+
+/// Reads the name that starts at `start`: the name, and the position just past it. A name
+/// that starts with a backtick is a quoted label, which must be followed by `.` and a metric;
+/// the backticks are not part of the name.
+fn lex_name(chars: &[char], start: usize) -> Result<(String, usize), ParseError> {
+    let column = start + 1;
+    let mut i = start;
+    let mut name = String::new();
+    let quoted = chars[start] == '`';
+    if quoted {
+        // A quoted label: any characters up to the closing backtick, then `.metric`.
+        let Some(close) = chars[i + 1..].iter().position(|&d| d == '`') else {
+            return Err(error(
+                column,
+                "a `` ` `` opens a quoted label that is never closed".into(),
+            ));
+        };
+        name.extend(&chars[i + 1..i + 1 + close]);
+        i += close + 2;
+        if chars.get(i) != Some(&'.') {
+            return Err(error(
+                i + 1,
+                "a quoted label is followed by `.` and a metric, as in `` `osgp-tau-2`.message_age.max ``".into(),
+            ));
+        }
+    } else {
+        i += 1;
+    }
+    let rest_start = if quoted { i } else { start };
+    i = name_end(chars, i)?;
+    name.extend(&chars[rest_start..i]);
+    if name.ends_with('.') {
+        return Err(error(
+            start + 1,
+            format!("`{name}` ends with `.`: a metric name is missing after it"),
+        ));
+    }
+    Ok((name, i))
+}
+
+/// The position just past the rest of a name that continues at `i`: letters, digits, `_` and
+/// `.`, a `-` followed by a letter, and a worker index in brackets (`[3]`).
+fn name_end(chars: &[char], mut i: usize) -> Result<usize, ParseError> {
+    while i < chars.len() {
+        let d = chars[i];
+        if d.is_alphanumeric() || d == '_' || d == '.' {
+            i += 1;
+        } else if d == '-' && chars.get(i + 1).is_some_and(|n| n.is_alphabetic()) {
+            i += 2;
+        } else if d == '[' {
+            let j = skip_digits(chars, i + 1);
+            if j == i + 1 || chars.get(j) != Some(&']') {
+                return Err(error(
+                    i + 1,
+                    "`[` in a name must hold a worker index, as in `worker[3]`".into(),
+                ));
+            }
+            i = j + 1;
+        } else {
+            break;
+        }
+    }
+    Ok(i)
+}
+
+/// The token of the one-character symbol `c` (an operator, a parenthesis, a comma) at
+/// `column`; any other character is an error, which names the ASCII character meant where
+/// `c` looks like one (`−`, `×`, `·`).
+fn lex_symbol(c: char, column: usize) -> Result<Tok, ParseError> {
+    Ok(match c {
+        '+' | '-' | '*' | '/' | '^' => Tok::Op(c),
+        '(' => Tok::Open,
+        ')' => Tok::Close,
+        ',' => Tok::Comma,
+        '−' => {
+            return Err(error(
+                column,
+                "`−` (U+2212) is not an operator: write the ASCII minus `-`".into(),
+            ));
+        }
+        '×' | '·' => {
+            return Err(error(
+                column,
+                format!("`{c}` is not an operator: write `*` for a product"),
+            ));
+        }
+        _ => {
+            return Err(error(
+                column,
+                format!(
+                    "unexpected character `{c}` (an expression has numbers, names, + - * / ^, functions and parentheses)"
+                ),
+            ));
+        }
+    })
 }
 
 struct Parser {
