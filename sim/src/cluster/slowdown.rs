@@ -23,6 +23,162 @@ pub(crate) enum Variate {
     Pareto(Pareto<f64>),
 }
 
+/// One distribution's parameters under check, with what the error messages name: the
+/// distribution, the key of its mean, and each key's field path (`at(key)`).
+struct Params<'a> {
+    d: Distribution,
+    name: &'static str,
+    mean: f64,
+    mean_key: &'a str,
+    at: &'a dyn Fn(&str) -> String,
+}
+
+impl Params<'_> {
+    /// The mean must be a positive number, whatever the distribution.
+    fn check_mean(&self) -> Result<(), ConfigError> {
+        let mean = self.mean;
+        if positive(mean) {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            &(self.at)(self.mean_key),
+            format!("the mean must be a positive number, got {mean}"),
+        )
+        .hint(if self.mean_key == "mean_ms" {
+            "mean_ms = 5.0 adds 5 ms to a step on average"
+        } else {
+            "mean = 1.0 keeps the average speed; 1.2 makes steps 20% slower on average"
+        }))
+    }
+
+    /// Refuses `key` when it is given: this distribution has no use for it (`why`).
+    fn none(&self, key: &str, v: Option<f64>, why: &str) -> Result<(), ConfigError> {
+        let name = self.name;
+        match v {
+            Some(_) => Err(ConfigError::new(
+                &(self.at)(key),
+                format!("a {name} distribution takes no `{key}`: {why}"),
+            )
+            .hint(format!("remove `{key}`"))),
+            None => Ok(()),
+        }
+    }
+
+    /// `c` as the cv, if it lies in the range the distribution can take: above 0 (`lo_open`) or
+    /// from 0, up to `hi` (infinite: no upper end).
+    fn cv_in(&self, c: f64, lo_open: bool, hi: f64) -> Result<f64, ConfigError> {
+        let name = self.name;
+        let ok = c.is_finite() && (if lo_open { c > 0.0 } else { c >= 0.0 }) && c <= hi;
+        if ok {
+            Ok(c)
+        } else {
+            let range = if hi.is_finite() {
+                format!("in [0, {hi:.4}]")
+            } else if lo_open {
+                "positive".to_string()
+            } else {
+                "zero or positive".to_string()
+            };
+            Err(ConfigError::new(
+                &(self.at)("cv"),
+                format!("a {name} distribution's cv must be {range}, got {c}"),
+            )
+            .hint("cv is the coefficient of variation, standard deviation / mean"))
+        }
+    }
+
+    /// The cv, which this distribution cannot do without.
+    fn need_cv(&self, c: Option<f64>) -> Result<f64, ConfigError> {
+        let name = self.name;
+        c.ok_or_else(|| {
+            ConfigError::new(
+                &(self.at)("cv"),
+                format!("a {name} distribution needs its spread `cv`"),
+            )
+            .hint("cv = 0.2 gives a standard deviation of 20% of the mean")
+        })
+    }
+
+    /// Exactly one of `cv` and `shape` sets the spread (gamma and Pareto take either).
+    fn one_of(&self, cv: Option<f64>, shape: Option<f64>) -> Result<(), ConfigError> {
+        let name = self.name;
+        match (cv, shape) {
+            (Some(_), Some(_)) => Err(ConfigError::new(
+                &(self.at)("shape"),
+                format!("a {name} distribution takes `cv` or `shape`, not both"),
+            )
+            .hint("keep the one your source states")),
+            (None, None) => Err(ConfigError::new(
+                &(self.at)("cv"),
+                format!("a {name} distribution needs its spread: `cv` or `shape`"),
+            )
+            .hint(if self.d == Distribution::Pareto {
+                "shape = 3.0 is a heavy tail with finite variance"
+            } else {
+                "cv = 0.5, or shape = 4.0 (cv = 1/√shape)"
+            })),
+            _ => Ok(()),
+        }
+    }
+
+    /// The sampler refused parameters that passed the checks above (`e`, its reason).
+    fn bad(&self, e: &dyn std::fmt::Display) -> ConfigError {
+        let name = self.name;
+        ConfigError::new(
+            &(self.at)(self.mean_key),
+            format!("invalid {name} parameters: {e}"),
+        )
+        .hint("see the distribution table in the scenario reference")
+    }
+
+    /// A gamma distribution of this mean, its shape `k` given or set by the cv (`k = 1/cv²`).
+    fn gamma(&self, cv: Option<f64>, shape: Option<f64>) -> Result<Variate, ConfigError> {
+        self.one_of(cv, shape)?;
+        let k = match (cv, shape) {
+            (Some(c), _) => {
+                let c = self.cv_in(c, true, f64::INFINITY)?;
+                1.0 / (c * c)
+            }
+            (_, Some(k)) if positive(k) => k,
+            (_, Some(k)) => {
+                return Err(ConfigError::new(
+                    &(self.at)("shape"),
+                    format!("a gamma distribution's shape must be positive, got {k}"),
+                )
+                .hint("shape k gives cv = 1/√k: shape = 4.0 is cv = 0.5"));
+            }
+            _ => unreachable!("checked by one_of"),
+        };
+        Gamma::new(k, self.mean / k)
+            .map(Variate::Gamma)
+            .map_err(|e| self.bad(&e))
+    }
+
+    /// A Pareto distribution of this mean, its shape `α` given (above 1, for the mean to exist)
+    /// or set by the cv (`α = 1 + √(1 + 1/cv²)`).
+    fn pareto(&self, cv: Option<f64>, shape: Option<f64>) -> Result<Variate, ConfigError> {
+        self.one_of(cv, shape)?;
+        let alpha = match (cv, shape) {
+            (Some(c), _) => {
+                let c = self.cv_in(c, true, f64::INFINITY)?;
+                1.0 + (1.0 + 1.0 / (c * c)).sqrt()
+            }
+            (_, Some(a)) if a.is_finite() && a > 1.0 => a,
+            (_, Some(a)) => {
+                return Err(ConfigError::new(
+                    &(self.at)("shape"),
+                    format!("a Pareto distribution's shape must be above 1 for its mean to exist, got {a}"),
+                )
+                .hint("shape = 3.0 is a heavy tail with finite variance; above 2 the variance is finite"));
+            }
+            _ => unreachable!("checked by one_of"),
+        };
+        Pareto::new(self.mean * (alpha - 1.0) / alpha, alpha)
+            .map(Variate::Pareto)
+            .map_err(|e| self.bad(&e))
+    }
+}
+
 impl Variate {
     /// Checks the parameters (`at(key)` is a key's field path) and builds the sampler.
     pub(crate) fn new(
@@ -33,143 +189,44 @@ impl Variate {
         shape: Option<f64>,
         at: &dyn Fn(&str) -> String,
     ) -> Result<Variate, ConfigError> {
-        let name = d.name();
-        if !positive(mean) {
-            return Err(ConfigError::new(
-                &at(mean_key),
-                format!("the mean must be a positive number, got {mean}"),
-            )
-            .hint(if mean_key == "mean_ms" {
-                "mean_ms = 5.0 adds 5 ms to a step on average"
-            } else {
-                "mean = 1.0 keeps the average speed; 1.2 makes steps 20% slower on average"
-            }));
-        }
-        let none = |key: &str, v: Option<f64>, why: &str| match v {
-            Some(_) => Err(ConfigError::new(
-                &at(key),
-                format!("a {name} distribution takes no `{key}`: {why}"),
-            )
-            .hint(format!("remove `{key}`"))),
-            None => Ok(()),
+        let p = Params {
+            d,
+            name: d.name(),
+            mean,
+            mean_key,
+            at,
         };
-        let cv_in = |c: f64, lo_open: bool, hi: f64| -> Result<f64, ConfigError> {
-            let ok = c.is_finite() && (if lo_open { c > 0.0 } else { c >= 0.0 }) && c <= hi;
-            if ok {
-                Ok(c)
-            } else {
-                let range = if hi.is_finite() {
-                    format!("in [0, {hi:.4}]")
-                } else if lo_open {
-                    "positive".to_string()
-                } else {
-                    "zero or positive".to_string()
-                };
-                Err(ConfigError::new(
-                    &at("cv"),
-                    format!("a {name} distribution's cv must be {range}, got {c}"),
-                )
-                .hint("cv is the coefficient of variation, standard deviation / mean"))
-            }
-        };
-        let need_cv = |c: Option<f64>| {
-            c.ok_or_else(|| {
-                ConfigError::new(
-                    &at("cv"),
-                    format!("a {name} distribution needs its spread `cv`"),
-                )
-                .hint("cv = 0.2 gives a standard deviation of 20% of the mean")
-            })
-        };
-        let one_of = |cv: Option<f64>, shape: Option<f64>| match (cv, shape) {
-            (Some(_), Some(_)) => Err(ConfigError::new(
-                &at("shape"),
-                format!("a {name} distribution takes `cv` or `shape`, not both"),
-            )
-            .hint("keep the one your source states")),
-            (None, None) => Err(ConfigError::new(
-                &at("cv"),
-                format!("a {name} distribution needs its spread: `cv` or `shape`"),
-            )
-            .hint(if d == Distribution::Pareto {
-                "shape = 3.0 is a heavy tail with finite variance"
-            } else {
-                "cv = 0.5, or shape = 4.0 (cv = 1/√shape)"
-            })),
-            _ => Ok(()),
-        };
-        let bad = |e: &dyn std::fmt::Display| {
-            ConfigError::new(&at(mean_key), format!("invalid {name} parameters: {e}"))
-                .hint("see the distribution table in the scenario reference")
-        };
+        p.check_mean()?;
         match d {
             Distribution::Constant => {
-                none("cv", cv, "it has no spread")?;
-                none("shape", shape, "it has no spread")?;
+                p.none("cv", cv, "it has no spread")?;
+                p.none("shape", shape, "it has no spread")?;
                 Ok(Variate::Constant(mean))
             }
             Distribution::Exponential => {
-                none("cv", cv, "its cv is always 1")?;
-                none("shape", shape, "it has none")?;
-                Exp::new(1.0 / mean).map(Variate::Exp).map_err(|e| bad(&e))
+                p.none("cv", cv, "its cv is always 1")?;
+                p.none("shape", shape, "it has none")?;
+                Exp::new(1.0 / mean)
+                    .map(Variate::Exp)
+                    .map_err(|e| p.bad(&e))
             }
             Distribution::Uniform => {
-                none("shape", shape, "it is set by `cv`")?;
-                let c = cv_in(need_cv(cv)?, false, 1.0 / 3f64.sqrt())?;
+                p.none("shape", shape, "it is set by `cv`")?;
+                let c = p.cv_in(p.need_cv(cv)?, false, 1.0 / 3f64.sqrt())?;
                 let h = 3f64.sqrt() * c * mean;
                 Uniform::new_inclusive((mean - h).max(0.0), mean + h)
                     .map(Variate::Uniform)
-                    .map_err(|e| bad(&e))
+                    .map_err(|e| p.bad(&e))
             }
             Distribution::Lognormal => {
-                none("shape", shape, "it is set by `cv`")?;
-                let c = cv_in(need_cv(cv)?, false, f64::INFINITY)?;
+                p.none("shape", shape, "it is set by `cv`")?;
+                let c = p.cv_in(p.need_cv(cv)?, false, f64::INFINITY)?;
                 LogNormal::from_mean_cv(mean, c)
                     .map(Variate::LogNormal)
-                    .map_err(|e| bad(&e))
+                    .map_err(|e| p.bad(&e))
             }
-            Distribution::Gamma => {
-                one_of(cv, shape)?;
-                let k = match (cv, shape) {
-                    (Some(c), _) => {
-                        let c = cv_in(c, true, f64::INFINITY)?;
-                        1.0 / (c * c)
-                    }
-                    (_, Some(k)) if positive(k) => k,
-                    (_, Some(k)) => {
-                        return Err(ConfigError::new(
-                            &at("shape"),
-                            format!("a gamma distribution's shape must be positive, got {k}"),
-                        )
-                        .hint("shape k gives cv = 1/√k: shape = 4.0 is cv = 0.5"));
-                    }
-                    _ => unreachable!("checked by one_of"),
-                };
-                Gamma::new(k, mean / k)
-                    .map(Variate::Gamma)
-                    .map_err(|e| bad(&e))
-            }
-            Distribution::Pareto => {
-                one_of(cv, shape)?;
-                let alpha = match (cv, shape) {
-                    (Some(c), _) => {
-                        let c = cv_in(c, true, f64::INFINITY)?;
-                        1.0 + (1.0 + 1.0 / (c * c)).sqrt()
-                    }
-                    (_, Some(a)) if a.is_finite() && a > 1.0 => a,
-                    (_, Some(a)) => {
-                        return Err(ConfigError::new(
-                            &at("shape"),
-                            format!("a Pareto distribution's shape must be above 1 for its mean to exist, got {a}"),
-                        )
-                        .hint("shape = 3.0 is a heavy tail with finite variance; above 2 the variance is finite"));
-                    }
-                    _ => unreachable!("checked by one_of"),
-                };
-                Pareto::new(mean * (alpha - 1.0) / alpha, alpha)
-                    .map(Variate::Pareto)
-                    .map_err(|e| bad(&e))
-            }
+            Distribution::Gamma => p.gamma(cv, shape),
+            Distribution::Pareto => p.pareto(cv, shape),
         }
     }
 
