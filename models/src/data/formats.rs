@@ -169,28 +169,7 @@ pub fn parse_csv(text: &str, opts: &CsvOptions, path: &Path) -> Result<Dataset> 
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         match columns {
             None => {
-                if fields.len() < 2 {
-                    return Err(bad(
-                        line_no,
-                        "expected feature columns and a label column".into(),
-                    ));
-                }
-                let k = fields.len() as i64;
-                let c = if opts.label_column < 0 {
-                    k + opts.label_column
-                } else {
-                    opts.label_column
-                };
-                if !(0..k).contains(&c) {
-                    return Err(bad(
-                        line_no,
-                        format!(
-                            "label column {} does not exist in a row of {k} columns (data.csv.label_column)",
-                            opts.label_column
-                        ),
-                    ));
-                }
-                label_col = c as usize;
+                label_col = csv_label_column(fields.len(), opts).map_err(|e| bad(line_no, e))?;
                 columns = Some(fields.len());
             }
             Some(expected) if expected != fields.len() => {
@@ -201,54 +180,98 @@ pub fn parse_csv(text: &str, opts: &CsvOptions, path: &Path) -> Result<Dataset> 
             }
             _ => {}
         }
-        for (c, f) in fields.iter().enumerate() {
-            if c == label_col {
-                continue;
-            }
-            let v: f32 = f
-                .parse()
-                .map_err(|_| bad(line_no, format!("column {}: `{f}` is not a number", c + 1)))?;
-            if !v.is_finite() {
-                return Err(bad(
-                    line_no,
-                    format!("column {}: `{f}` is not finite", c + 1),
-                ));
-            }
-            features.push(v);
-        }
-        let field = fields[label_col];
-        let t: f64 = field
-            .parse()
-            .map_err(|_| bad(line_no, format!("label `{field}` is not a number")))?;
-        match opts.target {
-            CsvTarget::Class => {
-                if t < 0.0 || t.fract() != 0.0 || t > 1e6 {
-                    return Err(bad(
-                        line_no,
-                        format!("label `{field}` is not a class index (a non-negative integer)"),
-                    ));
-                }
-                if let Some(classes) = opts.classes
-                    && t as usize >= classes
-                {
-                    return Err(bad(
-                        line_no,
-                        format!("label {t} out of range for {classes} classes (data.csv.classes)"),
-                    ));
-                }
-            }
-            CsvTarget::Real => {
-                if !t.is_finite() {
-                    return Err(bad(line_no, format!("target `{field}` is not finite")));
-                }
-            }
-        }
-        targets.push(t);
+        csv_features(&fields, label_col, &mut features).map_err(|e| bad(line_no, e))?;
+        targets.push(csv_target(fields[label_col], opts).map_err(|e| bad(line_no, e))?);
     }
     let Some(columns) = columns else {
         return Err(data_err(path, "no samples in the file"));
     };
-    let dim = columns - 1;
+    csv_dataset(features, &targets, columns - 1, opts, path)
+}
+
+/// The label column of rows of `k` fields (`opts.label_column`, counted from the end when
+/// negative), checked on the first row: the other rows must have as many fields. The error is
+/// the reason alone; the caller adds the file and line.
+fn csv_label_column(k: usize, opts: &CsvOptions) -> std::result::Result<usize, String> {
+    if k < 2 {
+        return Err("expected feature columns and a label column".into());
+    }
+    let k = k as i64;
+    let c = if opts.label_column < 0 {
+        k + opts.label_column
+    } else {
+        opts.label_column
+    };
+    if !(0..k).contains(&c) {
+        return Err(format!(
+            "label column {} does not exist in a row of {k} columns (data.csv.label_column)",
+            opts.label_column
+        ));
+    }
+    Ok(c as usize)
+}
+
+/// Appends a row's features (every field but the label's) to `features`, each a finite number.
+/// The error is the reason alone; the caller adds the file and line.
+fn csv_features(
+    fields: &[&str],
+    label_col: usize,
+    features: &mut Vec<f32>,
+) -> std::result::Result<(), String> {
+    for (c, f) in fields.iter().enumerate() {
+        if c == label_col {
+            continue;
+        }
+        let v: f32 = f
+            .parse()
+            .map_err(|_| format!("column {}: `{f}` is not a number", c + 1))?;
+        if !v.is_finite() {
+            return Err(format!("column {}: `{f}` is not finite", c + 1));
+        }
+        features.push(v);
+    }
+    Ok(())
+}
+
+/// A row's target from its label field: a class index below `opts.classes` (when set), or a
+/// finite real number. The error is the reason alone; the caller adds the file and line.
+fn csv_target(field: &str, opts: &CsvOptions) -> std::result::Result<f64, String> {
+    let t: f64 = field
+        .parse()
+        .map_err(|_| format!("label `{field}` is not a number"))?;
+    match opts.target {
+        CsvTarget::Class => {
+            if t < 0.0 || t.fract() != 0.0 || t > 1e6 {
+                return Err(format!(
+                    "label `{field}` is not a class index (a non-negative integer)"
+                ));
+            }
+            if let Some(classes) = opts.classes
+                && t as usize >= classes
+            {
+                return Err(format!(
+                    "label {t} out of range for {classes} classes (data.csv.classes)"
+                ));
+            }
+        }
+        CsvTarget::Real => {
+            if !t.is_finite() {
+                return Err(format!("target `{field}` is not finite"));
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// The dataset of the parsed rows: `dim` features each, and their targets as class labels
+/// (the classes `opts.classes`, else `max label + 1`, at least 2) or real values.
+fn csv_dataset(
+    features: Vec<f32>,
+    targets: &[f64],
+    dim: usize,
+    opts: &CsvOptions,
+    path: &Path,
+) -> Result<Dataset> {
     match opts.target {
         CsvTarget::Class => {
             let labels: Vec<u32> = targets.iter().map(|&t| t as u32).collect();

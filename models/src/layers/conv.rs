@@ -11,7 +11,8 @@ use burn::tensor::{Tensor, s};
 use super::ParamRows;
 use super::cpu::{Channel, Geom, Maps, moments};
 use super::kernels::{
-    ConvCall, Flat, Packed, WeightGradCall, col2im_add, conv_forward, conv_weight_grad, im2col,
+    ConvCall, Flat, Packed, Planes, WeightGradCall, col2im_add, conv_forward, conv_weight_grad,
+    im2col,
 };
 use super::par::chunks;
 use crate::backend::is_flex;
@@ -441,137 +442,193 @@ impl ConvHost {
         scratch: &mut ConvScratch,
     ) {
         let c = &self.conv;
-        let samples = dz.samples;
         let dzp = dz.planes().shifted(self.output.origin());
         if let Some(b) = c.bias {
-            let mask = &scratch.mask(self.output);
-            for (co, g) in grad[b..b + c.cout].iter_mut().enumerate() {
-                *g = moments(&dz.data, mask, &Channel::of(dz, co), 0.0).0 as f32;
-            }
+            self.bias_grad(dz, &mut grad[b..b + c.cout], scratch);
         }
         let gw = &mut grad[c.weight..c.weight + c.weight_len()];
         let w = &params[c.weight..c.weight + c.weight_len()];
         match self.route {
             Route::Direct => {
-                conv_weight_grad(
-                    &WeightGradCall {
-                        dy: &dz.data,
-                        dyp: dzp,
-                        x: &x.data,
-                        xp: x.planes().shifted(self.input_corner()),
-                        flat: Flat {
-                            k: c.k,
-                            row: self.input.row,
-                            len: self.output.h * self.input.row,
-                        },
-                        cin: c.cin,
-                        cout: c.cout,
-                        samples,
-                    },
-                    gw,
-                );
+                self.direct_weight_grad(x, dz, dzp, gw);
                 let Some(dx) = dx else { return };
-                debug_assert_eq!(dx.geom, self.input_grad_geom());
-                let [eh, ew] = self.turned_margin();
-                let padded;
-                let (src, srcp, row) = if self.reads_gradient_in_place() {
-                    let o = self.output;
-                    let corner = (o.top - eh) * o.row + o.left - ew;
-                    (&dz.data, dz.planes().shifted(corner), o.row)
-                } else {
-                    let g = self.turned_geom();
-                    let maps = scratch_maps(&mut scratch.maps, samples, c.cout, g);
-                    for n in 0..samples {
-                        for co in 0..c.cout {
-                            let (s, d) = (dz.plane(n, co), maps.plane_mut(n, co));
-                            for y in 0..g.h {
-                                let (a, b) = (self.output.at(y, 0), g.at(y, 0));
-                                d[b..b + g.w].copy_from_slice(&s[a..a + g.w]);
-                            }
-                        }
-                    }
-                    padded = &*maps;
-                    (&padded.data, padded.planes(), g.row)
-                };
-                scratch.packed.pack(w, c.cout, c.cin, c.k, true);
-                let dxg = dx.geom;
-                let dxp = dx.planes().shifted(dxg.origin());
-                debug_assert_eq!(dxg.row, row);
-                conv_forward(
-                    &ConvCall {
-                        x: src,
-                        xp: srcp,
-                        w: &scratch.packed,
-                        bias: None,
-                        flat: Flat {
-                            k: c.k,
-                            row,
-                            len: dxg.h * row,
-                        },
-                        samples,
-                    },
-                    &mut dx.data,
-                    dxp,
-                );
+                self.direct_input_grad(w, dz, dx, scratch);
             }
             Route::Columns(g) => {
                 let cols = cols.expect("a strided convolution keeps its columns");
-                let k1 = Flat {
-                    k: 1,
-                    row: g.row,
-                    len: g.h * g.row,
-                };
-                conv_weight_grad(
-                    &WeightGradCall {
-                        dy: &dz.data,
-                        dyp: dzp,
-                        x: &cols.data,
-                        xp: cols.planes(),
-                        flat: k1,
-                        cin: c.cin * c.k * c.k,
-                        cout: c.cout,
-                        samples,
-                    },
-                    gw,
-                );
+                self.columns_weight_grad(g, cols, dz, dzp, gw);
                 let Some(dx) = dx else { return };
-                debug_assert_eq!(dx.geom, self.input);
-                let kk = c.k * c.k;
-                scratch.packed.pack(w, c.cout, c.cin * kk, 1, true);
-                let dcols = scratch_maps(&mut scratch.maps, samples, c.cin * kk, g);
-                let dcols_planes = dcols.planes();
-                conv_forward(
-                    &ConvCall {
-                        x: &dz.data,
-                        xp: dzp,
-                        w: &scratch.packed,
-                        bias: None,
-                        flat: k1,
-                        samples,
-                    },
-                    &mut dcols.data,
-                    dcols_planes,
-                );
-                let dcols = &*dcols;
-                let corner = self.input_corner();
-                let per = dx.planes().sample;
-                chunks(&mut dx.data, per, |n, sample| {
-                    sample.fill(0.0);
-                    col2im_add(
-                        &dcols.data[dcols_planes.at(n, 0)..],
-                        g.plane,
-                        c.cin,
-                        c.k,
-                        c.stride,
-                        [g.h, g.w],
-                        g.row,
-                        &mut sample[corner..],
-                        self.input.plane,
-                        self.input.row,
-                    );
-                });
+                self.columns_input_grad(g, w, dz, dzp, dx, scratch);
             }
         }
+    }
+
+    /// The bias' gradient into `gb` (one float per output channel): each channel's sum of `dz`
+    /// over the output's interior.
+    #[inline]
+    fn bias_grad(&self, dz: &Maps, gb: &mut [f32], scratch: &mut ConvScratch) {
+        let mask = &scratch.mask(self.output);
+        for (co, g) in gb.iter_mut().enumerate() {
+            *g = moments(&dz.data, mask, &Channel::of(dz, co), 0.0).0 as f32;
+        }
+    }
+
+    /// [`Route::Direct`]: the filters' gradient into `gw`, correlating the output's gradient
+    /// (`dz`, its planes `dzp` at the interior) with the input `x` read in place.
+    #[inline]
+    fn direct_weight_grad(&self, x: &Maps, dz: &Maps, dzp: Planes, gw: &mut [f32]) {
+        let c = &self.conv;
+        conv_weight_grad(
+            &WeightGradCall {
+                dy: &dz.data,
+                dyp: dzp,
+                x: &x.data,
+                xp: x.planes().shifted(self.input_corner()),
+                flat: Flat {
+                    k: c.k,
+                    row: self.input.row,
+                    len: self.output.h * self.input.row,
+                },
+                cin: c.cin,
+                cout: c.cout,
+                samples: dz.samples,
+            },
+            gw,
+        );
+    }
+
+    /// [`Route::Direct`]: the input's gradient into `dx`, a convolution of the output's gradient
+    /// with the filters `w` turned round. `dz` is read in place when its margin is wide enough
+    /// for the turned filters, else copied into scratch maps that have that margin.
+    #[inline]
+    fn direct_input_grad(&self, w: &[f32], dz: &Maps, dx: &mut Maps, scratch: &mut ConvScratch) {
+        let c = &self.conv;
+        let samples = dz.samples;
+        debug_assert_eq!(dx.geom, self.input_grad_geom());
+        let [eh, ew] = self.turned_margin();
+        let padded;
+        let (src, srcp, row) = if self.reads_gradient_in_place() {
+            let o = self.output;
+            let corner = (o.top - eh) * o.row + o.left - ew;
+            (&dz.data, dz.planes().shifted(corner), o.row)
+        } else {
+            let g = self.turned_geom();
+            let maps = scratch_maps(&mut scratch.maps, samples, c.cout, g);
+            for n in 0..samples {
+                for co in 0..c.cout {
+                    let (s, d) = (dz.plane(n, co), maps.plane_mut(n, co));
+                    for y in 0..g.h {
+                        let (a, b) = (self.output.at(y, 0), g.at(y, 0));
+                        d[b..b + g.w].copy_from_slice(&s[a..a + g.w]);
+                    }
+                }
+            }
+            padded = &*maps;
+            (&padded.data, padded.planes(), g.row)
+        };
+        scratch.packed.pack(w, c.cout, c.cin, c.k, true);
+        let dxg = dx.geom;
+        let dxp = dx.planes().shifted(dxg.origin());
+        debug_assert_eq!(dxg.row, row);
+        conv_forward(
+            &ConvCall {
+                x: src,
+                xp: srcp,
+                w: &scratch.packed,
+                bias: None,
+                flat: Flat {
+                    k: c.k,
+                    row,
+                    len: dxg.h * row,
+                },
+                samples,
+            },
+            &mut dx.data,
+            dxp,
+        );
+    }
+
+    /// [`Route::Columns`] (columns of geometry `g`): the filters' gradient into `gw`, a
+    /// 1×1 correlation of the output's gradient with the columns the forward pass kept.
+    #[inline]
+    fn columns_weight_grad(&self, g: Geom, cols: &Maps, dz: &Maps, dzp: Planes, gw: &mut [f32]) {
+        let c = &self.conv;
+        conv_weight_grad(
+            &WeightGradCall {
+                dy: &dz.data,
+                dyp: dzp,
+                x: &cols.data,
+                xp: cols.planes(),
+                flat: columns_flat(g),
+                cin: c.cin * c.k * c.k,
+                cout: c.cout,
+                samples: dz.samples,
+            },
+            gw,
+        );
+    }
+
+    /// [`Route::Columns`] (columns of geometry `g`): the input's gradient into `dx`. The
+    /// columns' gradient, a 1×1 convolution of the output's gradient with the filters `w`
+    /// transposed, goes into scratch maps, and each sample's columns are added back onto its
+    /// input positions (`col2im`).
+    #[inline]
+    fn columns_input_grad(
+        &self,
+        g: Geom,
+        w: &[f32],
+        dz: &Maps,
+        dzp: Planes,
+        dx: &mut Maps,
+        scratch: &mut ConvScratch,
+    ) {
+        let c = &self.conv;
+        let samples = dz.samples;
+        debug_assert_eq!(dx.geom, self.input);
+        let kk = c.k * c.k;
+        scratch.packed.pack(w, c.cout, c.cin * kk, 1, true);
+        let dcols = scratch_maps(&mut scratch.maps, samples, c.cin * kk, g);
+        let dcols_planes = dcols.planes();
+        conv_forward(
+            &ConvCall {
+                x: &dz.data,
+                xp: dzp,
+                w: &scratch.packed,
+                bias: None,
+                flat: columns_flat(g),
+                samples,
+            },
+            &mut dcols.data,
+            dcols_planes,
+        );
+        let dcols = &*dcols;
+        let corner = self.input_corner();
+        let per = dx.planes().sample;
+        chunks(&mut dx.data, per, |n, sample| {
+            sample.fill(0.0);
+            col2im_add(
+                &dcols.data[dcols_planes.at(n, 0)..],
+                g.plane,
+                c.cin,
+                c.k,
+                c.stride,
+                [g.h, g.w],
+                g.row,
+                &mut sample[corner..],
+                self.input.plane,
+                self.input.row,
+            );
+        });
+    }
+}
+
+/// The flat walk of a 1×1 kernel over columns of geometry `g`: every row of `g`, whole.
+#[inline]
+fn columns_flat(g: Geom) -> Flat {
+    Flat {
+        k: 1,
+        row: g.row,
+        len: g.h * g.row,
     }
 }
 

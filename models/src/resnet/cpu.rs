@@ -442,6 +442,10 @@ impl CpuNet for ResNetCpu {
 }
 
 impl ResNetCpu {
+    /// One training pass over a batch: the forward pass, the loss and its gradient at the
+    /// logits (`scale` times it, into `grad` with every parameter's), then the backward pass
+    /// from the classifier through the pooling and the blocks, last to first, to the stem.
+    /// Returns each sample's loss.
     fn train_with(
         &self,
         params: &[f32],
@@ -482,80 +486,13 @@ impl ResNetCpu {
         );
         self.fc()
             .backward(params, feat, dlogits, grad, Some(&mut *dfeat));
-        // The pooling's gradient, spread over the last map's interior.
-        let last = self.blocks.last().map_or(&self.stem, |b| &b.conv2).output();
-        let area = last.area() as f32;
-        let at = |stages: &[StageGrads], g: Geom| {
-            stages
-                .iter()
-                .position(|s| s.geom == g)
-                .expect("gradient buffers per geometry")
-        };
-        let s = at(stages, last);
-        {
-            let g = &mut stages[s].g;
-            let mask = mask_of(masks, last);
-            let out = Out::new(&mut g.data);
-            let g = &*g;
-            let dfeat = &*dfeat;
-            each_channel(g.channels, |c| {
-                let values: Vec<f32> = dfeat.plane(0, c)[..samples]
-                    .iter()
-                    .map(|v| v / area)
-                    .collect();
-                masked_fill(mask, &Channel::of(g, c), &values, out);
-            });
-        }
+        self.pool_backward(dfeat, samples, stages, masks);
         for (i, (b, bw)) in self.blocks.iter().zip(blocks.iter()).enumerate().rev() {
             let input: &Maps = if i == 0 { stem_a } else { &blocks[i - 1].out };
-            let s = at(stages, bw.out.geom);
-            let mask = mask_of(masks, bw.out.geom);
-            let StageGrads { g, gs, dz, mid, .. } = &mut stages[s];
-            {
-                let (out, g) = (Out::new(&mut gs.data), &*g);
-                each_channel(g.channels, |c| {
-                    relu_grad(&g.data, &bw.out.data, mask, &Channel::of(g, c), out)
-                });
-            }
-            b.bn2
-                .backward(params, &bw.z2, mask, &bw.saved2, gs, None, dz, grad);
-            b.conv2
-                .backward(params, &bw.a1, None, dz, grad, Some(&mut *mid), scratch);
-            let m1 = mask_of(masks, bw.z1.geom);
-            b.bn1
-                .backward(params, &bw.z1, m1, &bw.saved1, mid, Some(&bw.a1), dz, grad);
-            if b.project {
-                // The input gradient goes to the previous stage's buffer.
-                let t = at(stages, input.geom);
-                debug_assert_ne!(t, s, "a projecting block changes the geometry");
-                let (lo, hi) = stages.split_at_mut(s.max(t));
-                let (dst, src) = if t < s {
-                    (&mut lo[t], &mut hi[0])
-                } else {
-                    (&mut hi[0], &mut lo[s])
-                };
-                b.conv1.backward(
-                    params,
-                    input,
-                    bw.cols.as_ref(),
-                    &src.dz,
-                    grad,
-                    Some(&mut dst.g),
-                    scratch,
-                );
-                shortcut_backward(&src.gs, b.conv1.conv.stride, &mut dst.g);
-            } else {
-                let StageGrads { g, gs, dz, .. } = &mut stages[s];
-                b.conv1
-                    .backward(params, input, None, dz, grad, Some(&mut *g), scratch);
-                let (out, gs) = (Out::new(&mut g.data), &*gs);
-                let channels = g.channels;
-                let g = &*g;
-                each_channel(channels, |c| add_into(&gs.data, &Channel::of(g, c), out));
-            }
+            b.backward(bw, input, params, stages, masks, grad, scratch);
         }
         let geom = stem_a.geom;
-        let s = at(stages, geom);
+        let s = stage_at(stages, geom);
         let mask = mask_of(masks, geom);
         let StageGrads { g, gs, dz, .. } = &mut stages[s];
         {
@@ -570,4 +507,106 @@ impl ResNetCpu {
             .backward(params, img, None, dz, grad, None, scratch);
         losses
     }
+
+    /// The pooling's gradient, spread over the last map's interior: each sample's feature
+    /// gradient `dfeat`, divided by the map's area, at every interior position of its channel
+    /// (into the `g` of the last map's stage).
+    #[inline]
+    fn pool_backward(
+        &self,
+        dfeat: &Maps,
+        samples: usize,
+        stages: &mut [StageGrads],
+        masks: &[(Geom, Vec<f32>)],
+    ) {
+        let last = self.blocks.last().map_or(&self.stem, |b| &b.conv2).output();
+        let area = last.area() as f32;
+        let s = stage_at(stages, last);
+        let g = &mut stages[s].g;
+        let mask = mask_of(masks, last);
+        let out = Out::new(&mut g.data);
+        let g = &*g;
+        each_channel(g.channels, |c| {
+            let values: Vec<f32> = dfeat.plane(0, c)[..samples]
+                .iter()
+                .map(|v| v / area)
+                .collect();
+            masked_fill(mask, &Channel::of(g, c), &values, out);
+        });
+    }
+}
+
+impl BlockHost {
+    /// The block's backward pass, from the gradient of its output (the `g` of its stage) to the
+    /// gradient of its `input` (the `g` of the input's stage: the same buffer, overwritten, when
+    /// the block keeps the geometry; the previous stage's when it projects), the parameters'
+    /// gradients into `grad`. `bw` is what the forward pass kept.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        bw: &BlockWork,
+        input: &Maps,
+        params: &[f32],
+        stages: &mut [StageGrads],
+        masks: &[(Geom, Vec<f32>)],
+        grad: &mut [f32],
+        scratch: &mut ConvScratch,
+    ) {
+        let b = self;
+        let s = stage_at(stages, bw.out.geom);
+        let mask = mask_of(masks, bw.out.geom);
+        let StageGrads { g, gs, dz, mid, .. } = &mut stages[s];
+        {
+            let (out, g) = (Out::new(&mut gs.data), &*g);
+            each_channel(g.channels, |c| {
+                relu_grad(&g.data, &bw.out.data, mask, &Channel::of(g, c), out)
+            });
+        }
+        b.bn2
+            .backward(params, &bw.z2, mask, &bw.saved2, gs, None, dz, grad);
+        b.conv2
+            .backward(params, &bw.a1, None, dz, grad, Some(&mut *mid), scratch);
+        let m1 = mask_of(masks, bw.z1.geom);
+        b.bn1
+            .backward(params, &bw.z1, m1, &bw.saved1, mid, Some(&bw.a1), dz, grad);
+        if b.project {
+            // The input gradient goes to the previous stage's buffer.
+            let t = stage_at(stages, input.geom);
+            debug_assert_ne!(t, s, "a projecting block changes the geometry");
+            let (lo, hi) = stages.split_at_mut(s.max(t));
+            let (dst, src) = if t < s {
+                (&mut lo[t], &mut hi[0])
+            } else {
+                (&mut hi[0], &mut lo[s])
+            };
+            b.conv1.backward(
+                params,
+                input,
+                bw.cols.as_ref(),
+                &src.dz,
+                grad,
+                Some(&mut dst.g),
+                scratch,
+            );
+            shortcut_backward(&src.gs, b.conv1.conv.stride, &mut dst.g);
+        } else {
+            let StageGrads { g, gs, dz, .. } = &mut stages[s];
+            b.conv1
+                .backward(params, input, None, dz, grad, Some(&mut *g), scratch);
+            let (out, gs) = (Out::new(&mut g.data), &*gs);
+            let channels = g.channels;
+            let g = &*g;
+            each_channel(channels, |c| add_into(&gs.data, &Channel::of(g, c), out));
+        }
+    }
+}
+
+/// The index of the gradient buffers of geometry `g` among `stages` (one set per geometry).
+#[inline]
+fn stage_at(stages: &[StageGrads], g: Geom) -> usize {
+    stages
+        .iter()
+        .position(|s| s.geom == g)
+        .expect("gradient buffers per geometry")
 }
