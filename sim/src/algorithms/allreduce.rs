@@ -53,13 +53,18 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ring::{Done, Ring, mark};
+use super::ring::{Done, RingRound, RoundMean, bucket_bytes, ring_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::compress::{Compression, PowerSgd};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, ReplicaStore, blocks};
+use crate::params::{GradId, ReplicaStore};
+
+/// The ring of the gradients (with PowerSGD: of the `P` factors).
+const GRADIENTS: usize = 0;
+/// PowerSGD: the ring of the `Q` factors.
+const FACTORS: usize = 1;
 
 fn one() -> usize {
     1
@@ -174,13 +179,14 @@ pub struct AllReduceSgd {
     backward_fraction: f64,
     buckets: usize,
     grads: Vec<Option<GradId>>,
-    ring: Option<Ring>,
-    /// The mean gradient of the current iteration, with how many workers have yet to apply it.
-    mean: Option<(u64, GradId, usize, f64)>,
-    /// PowerSGD's rank, its state (built at the start) and the ring of its `Q` factors.
+    /// The ring of the gradients; with PowerSGD, that of the `P` factors, then the `Q`
+    /// factors'.
+    rounds: RingRound,
+    /// The mean gradient of the current iteration and its rate.
+    mean: RoundMean<(GradId, f64)>,
+    /// PowerSGD's rank and its state (built at the start).
     rank: Option<usize>,
     powersgd: Option<PowerSgd>,
-    factors: Option<Ring>,
 }
 
 impl AllReduceSgd {
@@ -190,21 +196,16 @@ impl AllReduceSgd {
             backward_fraction: cfg.backward_fraction,
             buckets: cfg.buckets.max(1),
             grads: vec![None; n],
-            ring: None,
-            mean: None,
+            rounds: RingRound::default(),
+            mean: RoundMean::default(),
             rank: cfg.rank(),
             powersgd: None,
-            factors: None,
         }
     }
 
     /// PowerSGD's state, when compressed (for tests: its error buffers).
     pub fn powersgd(&self) -> Option<&PowerSgd> {
         self.powersgd.as_ref()
-    }
-
-    fn ring(&mut self) -> &mut Ring {
-        self.ring.as_mut().expect("started")
     }
 
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -217,62 +218,30 @@ impl AllReduceSgd {
         }
     }
 
-    fn finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let last = self
-            .factors
-            .as_ref()
-            .unwrap_or(self.ring.as_ref().expect("started"));
-        let iter = last.round(w) - 1;
-        let (mean, lr) = match self.mean {
-            Some((i, g, _, lr)) if i == iter => (g, lr),
-            _ => {
-                let grads: Vec<GradId> = self
-                    .grads
-                    .iter_mut()
-                    .map(|g| g.take().expect("every worker contributed a gradient"))
-                    .collect();
-                let g = match &mut self.powersgd {
-                    Some(p) => p.aggregate(&mut cx.world.store, &grads),
-                    None => cx.world.store.mean_gradient(&grads),
-                };
-                // One rate for the whole iteration, read when its mean is formed, so every
-                // worker applies the same update even while a schedule changes the rate.
-                let lr = cx.lr();
-                self.mean = Some((iter, g, self.grads.len(), lr));
-                (g, lr)
-            }
-        };
+    /// `w`'s all-reduce of iteration `iter` is done: it applies the iteration's mean gradient
+    /// and begins the next step.
+    fn finish(&mut self, w: usize, iter: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let (mean, lr) = self.mean.get(iter, self.grads.len(), || {
+            let grads: Vec<GradId> = self
+                .grads
+                .iter_mut()
+                .map(|g| g.take().expect("every worker contributed a gradient"))
+                .collect();
+            let g = match &mut self.powersgd {
+                Some(p) => p.aggregate(&mut cx.world.store, &grads),
+                None => cx.world.store.mean_gradient(&grads),
+            };
+            // One rate for the whole iteration, read when its mean is formed, so every worker
+            // applies the same update even while a schedule changes the rate.
+            (g, cx.lr())
+        });
         cx.world.store.apply_gradient(w, mean, lr);
         cx.step_done(w);
-        if let Some((_, g, left, _)) = &mut self.mean {
-            *left -= 1;
-            if *left == 0 {
-                cx.world.store.release_gradient(*g);
-                self.mean = None;
-            }
+        if let Some((g, _)) = self.mean.used() {
+            cx.world.store.release_gradient(g);
         }
         self.begin(w, cx);
     }
-}
-
-/// What the ring-based algorithms handle: a crash or a lost chunk breaks the ring for good, and
-/// the run stalls ([`Ring::crash`](super::ring::Ring::crash)).
-pub(crate) fn ring_support(fault: FaultKind) -> FaultSupport {
-    match fault {
-        FaultKind::Rejoin => Err(
-            "a ring all-reduce has no membership change: a crash breaks the ring and the run \
-             stalls; rejoining is not modelled (leave out rejoin_after_s to see the stall)",
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// Payload bytes of `buckets` equal buckets of a model of `params` parameters.
-pub(crate) fn bucket_bytes(world: &World<'_>, buckets: usize) -> Vec<u64> {
-    blocks(world.store.num_params(), buckets)
-        .into_iter()
-        .map(|b| world.net.payload_bytes(b.len()))
-        .collect()
 }
 
 impl Algorithm for AllReduceSgd {
@@ -288,11 +257,11 @@ impl Algorithm for AllReduceSgd {
             let matrices = cx.world.store.matrices();
             let (p, q) = PowerSgd::factor_values(rank, &matrices, cx.world.store.num_params());
             let bytes = |values: usize| cx.world.net.payload_bytes(values);
-            self.ring = Some(Ring::new(n, &[bytes(p)]));
-            self.factors = Some(Ring::new(n, &[bytes(q)]));
+            self.rounds.add(n, &[bytes(p)]);
+            self.rounds.add(n, &[bytes(q)]);
             self.powersgd = Some(PowerSgd::new(rank, matrices, n, cx.world.seed));
         } else {
-            self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, self.buckets)));
+            self.rounds.add(n, &bucket_bytes(cx.world, self.buckets));
         }
         for w in 0..n {
             self.begin(w, cx);
@@ -302,28 +271,31 @@ impl Algorithm for AllReduceSgd {
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
             // A crashed worker's step is abandoned; a broken ring completes no round.
+            // With PowerSGD, a `Done` is checked against its own ring: a crash breaks both, and
+            // a chunk lost on one is lost while no `Done` of the other is due.
             Event::BucketReady { worker, .. } if cx.is_down(worker) => {}
-            Event::RingDone(_) | Event::FactorsDone(_) if self.ring().is_broken() => {}
             Event::BucketReady { worker, bucket } => {
-                let barrier = self.ring().ready(worker, bucket, cx, Event::RingDone);
-                mark(cx, worker, barrier);
+                self.rounds
+                    .join_bucket(GRADIENTS, worker, bucket, cx, Event::RingDone);
             }
             Event::RingDone(done) => {
-                self.ring().complete(done);
-                match &mut self.factors {
+                let Some(iter) = self.rounds.complete(GRADIENTS, done) else {
+                    return;
+                };
+                if self.powersgd.is_some() {
                     // The `P` factors are in: the `Q` factors' ring follows at once. Every
                     // worker is past the first ring's barrier, so the second's waits are the
                     // network's.
-                    Some(factors) => {
-                        let barrier = factors.ready(done.worker, 0, cx, Event::FactorsDone);
-                        mark(cx, done.worker, barrier);
-                    }
-                    None => self.finish(done.worker, cx),
+                    self.rounds
+                        .join(FACTORS, done.worker, cx, Event::FactorsDone);
+                } else {
+                    self.finish(done.worker, iter, cx);
                 }
             }
             Event::FactorsDone(done) => {
-                self.factors.as_mut().expect("powersgd").complete(done);
-                self.finish(done.worker, cx);
+                if let Some(iter) = self.rounds.complete(FACTORS, done) {
+                    self.finish(done.worker, iter, cx);
+                }
             }
         }
     }
@@ -333,23 +305,14 @@ impl Algorithm for AllReduceSgd {
             if let Some(g) = self.grads[w].take() {
                 cx.world.store.release_gradient(g);
             }
-            let now = cx.now();
-            self.ring().crash(w, now);
-            if let Some(factors) = &mut self.factors {
-                factors.crash(w, now);
-            }
+            self.rounds.crash(w, cx.now());
         }
     }
 
+    /// Every worker's wait, a crashed one's too (it may have contributed before it crashed).
     fn waiting(&self) -> Vec<String> {
-        let Some(ring) = &self.ring else {
-            return Vec::new();
-        };
         (0..self.grads.len())
-            .filter_map(|w| {
-                ring.waiting(w)
-                    .or_else(|| self.factors.as_ref().and_then(|f| f.waiting(w)))
-            })
+            .filter_map(|w| self.rounds.waits(w))
             .collect()
     }
 }

@@ -46,8 +46,7 @@
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
-use super::allreduce::{bucket_bytes, ring_support};
-use super::ring::{Done, Ring, mark};
+use super::ring::{RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
@@ -188,14 +187,9 @@ pub(crate) fn outer_sgd(
     }
 }
 
-/// Events of DiLoCo.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// A worker's ring all-reduce of its outer gradient completed.
-    RingDone(Done),
-}
+/// Events of DiLoCo: a worker's gradient computed, a worker's ring all-reduce of its outer
+/// gradient completed.
+pub type Event = RoundEvent;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct WorkerState {
@@ -211,15 +205,14 @@ struct WorkerState {
 pub struct Diloco {
     cfg: DilocoConfig,
     workers: Vec<WorkerState>,
-    ring: Option<Ring>,
+    /// The ring of the outer gradients.
+    rounds: RingRound,
     /// The global model's row; the outer momentum's and the workers' average's follow it.
     global: usize,
     /// The last round whose outer step was taken.
     stepped: Option<u64>,
     /// Outer steps taken.
     outer_steps: u64,
-    /// Workers down (crashed; they never rejoin). Empty until a crash.
-    down: Vec<bool>,
 }
 
 impl Diloco {
@@ -235,11 +228,10 @@ impl Diloco {
                 };
                 n
             ],
-            ring: None,
+            rounds: RingRound::default(),
             global: 0,
             stepped: None,
             outer_steps: 0,
-            down: Vec::new(),
         }
     }
 
@@ -262,32 +254,9 @@ impl Diloco {
         self.global + 2
     }
 
-    fn ring(&mut self) -> &mut Ring {
-        self.ring.as_mut().expect("started")
-    }
-
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         self.workers[w].reducing = false;
         self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
-    }
-
-    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let g = self.workers[w].grad.take().expect("a gradient in flight");
-        let lr = cx.lr_for(w);
-        cx.world.store.apply_gradient(w, g, lr);
-        cx.world.store.release_gradient(g);
-        cx.step_done(w);
-        self.workers[w].step += 1;
-        if self.workers[w]
-            .step
-            .is_multiple_of(u64::from(self.cfg.inner_steps))
-        {
-            self.workers[w].reducing = true;
-            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
-            mark(cx, w, barrier);
-        } else {
-            self.begin(w, cx);
-        }
     }
 
     /// The outer step: the workers' average, the outer gradient `Δ = θ − average`, the
@@ -311,9 +280,29 @@ impl Diloco {
         }
         self.outer_steps += 1;
     }
+}
 
-    fn ring_done(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let round = self.ring().round(w) - 1;
+impl RoundMethod<Event> for Diloco {
+    fn rounds(&mut self) -> &mut RingRound {
+        &mut self.rounds
+    }
+
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        local_step(w, g, cx);
+        self.workers[w].step += 1;
+        if self.workers[w]
+            .step
+            .is_multiple_of(u64::from(self.cfg.inner_steps))
+        {
+            self.workers[w].reducing = true;
+            self.rounds.join(0, w, cx, Event::RingDone);
+        } else {
+            self.begin(w, cx);
+        }
+    }
+
+    fn ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
         if self.stepped != Some(round) {
             self.outer_step(&mut cx.world.store);
             self.stepped = Some(round);
@@ -337,33 +326,18 @@ impl Algorithm for Diloco {
         self.global = store.add_rows(3);
         let m = self.momentum_row();
         store.mix(m, &[(Slot::Row(m), 0.0)]);
-        self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
+        self.rounds.add_model(cx.world);
         for w in 0..n {
             self.begin(w, cx);
         }
     }
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed worker's step is abandoned; a broken ring completes no round.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::RingDone(_) if self.ring().is_broken() => {}
-            Event::ComputeDone(w) => self.computed(w, cx),
-            Event::RingDone(done) => {
-                self.ring().complete(done);
-                self.ring_done(done.worker, cx);
-            }
-        }
+        dispatch(self, event, cx);
     }
 
     fn waiting(&self) -> Vec<String> {
-        let Some(ring) = &self.ring else {
-            return Vec::new();
-        };
-        (0..self.workers.len())
-            .filter(|&w| !self.down.get(w).copied().unwrap_or(false))
-            .filter_map(|w| ring.waiting(w))
-            .collect()
+        self.rounds.waiting()
     }
 
     fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
@@ -376,15 +350,12 @@ impl Algorithm for Diloco {
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
         if let WorkerFault::Crash(w) = fault {
-            self.down.resize(self.workers.len(), false);
-            self.down[w] = true;
             if !self.workers[w].reducing
                 && let Some(g) = self.workers[w].grad.take()
             {
                 cx.world.store.release_gradient(g);
             }
-            let now = cx.now();
-            self.ring().crash(w, now);
+            self.rounds.crash(w, cx.now());
         }
     }
 }

@@ -88,8 +88,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::allreduce::bucket_bytes;
-use super::ring::{Done, Ring};
+use super::ring::{Done, RingRound, RoundMean};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
@@ -97,6 +96,11 @@ use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 
 /// Payload of the counters' all-reduce: the reference all-reduces two 32-bit floats.
 const POLL_BYTES: u64 = 8;
+
+/// The ring of the counters.
+const POLLS: usize = 0;
+/// The ring of the models.
+const MODELS: usize = 1;
 
 fn two() -> usize {
     2
@@ -232,16 +236,16 @@ pub struct LapSgd {
     partial_cost: Vec<f64>,
     /// `(batch · n, train_size)`: a counter `c` is `c · batch · n / train_size` epochs.
     epoch_unit: (u128, u128),
-    polls: Option<Ring>,
-    ring: Option<Ring>,
+    /// The counters' ring and the models'.
+    rings: RingRound,
     /// The maximum counter at the last averaging decision.
     last: u64,
     /// The poll opened and not yet decided: its round of the counters' all-reduce and the
     /// maximum counter contributed to it so far. The nodes still finishing an older round
     /// (already decided) do not touch it.
     poll: Option<(u64, u64)>,
-    /// The mean of the snapshots of a round, with how many nodes have yet to apply it.
-    avg: Option<(u64, MsgId, usize)>,
+    /// The mean of the snapshots of a round.
+    avg: RoundMean<MsgId>,
     averagings: u64,
     rounds: u64,
     /// Per averaging round: the maximum counter it was decided on.
@@ -272,11 +276,10 @@ impl LapSgd {
             blocks: Vec::new(),
             partial_cost: vec![1.0; p],
             epoch_unit: (1, 1),
-            polls: None,
-            ring: None,
+            rings: RingRound::default(),
             last: 0,
             poll: None,
-            avg: None,
+            avg: RoundMean::default(),
             averagings: 0,
             rounds: 0,
             decided_at: Vec::new(),
@@ -294,9 +297,9 @@ impl LapSgd {
     /// The snapshots taken and not yet averaged back, and the round average if computed: the
     /// pending corrections `avg − snap_i` are `(avg, snap_i)` for every node `i` listed.
     pub fn pending_corrections(&self) -> (Option<MsgId>, Vec<MsgId>) {
-        match self.avg {
-            Some((round, m, _)) => {
-                let ring = self.ring.as_ref().expect("started");
+        match self.avg.current() {
+            Some((round, m)) => {
+                let ring = self.rings.ring(MODELS);
                 let snaps = (0..self.nodes.len())
                     .filter(|&i| ring.round(i) == round)
                     .filter_map(|i| self.nodes[i].snapshot)
@@ -388,7 +391,7 @@ impl LapSgd {
 
     fn join_poll(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
         let counter = self.nodes[node].counter;
-        let polls = self.polls.as_mut().expect("started");
+        let polls = self.rings.ring_mut(POLLS);
         if let Some((round, max)) = &mut self.poll {
             debug_assert_eq!(polls.round(node), *round, "a node joins the open poll");
             *max = (*max).max(counter);
@@ -398,8 +401,7 @@ impl LapSgd {
         let _ = polls.ready_all(node, cx, Event::PollDone);
     }
 
-    fn polled(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let completed = self.polls.as_ref().expect("started").round(node) - 1;
+    fn polled(&mut self, node: usize, completed: u64, cx: &mut Ctx<'_, '_, Event>) {
         if let Some((round, max)) = self.poll
             && round == completed
         {
@@ -414,32 +416,25 @@ impl LapSgd {
         self.nodes[node].snapshot = Some(snap);
         self.nodes[node].thread = Thread::Averaging;
         let _ = self
-            .ring
-            .as_mut()
-            .expect("started")
+            .rings
+            .ring_mut(MODELS)
             .ready_all(node, cx, Event::RingDone);
         self.maybe_poll(cx);
     }
 
-    fn averaged(&mut self, node: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let round = self.ring.as_ref().expect("started").round(node) - 1;
-        let avg = match self.avg {
-            Some((r, m, _)) if r == round => m,
-            _ => {
-                let n = self.nodes.len();
-                let terms: Vec<(Slot, f64)> = self
-                    .nodes
-                    .iter()
-                    .map(|s| {
-                        let snap = s.snapshot.expect("every node contributed a snapshot");
-                        (Slot::Msg(snap), 1.0 / n as f64)
-                    })
-                    .collect();
-                let m = cx.world.store.new_msg(&terms);
-                self.avg = Some((round, m, n));
-                m
-            }
-        };
+    fn averaged(&mut self, node: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let n = self.nodes.len();
+        let avg = self.avg.get(round, n, || {
+            let terms: Vec<(Slot, f64)> = self
+                .nodes
+                .iter()
+                .map(|s| {
+                    let snap = s.snapshot.expect("every node contributed a snapshot");
+                    (Slot::Msg(snap), 1.0 / n as f64)
+                })
+                .collect();
+            cx.world.store.new_msg(&terms)
+        });
         let snap = self.nodes[node].snapshot.take().expect("a snapshot");
         let store = &mut cx.world.store;
         store.mix(
@@ -452,12 +447,8 @@ impl LapSgd {
         );
         store.release_msg(snap);
         self.averagings += 1;
-        if let Some((_, m, left)) = &mut self.avg {
-            *left -= 1;
-            if *left == 0 {
-                cx.world.store.release_msg(*m);
-                self.avg = None;
-            }
+        if let Some(m) = self.avg.used() {
+            cx.world.store.release_msg(m);
         }
         self.nodes[node].thread = Thread::Idle;
         if self.poll.is_some() {
@@ -523,8 +514,8 @@ impl Algorithm for LapSgd {
                 }
             }
         }
-        self.polls = Some(Ring::new(n, &[POLL_BYTES]));
-        self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
+        self.rings.add(n, &[POLL_BYTES]);
+        self.rings.add_model(cx.world);
         for node in 0..n {
             for process in 0..p {
                 self.begin(node, process, cx);
@@ -574,21 +565,25 @@ impl Algorithm for LapSgd {
                 self.begin(node, process, cx);
                 self.maybe_poll(cx);
             }
+            // No fault breaks a ring: LAP-SGD refuses those that would.
             Event::PollDone(done) => {
-                self.polls.as_mut().expect("started").complete(done);
-                self.polled(done.worker, cx);
+                if let Some(round) = self.rings.complete(POLLS, done) {
+                    self.polled(done.worker, round, cx);
+                }
             }
             Event::RingDone(done) => {
-                self.ring.as_mut().expect("started").complete(done);
-                self.averaged(done.worker, cx);
+                if let Some(round) = self.rings.complete(MODELS, done) {
+                    self.averaged(done.worker, round, cx);
+                }
             }
         }
     }
 
     fn waiting(&self) -> Vec<String> {
-        let (Some(polls), Some(ring)) = (&self.polls, &self.ring) else {
+        if !self.rings.is_started() {
             return Vec::new();
-        };
+        }
+        let (polls, ring) = (self.rings.ring(POLLS), self.rings.ring(MODELS));
         (0..self.nodes.len())
             .filter_map(|w| match self.nodes[w].thread {
                 Thread::Idle => None,

@@ -43,8 +43,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::allreduce::{bucket_bytes, ring_support};
-use super::ring::{Done, Ring, mark};
+use super::ring::{
+    RingRound, RoundEvent, RoundMean, RoundMethod, dispatch, local_step, ring_support,
+};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
@@ -102,14 +103,8 @@ impl LocalSgdConfig {
     }
 }
 
-/// Events of local SGD.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// A worker's ring all-reduce completed.
-    RingDone(Done),
-}
+/// Events of local SGD: a worker's gradient computed, a worker's ring all-reduce completed.
+pub type Event = RoundEvent;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Phase {
@@ -133,13 +128,12 @@ pub struct LocalSgd {
     h: u64,
     warmup: u64,
     workers: Vec<WorkerState>,
-    ring: Option<Ring>,
-    /// The mean gradient of a warm-up round, with how many workers have yet to apply it.
-    mean: Option<(u64, GradId, usize, f64)>,
+    /// The ring, of the gradients (warm-up) or the models.
+    rounds: RingRound,
+    /// The mean gradient of a warm-up round and its rate.
+    mean: RoundMean<(GradId, f64)>,
     /// The last model-averaging round done.
     averaged: Option<u64>,
-    /// Workers down (crashed; they never rejoin). Empty until a crash.
-    down: Vec<bool>,
 }
 
 impl LocalSgd {
@@ -156,15 +150,10 @@ impl LocalSgd {
                 };
                 n
             ],
-            ring: None,
-            mean: None,
+            rounds: RingRound::default(),
+            mean: RoundMean::default(),
             averaged: None,
-            down: Vec::new(),
         }
-    }
-
-    fn ring(&mut self) -> &mut Ring {
-        self.ring.as_mut().expect("started")
     }
 
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -172,62 +161,56 @@ impl LocalSgd {
         self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
     }
 
+    /// `w` applies the warm-up round's mean gradient.
+    fn apply_mean(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let n = self.workers.len();
+        let (mean, lr) = self.mean.get(round, n, || {
+            let grads: Vec<GradId> = self
+                .workers
+                .iter_mut()
+                .map(|s| s.grad.take().expect("every worker contributed"))
+                .collect();
+            let g = cx.world.store.mean_gradient(&grads);
+            // One rate for the whole iteration, read when its mean is formed, so every worker
+            // applies the same update even while a schedule changes the rate. The counters are
+            // all equal then, so `progress = "node"` gives this rate too.
+            (g, cx.lr())
+        });
+        cx.world.store.apply_gradient(w, mean, lr);
+        cx.step_done(w);
+        self.workers[w].step += 1;
+        if let Some((g, _)) = self.mean.used() {
+            cx.world.store.release_gradient(g);
+        }
+    }
+}
+
+impl RoundMethod<Event> for LocalSgd {
+    fn rounds(&mut self) -> &mut RingRound {
+        &mut self.rounds
+    }
+
     fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let k = self.workers[w].step;
         if k < self.warmup {
             self.workers[w].phase = Phase::GradientRing;
-            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
-            mark(cx, w, barrier);
+            self.rounds.join(0, w, cx, Event::RingDone);
             return;
         }
         let g = self.workers[w].grad.take().expect("a gradient in flight");
-        let lr = cx.lr_for(w);
-        cx.world.store.apply_gradient(w, g, lr);
-        cx.world.store.release_gradient(g);
-        cx.step_done(w);
+        local_step(w, g, cx);
         self.workers[w].step += 1;
         if (k + 1 - self.warmup).is_multiple_of(self.h) {
             self.workers[w].phase = Phase::ModelRing;
-            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
-            mark(cx, w, barrier);
+            self.rounds.join(0, w, cx, Event::RingDone);
         } else {
             self.begin(w, cx);
         }
     }
 
-    fn ring_done(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let round = self.ring().round(w) - 1;
+    fn ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
         match self.workers[w].phase {
-            Phase::GradientRing => {
-                let (mean, lr) = match self.mean {
-                    Some((r, g, _, lr)) if r == round => (g, lr),
-                    _ => {
-                        let grads: Vec<GradId> = self
-                            .workers
-                            .iter_mut()
-                            .map(|s| s.grad.take().expect("every worker contributed"))
-                            .collect();
-                        let g = cx.world.store.mean_gradient(&grads);
-                        // One rate for the whole iteration, read when its mean is formed, so every
-                        // worker applies the same update even while a schedule changes the rate.
-                        // The counters are all equal then, so `progress = "node"` gives this
-                        // rate too.
-                        let lr = cx.lr();
-                        self.mean = Some((round, g, self.workers.len(), lr));
-                        (g, lr)
-                    }
-                };
-                cx.world.store.apply_gradient(w, mean, lr);
-                cx.step_done(w);
-                self.workers[w].step += 1;
-                if let Some((_, g, left, _)) = &mut self.mean {
-                    *left -= 1;
-                    if *left == 0 {
-                        cx.world.store.release_gradient(*g);
-                        self.mean = None;
-                    }
-                }
-            }
+            Phase::GradientRing => self.apply_mean(w, round, cx),
             Phase::ModelRing => {
                 if self.averaged != Some(round) {
                     let all: Vec<usize> = (0..self.workers.len()).collect();
@@ -254,46 +237,28 @@ impl Algorithm for LocalSgd {
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
-        self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
+        self.rounds.add_model(cx.world);
         for w in 0..n {
             self.begin(w, cx);
         }
     }
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed worker's step is abandoned; a broken ring completes no round.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::RingDone(_) if self.ring().is_broken() => {}
-            Event::ComputeDone(w) => self.computed(w, cx),
-            Event::RingDone(done) => {
-                self.ring().complete(done);
-                self.ring_done(done.worker, cx);
-            }
-        }
+        dispatch(self, event, cx);
     }
 
     fn waiting(&self) -> Vec<String> {
-        let Some(ring) = &self.ring else {
-            return Vec::new();
-        };
-        (0..self.workers.len())
-            .filter(|&w| !self.down.get(w).copied().unwrap_or(false))
-            .filter_map(|w| ring.waiting(w))
-            .collect()
+        self.rounds.waiting()
     }
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
         if let WorkerFault::Crash(w) = fault {
-            self.down.resize(self.workers.len(), false);
-            self.down[w] = true;
             if self.workers[w].phase == Phase::Computing
                 && let Some(g) = self.workers[w].grad.take()
             {
                 cx.world.store.release_gradient(g);
             }
-            let now = cx.now();
-            self.ring().crash(w, now);
+            self.rounds.crash(w, cx.now());
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The ring all-reduce, made of messages over the network model: shared by all-reduce SGD
-//! (gradients), local SGD (models) and LAP-SGD (model snapshots).
+//! (gradients), local SGD, DiLoCo, SlowMo and Streaming DiLoCo (models, outer gradients,
+//! fragments) and LAP-SGD (model snapshots).
 //!
 //! The payload is split into `B` buckets; each bucket is all-reduced by its own ring of `n`
 //! workers (reduce-scatter then all-gather, `2(n−1)` steps, worker `w` sending a chunk of
@@ -23,7 +24,8 @@
 //! of a worker share its NIC, and the transfers are ordered by a small local queue.
 //!
 //! This needs the ring's links to carry nothing else while a round is under way, which holds for
-//! the three algorithms that use it: their workers send nothing but ring chunks.
+//! the algorithms that use it: their workers send nothing but ring chunks (SlowMo's SGP base
+//! gossips too, but every gossip message of a round is posted before the round is computed).
 //!
 //! **Barrier.** A worker that has contributed every bucket of its round waits for the ring. Until
 //! every worker has contributed to the round, the round cannot complete: the worker waits for the
@@ -32,15 +34,33 @@
 //! last worker contributes (the wait attributed to that worker), then communicating until the
 //! ring completes.
 //!
+//! **What the methods on a ring share** is written here once: [`RingRound`] holds a method's
+//! rings and its crashed workers (joining a round, completing one, a crash, the stall report);
+//! [`RoundMethod`] and [`dispatch`] are the event handling of a method whose workers compute and
+//! then join a ring (a crashed worker's computation and a broken ring's rounds are ignored, the
+//! rest goes to the method's own handlers); [`RoundMean`] is what the first worker whose round
+//! completes forms for all (a mean gradient). A method keeps only what is its own: when its
+//! workers join, and what a completed round does.
+//!
+//! ```text
+//! method (start):           rounds.add_model(world)                    (RingRound::add)
+//! worker w, computed:       its own step; at a round:  rounds.join(0, w) (ready_all + mark)
+//! Done of w's round r:      dispatch → rounds.complete → method.ring_done(w, r)
+//! crash of w:               rounds.crash(w, now): w down, every ring broken
+//! stall:                    rounds.waiting(): every live worker's wait
+//! ```
+//!
 //! Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations",
 //! JPDC 2009.
 
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
-use crate::algorithm::Ctx;
+use crate::algorithm::{Ctx, World};
 use crate::clock::time::{SimTime, num};
+use crate::fault::{FaultKind, FaultSupport};
+use crate::params::{GradId, ReplicaStore, blocks};
 use crate::record::Activity;
 
 /// What a worker's full contribution to its round means for its wait.
@@ -373,6 +393,248 @@ impl Ring {
     }
 }
 
+/// What the ring-based methods handle: a crash or a lost chunk breaks the ring for good, and
+/// the run stalls ([`Ring::crash`]).
+pub(crate) fn ring_support(fault: FaultKind) -> FaultSupport {
+    match fault {
+        FaultKind::Rejoin => Err(
+            "a ring all-reduce has no membership change: a crash breaks the ring and the run \
+             stalls; rejoining is not modelled (leave out rejoin_after_s to see the stall)",
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Payload bytes of `buckets` equal buckets of `world`'s model.
+pub(crate) fn bucket_bytes(world: &World<'_>, buckets: usize) -> Vec<u64> {
+    blocks(world.store.num_params(), buckets)
+        .into_iter()
+        .map(|b| world.net.payload_bytes(b.len()))
+        .collect()
+}
+
+/// The events of a method whose workers compute, then join a ring ([`dispatch`]): local SGD's,
+/// DiLoCo's and Streaming DiLoCo's, and SlowMo's beside its SGP base's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RoundEvent {
+    /// `worker` finished computing its gradient.
+    ComputeDone(usize),
+    /// A worker's ring all-reduce completed.
+    RingDone(Done),
+}
+
+/// The rings of a method and its workers that are down: what the ring-based methods share
+/// around [`Ring`] (all-reduce SGD, local SGD, DiLoCo, SlowMo, Streaming DiLoCo, LAP-SGD).
+///
+/// The rings are numbered in the order they are added ([`RingRound::add`], in the method's
+/// `start`): most methods have one, of the whole model; all-reduce SGD with PowerSGD has two
+/// (its `P` and `Q` factors), Streaming DiLoCo one per fragment, LAP-SGD the counters' and the
+/// models'. A worker joins a ring with every bucket ready ([`RingRound::join`]) or bucket by
+/// bucket ([`RingRound::join_bucket`]), its activity marked by [`mark`].
+///
+/// **Faults.** A crash marks the worker down and breaks every ring for good
+/// ([`RingRound::crash`]); a lost chunk breaks the ring it was on. A broken ring completes no
+/// round: [`RingRound::complete`] ignores the [`Done`] events still due, and
+/// [`RingRound::waiting`] names every live worker's wait, until the run stalls.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RingRound {
+    rings: Vec<Ring>,
+    /// Workers down (crashed; they never rejoin).
+    down: BTreeSet<usize>,
+}
+
+impl RingRound {
+    /// Adds a ring over `n` workers for payloads whose buckets carry `bucket_bytes` each;
+    /// returns its number.
+    pub fn add(&mut self, n: usize, bucket_bytes: &[u64]) -> usize {
+        self.rings.push(Ring::new(n, bucket_bytes));
+        self.rings.len() - 1
+    }
+
+    /// Adds a ring over `world`'s workers for its whole model in one bucket (a model
+    /// all-reduce); returns its number.
+    pub fn add_model(&mut self, world: &World<'_>) -> usize {
+        self.add(world.workers(), &bucket_bytes(world, 1))
+    }
+
+    /// Whether a ring was added (the method started).
+    pub fn is_started(&self) -> bool {
+        !self.rings.is_empty()
+    }
+
+    /// Ring `ring`.
+    pub fn ring(&self, ring: usize) -> &Ring {
+        &self.rings[ring]
+    }
+
+    /// Ring `ring`, to contribute to it without [`mark`] (Streaming DiLoCo, LAP-SGD).
+    pub fn ring_mut(&mut self, ring: usize) -> &mut Ring {
+        &mut self.rings[ring]
+    }
+
+    /// Every bucket of `worker`'s current round of ring `ring` is ready now: the worker joins
+    /// the round, its activity marked ([`mark`]); `wrap` makes the ring's [`Done`] events.
+    pub fn join<E>(
+        &mut self,
+        ring: usize,
+        worker: usize,
+        cx: &mut Ctx<'_, '_, E>,
+        wrap: fn(Done) -> E,
+    ) {
+        let barrier = self.rings[ring].ready_all(worker, cx, wrap);
+        mark(cx, worker, barrier);
+    }
+
+    /// Bucket `bucket` of `worker`'s current round of ring `ring` is ready now, its activity
+    /// marked once that completes its contribution ([`Ring::ready`], [`mark`]).
+    pub fn join_bucket<E>(
+        &mut self,
+        ring: usize,
+        worker: usize,
+        bucket: usize,
+        cx: &mut Ctx<'_, '_, E>,
+        wrap: fn(Done) -> E,
+    ) {
+        let barrier = self.rings[ring].ready(worker, bucket, cx, wrap);
+        mark(cx, worker, barrier);
+    }
+
+    /// `done` has come for ring `ring`: the round its worker completed, the worker moved to
+    /// the next ([`Ring::complete`]); `None`, and nothing done, when the ring is broken.
+    pub fn complete(&mut self, ring: usize, done: Done) -> Option<u64> {
+        let ring = &mut self.rings[ring];
+        if ring.is_broken() {
+            return None;
+        }
+        ring.complete(done);
+        Some(done.round)
+    }
+
+    /// `worker` crashed at `now`: it is down for good, and every ring is broken
+    /// ([`Ring::crash`]).
+    pub fn crash(&mut self, worker: usize, now: SimTime) {
+        self.down.insert(worker);
+        for ring in &mut self.rings {
+            ring.crash(worker, now);
+        }
+    }
+
+    /// Whether `worker` crashed.
+    pub fn is_down(&self, worker: usize) -> bool {
+        self.down.contains(&worker)
+    }
+
+    /// What `worker` waits for: its wait in the first ring where it has contributed, down or
+    /// not ([`Ring::waiting`]).
+    pub fn waits(&self, worker: usize) -> Option<String> {
+        self.rings.iter().find_map(|r| r.waiting(worker))
+    }
+
+    /// What every live worker waits for, in worker order ([`RingRound::waits`]); nothing before
+    /// the start.
+    pub fn waiting(&self) -> Vec<String> {
+        let n = self.rings.first().map_or(0, |r| r.n);
+        (0..n)
+            .filter(|&w| !self.is_down(w))
+            .filter_map(|w| self.waits(w))
+            .collect()
+    }
+}
+
+/// A method on a [`RingRound`]: its own rules for a worker whose computation is done and for a
+/// worker whose round completed. [`dispatch`] calls them, or ignores the event.
+pub trait RoundMethod<E> {
+    /// The method's rings.
+    fn rounds(&mut self) -> &mut RingRound;
+
+    /// The ring `done` is of (by default the first: a method with one ring).
+    fn ring_of(&self, _done: Done) -> usize {
+        0
+    }
+
+    /// `worker`, which is up, finished computing.
+    fn computed(&mut self, worker: usize, cx: &mut Ctx<'_, '_, E>);
+
+    /// `worker` completed round `round` of a ring that is not broken; the ring has moved it to
+    /// the next round.
+    fn ring_done(&mut self, worker: usize, round: u64, cx: &mut Ctx<'_, '_, E>);
+}
+
+/// Handles a [`RoundEvent`] of `method`: a crashed worker's computation is abandoned; a broken
+/// ring completes no round; else the method's [`RoundMethod::computed`] or
+/// [`RoundMethod::ring_done`] (the ring completed first).
+pub fn dispatch<E, M: RoundMethod<E>>(method: &mut M, event: RoundEvent, cx: &mut Ctx<'_, '_, E>) {
+    match event {
+        RoundEvent::ComputeDone(w) if cx.is_down(w) => {}
+        RoundEvent::ComputeDone(w) => method.computed(w, cx),
+        RoundEvent::RingDone(done) => {
+            let ring = method.ring_of(done);
+            if let Some(round) = method.rounds().complete(ring, done) {
+                method.ring_done(done.worker, round, cx);
+            }
+        }
+    }
+}
+
+/// `worker`'s own optimizer step with the gradient `grad` it computed, at its rate
+/// ([`Ctx::lr_for`]), counted as a step; the gradient is released. Local SGD's local step,
+/// DiLoCo's and Streaming DiLoCo's inner steps, SlowMo's local-SGD base.
+pub fn local_step<E>(worker: usize, grad: GradId, cx: &mut Ctx<'_, '_, E>) {
+    let lr = cx.lr_for(worker);
+    cx.world.store.apply_gradient(worker, grad, lr);
+    cx.world.store.release_gradient(grad);
+    cx.step_done(worker);
+}
+
+/// What the first worker whose round completes forms for the whole round, every worker of the
+/// round uses once, and the last one hands back to be released: the mean gradient of a
+/// gradient all-reduce, with its rate (all-reduce SGD, post-local SGD's warm-up, SlowMo's
+/// all-reduce base), the mean of LAP-SGD's snapshots. Forming it at the first completion reads
+/// every worker's contribution at an instant when all have contributed and wait.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RoundMean<T> {
+    /// The round, its value, and how many workers have yet to use it.
+    held: Option<(u64, T, usize)>,
+}
+
+impl<T> Default for RoundMean<T> {
+    fn default() -> Self {
+        RoundMean { held: None }
+    }
+}
+
+impl<T: Copy> RoundMean<T> {
+    /// The value of round `round`, formed by `form` when this is the round's first use; `n`
+    /// workers use it.
+    pub fn get(&mut self, round: u64, n: usize, form: impl FnOnce() -> T) -> T {
+        match self.held {
+            Some((r, value, _)) if r == round => value,
+            _ => {
+                let value = form();
+                self.held = Some((round, value, n));
+                value
+            }
+        }
+    }
+
+    /// One worker has used the value: after the last use, the value, for the caller to release.
+    pub fn used(&mut self) -> Option<T> {
+        let (_, value, left) = self.held.as_mut()?;
+        *left -= 1;
+        if *left > 0 {
+            return None;
+        }
+        let value = *value;
+        self.held = None;
+        Some(value)
+    }
+
+    /// The round held and its value, if formed and not yet used by every worker.
+    pub fn current(&self) -> Option<(u64, T)> {
+        self.held.map(|(r, value, _)| (r, value))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,8 +680,13 @@ mod tests {
         }
     }
 
-    fn round(ready: &[u64], queued: bool, net: &NetworkConfig) -> (Vec<SimTime>, String) {
-        let n = ready.len();
+    /// Runs `alg` on `n` workers of a quadratic over `net` for up to 10 s; the run's result and
+    /// the network's link statistics afterwards.
+    fn drive<A: Algorithm>(
+        alg: &mut A,
+        n: usize,
+        net: &NetworkConfig,
+    ) -> (crate::engine::Result<crate::engine::Outcome>, String) {
         let env = BuildEnv::new(7);
         let mut store = ReferenceStore::new(Quadratic::new(4, 10.0, 0.0), n, Default::default(), 7);
         let mut world = World::new(
@@ -430,11 +697,6 @@ mod tests {
             &Default::default(),
             7,
         );
-        let mut alg = OneRound {
-            ready: ready.iter().map(|&t| SimTime::from_nanos(t)).collect(),
-            queued,
-            result: Vec::new(),
-        };
         let stop = RunConfig {
             sim_time_s: Some(10.0),
             epochs: None,
@@ -443,8 +705,19 @@ mod tests {
             eval_every_steps: None,
             divergence_loss: None,
         };
-        run(&mut alg, &mut world, &stop, &mut Collect::default()).unwrap();
-        (alg.result, format!("{:?}", world.net.link_stats()))
+        let out = run(alg, &mut world, &stop, &mut Collect::default());
+        (out, format!("{:?}", world.net.link_stats()))
+    }
+
+    fn round(ready: &[u64], queued: bool, net: &NetworkConfig) -> (Vec<SimTime>, String) {
+        let mut alg = OneRound {
+            ready: ready.iter().map(|&t| SimTime::from_nanos(t)).collect(),
+            queued,
+            result: Vec::new(),
+        };
+        let (out, links) = drive(&mut alg, ready.len(), net);
+        out.unwrap();
+        (alg.result, links)
     }
 
     /// With one bucket, the step-by-step loop and the queue post the same transfers in the same
@@ -471,5 +744,153 @@ mod tests {
             assert_eq!(links_a, links_b);
             assert!(a.iter().all(|&t| t > SimTime::from_nanos(4_000_000)));
         }
+    }
+
+    /// Workers that compute for `1 + w` ms, join the ring, and go on after every round until
+    /// `rounds` are done; worker `crash` (if any) crashes when it joins round `at`.
+    struct Rounds {
+        rounds: RingRound,
+        n: usize,
+        last: u64,
+        crash: Option<(usize, u64)>,
+        /// `(worker, round)` of every round completed, in order.
+        done: Vec<(usize, u64)>,
+        /// The computations done.
+        computed: Vec<usize>,
+    }
+
+    impl Rounds {
+        fn new(n: usize, last: u64, crash: Option<(usize, u64)>) -> Self {
+            Rounds {
+                rounds: RingRound::default(),
+                n,
+                last,
+                crash,
+                done: Vec::new(),
+                computed: Vec::new(),
+            }
+        }
+
+        fn begin(&self, w: usize, cx: &mut Ctx<'_, '_, RoundEvent>) {
+            let d = SimTime::from_nanos(1_000_000 * (1 + w as u64));
+            cx.after(d, RoundEvent::ComputeDone(w));
+        }
+    }
+
+    impl RoundMethod<RoundEvent> for Rounds {
+        fn rounds(&mut self) -> &mut RingRound {
+            &mut self.rounds
+        }
+
+        fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, RoundEvent>) {
+            self.computed.push(w);
+            self.rounds.join(0, w, cx, RoundEvent::RingDone);
+            if self.crash == Some((w, self.rounds.ring(0).round(w))) {
+                self.rounds.crash(w, cx.now());
+            }
+        }
+
+        fn ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, RoundEvent>) {
+            assert_eq!(self.rounds.ring(0).round(w), round + 1);
+            self.done.push((w, round));
+            if round + 1 < self.last {
+                self.begin(w, cx);
+            }
+        }
+    }
+
+    impl Algorithm for Rounds {
+        type Event = RoundEvent;
+        fn name(&self) -> &str {
+            "rounds"
+        }
+        fn start(&mut self, cx: &mut Ctx<'_, '_, RoundEvent>) {
+            assert!(
+                self.rounds.waiting().is_empty(),
+                "nothing waits before the start"
+            );
+            assert_eq!(self.rounds.add(self.n, &[1_000, 1_000]), 0);
+            for w in 0..self.n {
+                self.begin(w, cx);
+            }
+        }
+        fn handle(&mut self, event: RoundEvent, cx: &mut Ctx<'_, '_, RoundEvent>) {
+            dispatch(self, event, cx);
+        }
+        fn waiting(&self) -> Vec<String> {
+            self.rounds.waiting()
+        }
+    }
+
+    /// Every worker completes every round, in order, each once; a round completes only after
+    /// its slowest worker joined it.
+    #[test]
+    fn every_worker_completes_its_rounds_in_order() {
+        let mut alg = Rounds::new(3, 3, None);
+        let (out, _) = drive(&mut alg, 3, &NetworkConfig::uniform(10.0, 5.0));
+        let out = out.unwrap();
+        assert!(out.stalled.is_none());
+        for w in 0..3 {
+            let rounds: Vec<u64> = alg.done.iter().filter(|d| d.0 == w).map(|d| d.1).collect();
+            assert_eq!(rounds, [0, 1, 2], "worker {w}");
+        }
+        // The first round's Done events come after the slowest worker's 3 ms.
+        assert_eq!(alg.computed.len(), 9);
+        assert!(alg.rounds.waiting().is_empty());
+    }
+
+    /// A crash breaks the ring: the round under way completes nowhere, the crashed worker
+    /// is down, and the wait report names the live workers only.
+    #[test]
+    fn a_crash_breaks_every_round_and_the_live_workers_wait() {
+        let mut alg = Rounds::new(3, 3, Some((0, 1)));
+        let (out, _) = drive(&mut alg, 3, &NetworkConfig::uniform(10.0, 5.0));
+        // Without `[[faults]]` the engine calls the stall a deadlock; it names the waits.
+        let Err(crate::engine::Error::Deadlock { waiting, .. }) = out else {
+            panic!("a deadlock, not {out:?}");
+        };
+        assert_eq!(alg.done.iter().filter(|d| d.1 == 1).count(), 0);
+        assert_eq!(alg.done.len(), 3, "round 0 only: {:?}", alg.done);
+        assert!(alg.rounds.is_down(0) && !alg.rounds.is_down(1));
+        assert!(alg.rounds.ring(0).is_broken());
+        assert_eq!(waiting, alg.rounds.waiting());
+        assert_eq!(waiting.len(), 2);
+        for (line, w) in waiting.iter().zip([1, 2]) {
+            assert!(
+                line.starts_with(&format!(
+                    "worker {w} waits for all-reduce 1, which cannot complete: worker 0 crashed"
+                )),
+                "{line}"
+            );
+        }
+        // The crashed worker had joined: its wait is still there to read.
+        assert!(alg.rounds.waits(0).is_some());
+        // A Done still due of a broken ring is ignored.
+        let done = Done {
+            worker: 1,
+            round: 1,
+        };
+        assert_eq!(alg.rounds.complete(0, done), None);
+    }
+
+    /// The value of a round is formed once, by its first use, and handed back after the last.
+    #[test]
+    fn a_round_mean_is_formed_once_and_handed_back_after_the_last_use() {
+        let mut mean = RoundMean::default();
+        let mut formed = 0;
+        for w in 0..3 {
+            let v = mean.get(4, 3, || {
+                formed += 1;
+                10 + formed
+            });
+            assert_eq!(v, 11);
+            assert_eq!(mean.current(), Some((4, 11)));
+            assert_eq!(mean.used(), (w == 2).then_some(11));
+        }
+        assert_eq!(formed, 1);
+        assert_eq!(mean.current(), None);
+        assert_eq!(mean.get(5, 1, || 20), 20);
+        assert_eq!(mean.used(), Some(20));
+        assert_eq!(mean.used(), None);
     }
 }

@@ -84,8 +84,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::allreduce::{bucket_bytes, ring_support};
-use super::ring::{Done, Ring, mark};
+use super::ring::{
+    Done, RingRound, RoundEvent, RoundMean, RoundMethod, dispatch, local_step, ring_support,
+};
 use super::sgp::{self, SgpConfig};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup, Sgp};
@@ -226,12 +227,12 @@ pub struct Slowmo {
     slow_momentum: f64,
     slow_lr: f64,
     workers: Vec<WorkerState>,
-    ring: Option<Ring>,
+    /// The ring: of the models (`"local-sgd"`, `"sgp"`), of the gradients (`"allreduce"`).
+    rounds: RingRound,
     /// The SGP base's state machine (`"sgp"`).
     sgp: Option<Sgp>,
-    /// `"allreduce"`: the mean gradient of the current iteration, with how many workers have
-    /// yet to apply it and its rate.
-    mean: Option<(u64, GradId, usize, f64)>,
+    /// `"allreduce"`: the mean gradient of the current iteration and its rate.
+    mean: RoundMean<(GradId, f64)>,
     /// The anchor's row; the slow momentum's and the mean's follow it.
     anchor: usize,
     /// The last outer step taken (its index).
@@ -240,8 +241,6 @@ pub struct Slowmo {
     outer_steps: u64,
     /// The rate `γ` of the last outer step.
     last_rate: f64,
-    /// Workers down (crashed; they never rejoin). Empty until a crash.
-    down: Vec<bool>,
 }
 
 impl Slowmo {
@@ -282,14 +281,13 @@ impl Slowmo {
                 };
                 n
             ],
-            ring: None,
+            rounds: RingRound::default(),
             sgp,
-            mean: None,
+            mean: RoundMean::default(),
             anchor: 0,
             stepped: None,
             outer_steps: 0,
             last_rate: 0.0,
-            down: Vec::new(),
         }
     }
 
@@ -333,10 +331,6 @@ impl Slowmo {
         self.sgp.as_ref().map(Sgp::weights)
     }
 
-    fn ring(&mut self) -> &mut Ring {
-        self.ring.as_mut().expect("started")
-    }
-
     /// Runs `f` on the SGP base with a context of its own events, then schedules what it
     /// scheduled, in its order, as [`Event::Sgp`]; then sends the nodes it held into the ring.
     /// Events due at one instant keep the order they were scheduled in, and every one comes
@@ -361,8 +355,7 @@ impl Slowmo {
             cx.queue.push(t, Event::Sgp(e));
         }
         for i in sgp.take_held() {
-            let barrier = self.ring().ready_all(i, cx, Event::RingDone);
-            mark(cx, i, barrier);
+            self.rounds.join(0, i, cx, Event::RingDone);
         }
     }
 
@@ -374,56 +367,23 @@ impl Slowmo {
         self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
     }
 
-    /// `"local-sgd"`: a local step; every `τ`-th, the worker joins the ring. `"allreduce"`: the
-    /// worker's gradient joins the iteration's ring.
-    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        if self.base == Mode::Allreduce {
-            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
-            mark(cx, w, barrier);
-            return;
-        }
-        let g = self.workers[w].grad.take().expect("a gradient in flight");
-        let lr = cx.lr_for(w);
-        cx.world.store.apply_gradient(w, g, lr);
-        cx.world.store.release_gradient(g);
-        cx.step_done(w);
-        self.workers[w].step += 1;
-        if self.workers[w].step.is_multiple_of(self.tau) {
-            let barrier = self.ring().ready_all(w, cx, Event::RingDone);
-            mark(cx, w, barrier);
-        } else {
-            self.begin(w, cx);
-        }
-    }
-
     /// `"allreduce"`: the worker applies the iteration's mean gradient (formed by the first
     /// worker whose ring completes, with the rate in force then, as all-reduce SGD); after every
     /// `τ`-th, the outer step (the first worker) or its result (the others).
-    fn gradient_ring_done(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let iter = self.ring().round(w) - 1;
-        let (mean, lr) = match self.mean {
-            Some((i, g, _, lr)) if i == iter => (g, lr),
-            _ => {
-                let grads: Vec<GradId> = self
-                    .workers
-                    .iter_mut()
-                    .map(|s| s.grad.take().expect("every worker contributed a gradient"))
-                    .collect();
-                let g = cx.world.store.mean_gradient(&grads);
-                let lr = cx.lr();
-                self.mean = Some((iter, g, self.workers.len(), lr));
-                (g, lr)
-            }
-        };
+    fn gradient_ring_done(&mut self, w: usize, iter: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let (mean, lr) = self.mean.get(iter, self.workers.len(), || {
+            let grads: Vec<GradId> = self
+                .workers
+                .iter_mut()
+                .map(|s| s.grad.take().expect("every worker contributed a gradient"))
+                .collect();
+            (cx.world.store.mean_gradient(&grads), cx.lr())
+        });
         cx.world.store.apply_gradient(w, mean, lr);
         cx.step_done(w);
         self.workers[w].step += 1;
-        if let Some((_, g, left, _)) = &mut self.mean {
-            *left -= 1;
-            if *left == 0 {
-                cx.world.store.release_gradient(*g);
-                self.mean = None;
-            }
+        if let Some((g, _)) = self.mean.used() {
+            cx.world.store.release_gradient(g);
         }
         if (iter + 1).is_multiple_of(self.tau) {
             let outer = (iter + 1) / self.tau - 1;
@@ -444,8 +404,7 @@ impl Slowmo {
     /// The model ring completed for `w` (`"local-sgd"`, `"sgp"`): the outer step, once per
     /// round, when the first worker's ring completes: every worker has contributed and waits
     /// (none computes), so reading their rows then is exact. Then `w` goes on.
-    fn model_ring_done(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let round = self.ring().round(w) - 1;
+    fn model_ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
         if self.stepped != Some(round) {
             let n = self.workers.len();
             let m = self.mean_row();
@@ -513,6 +472,37 @@ impl Slowmo {
     }
 }
 
+impl RoundMethod<Event> for Slowmo {
+    fn rounds(&mut self) -> &mut RingRound {
+        &mut self.rounds
+    }
+
+    /// `"local-sgd"`: a local step; every `τ`-th, the worker joins the ring. `"allreduce"`: the
+    /// worker's gradient joins the iteration's ring.
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if self.base == Mode::Allreduce {
+            self.rounds.join(0, w, cx, Event::RingDone);
+            return;
+        }
+        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        local_step(w, g, cx);
+        self.workers[w].step += 1;
+        if self.workers[w].step.is_multiple_of(self.tau) {
+            self.rounds.join(0, w, cx, Event::RingDone);
+        } else {
+            self.begin(w, cx);
+        }
+    }
+
+    fn ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        if self.base == Mode::Allreduce {
+            self.gradient_ring_done(w, round, cx);
+        } else {
+            self.model_ring_done(w, round, cx);
+        }
+    }
+}
+
 impl Algorithm for Slowmo {
     type Event = Event;
 
@@ -528,7 +518,7 @@ impl Algorithm for Slowmo {
         self.anchor = store.add_rows(3);
         let u = self.momentum_row();
         store.mix(u, &[(Slot::Row(u), 0.0)]);
-        self.ring = Some(Ring::new(n, &bucket_bytes(cx.world, 1)));
+        self.rounds.add_model(cx.world);
         if self.sgp.is_some() {
             self.in_sgp(cx, |s, c| s.start(c));
             return;
@@ -540,32 +530,18 @@ impl Algorithm for Slowmo {
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
         match event {
-            // A crashed worker's step is abandoned; a broken ring completes no round.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::RingDone(_) if self.ring().is_broken() => {}
-            Event::ComputeDone(w) => self.computed(w, cx),
-            Event::RingDone(done) => {
-                self.ring().complete(done);
-                if self.base == Mode::Allreduce {
-                    self.gradient_ring_done(done.worker, cx);
-                } else {
-                    self.model_ring_done(done.worker, cx);
-                }
-            }
+            Event::ComputeDone(w) => dispatch(self, RoundEvent::ComputeDone(w), cx),
+            Event::RingDone(done) => dispatch(self, RoundEvent::RingDone(done), cx),
             Event::Sgp(e) => self.in_sgp(cx, |s, c| s.handle(e, c)),
         }
     }
 
     fn waiting(&self) -> Vec<String> {
-        let Some(ring) = &self.ring else {
+        if !self.rounds.is_started() {
             return Vec::new();
-        };
+        }
         let mut out = self.sgp.as_ref().map(Sgp::waiting).unwrap_or_default();
-        out.extend(
-            (0..self.workers.len())
-                .filter(|&w| !self.down.get(w).copied().unwrap_or(false))
-                .filter_map(|w| ring.waiting(w)),
-        );
+        out.extend(self.rounds.waiting());
         out
     }
 
@@ -591,15 +567,12 @@ impl Algorithm for Slowmo {
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
         if let WorkerFault::Crash(w) = fault {
-            self.down.resize(self.workers.len(), false);
-            self.down[w] = true;
             if self.sgp.is_some() {
                 self.in_sgp(cx, |s, c| s.on_fault(fault, c));
             } else if let Some(g) = self.workers[w].grad.take() {
                 cx.world.store.release_gradient(g);
             }
-            let now = cx.now();
-            self.ring().crash(w, now);
+            self.rounds.crash(w, cx.now());
         }
     }
 }

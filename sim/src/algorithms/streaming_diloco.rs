@@ -88,12 +88,13 @@
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
 
-use super::allreduce::ring_support;
 use super::diloco::{
     DilocoConfig, default_inner_steps, default_nesterov, default_outer_lr, default_outer_momentum,
     outer_sgd,
 };
-use super::ring::{Barrier, Done, Ring};
+use super::ring::{
+    Barrier, Done, RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support,
+};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
@@ -363,14 +364,9 @@ pub fn quantize(values: &mut [f64], coords: &[Range<usize>], bits: u32) -> f64 {
     s
 }
 
-/// Events of Streaming DiLoCo.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// A worker's ring all-reduce of its fragment in flight completed.
-    RingDone(Done),
-}
+/// Events of Streaming DiLoCo: a worker's gradient computed, a worker's ring all-reduce of its
+/// fragment in flight completed.
+pub type Event = RoundEvent;
 
 /// A fragment a worker has sent and not yet merged.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -404,7 +400,8 @@ pub struct StreamingDiloco {
     /// The coordinates of each fragment (known once the run started).
     fragments: Vec<Vec<Range<usize>>>,
     offsets: Vec<u64>,
-    rings: Vec<Ring>,
+    /// One ring per fragment.
+    rounds: RingRound,
     /// Per fragment, per worker: its contribution to the round under way.
     sent: Vec<Vec<Option<MsgId>>>,
     /// Per fragment: the last round whose outer step was taken.
@@ -420,8 +417,6 @@ pub struct StreamingDiloco {
     quantized: bool,
     /// Outer steps taken, over all fragments.
     outer_steps: u64,
-    /// Workers down (crashed; they never rejoin). Empty until a crash.
-    down: Vec<bool>,
 }
 
 impl StreamingDiloco {
@@ -441,7 +436,7 @@ impl StreamingDiloco {
             ],
             fragments: Vec::new(),
             offsets: cfg.offsets(),
-            rings: Vec::new(),
+            rounds: RingRound::default(),
             sent: Vec::new(),
             stepped: Vec::new(),
             syncs: Vec::new(),
@@ -450,7 +445,6 @@ impl StreamingDiloco {
             global: 0,
             quantized: false,
             outer_steps: 0,
-            down: Vec::new(),
         }
     }
 
@@ -526,16 +520,6 @@ impl StreamingDiloco {
         self.workers[w].grad = Some(cx.start_step(w, Event::ComputeDone(w)));
     }
 
-    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let g = self.workers[w].grad.take().expect("a gradient in flight");
-        let lr = cx.lr_for(w);
-        cx.world.store.apply_gradient(w, g, lr);
-        cx.world.store.release_gradient(g);
-        cx.step_done(w);
-        self.workers[w].step += 1;
-        self.advance(w, cx);
-    }
-
     /// After inner step `t`: merge the fragment due (waiting for it if need be), send the
     /// fragment due, and go on with the next step.
     fn advance(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -596,7 +580,8 @@ impl StreamingDiloco {
             received: false,
             launched: false,
         });
-        if let Some(Barrier::Last(waiters)) = self.rings[f].ready_all(w, cx, Event::RingDone) {
+        let barrier = self.rounds.ring_mut(f).ready_all(w, cx, Event::RingDone);
+        if let Some(Barrier::Last(waiters)) = barrier {
             for v in waiters {
                 if let Some(i) = &mut self.workers[v].in_flight {
                     i.launched = true;
@@ -682,18 +667,34 @@ impl StreamingDiloco {
         self.merges[w][f] += 1;
     }
 
-    fn ring_done(&mut self, done: Done, cx: &mut Ctx<'_, '_, Event>) {
-        let w = done.worker;
-        let f = self.workers[w]
+    /// The fragment `w` has in flight.
+    fn in_flight(&self, w: usize) -> usize {
+        self.workers[w]
             .in_flight
             .as_ref()
             .expect("a ring completes for a fragment in flight")
-            .fragment;
-        if self.rings[f].is_broken() {
-            return;
-        }
-        self.rings[f].complete(done);
-        let round = self.rings[f].round(w) - 1;
+            .fragment
+    }
+}
+
+impl RoundMethod<Event> for StreamingDiloco {
+    fn rounds(&mut self) -> &mut RingRound {
+        &mut self.rounds
+    }
+
+    fn ring_of(&self, done: Done) -> usize {
+        self.in_flight(done.worker)
+    }
+
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.workers[w].grad.take().expect("a gradient in flight");
+        local_step(w, g, cx);
+        self.workers[w].step += 1;
+        self.advance(w, cx);
+    }
+
+    fn ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        let f = self.in_flight(w);
         if self.stepped[f] != Some(round) {
             self.outer_step(f, &mut cx.world.store);
             self.stepped[f] = Some(round);
@@ -729,12 +730,11 @@ impl Algorithm for StreamingDiloco {
         let m = self.momentum_row();
         store.mix(m, &[(Slot::Row(m), 0.0)]);
         let p = self.fragments.len();
-        self.rings = (0..p)
-            .map(|f| {
-                let params = self.fragments[f].iter().map(|r| r.len()).sum();
-                Ring::new(n, &[self.cfg.fragment_bytes(cx.world, params)])
-            })
-            .collect();
+        for f in 0..p {
+            let params = self.fragments[f].iter().map(|r| r.len()).sum();
+            self.rounds
+                .add(n, &[self.cfg.fragment_bytes(cx.world, params)]);
+        }
         self.sent = vec![vec![None; n]; p];
         self.stepped = vec![None; p];
         self.syncs = vec![0; p];
@@ -746,21 +746,16 @@ impl Algorithm for StreamingDiloco {
     }
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed worker's step is abandoned.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::ComputeDone(w) => self.computed(w, cx),
-            Event::RingDone(done) => self.ring_done(done, cx),
-        }
+        dispatch(self, event, cx);
     }
 
+    /// Only a worker waiting at its merge step waits (for its fragment's ring).
     fn waiting(&self) -> Vec<String> {
         (0..self.workers.len())
-            .filter(|&w| !self.down.get(w).copied().unwrap_or(false))
-            .filter(|&w| self.workers[w].waiting)
+            .filter(|&w| !self.rounds.is_down(w) && self.workers[w].waiting)
             .filter_map(|w| {
                 let f = self.workers[w].in_flight.as_ref()?.fragment;
-                let why = self.rings[f].waiting(w)?;
+                let why = self.rounds.ring(f).waiting(w)?;
                 Some(format!("{why} (fragment {f})"))
             })
             .collect()
@@ -776,15 +771,10 @@ impl Algorithm for StreamingDiloco {
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
         if let WorkerFault::Crash(w) = fault {
-            self.down.resize(self.workers.len(), false);
-            self.down[w] = true;
             if let Some(g) = self.workers[w].grad.take() {
                 cx.world.store.release_gradient(g);
             }
-            let now = cx.now();
-            for ring in &mut self.rings {
-                ring.crash(w, now);
-            }
+            self.rounds.crash(w, cx.now());
         }
     }
 }

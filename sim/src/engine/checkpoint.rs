@@ -34,8 +34,9 @@ use crate::engine::error::{Error, Result};
 /// The first bytes of every checkpoint of the engine.
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
-/// The format version; bumped whenever the encoded state changes shape.
-pub const VERSION: u32 = 9;
+/// The format version; bumped whenever the encoded state changes shape (10: the ring family's
+/// rings, crashed workers and round means sit in the shared `RingRound` and `RoundMean`).
+pub const VERSION: u32 = 10;
 
 /// When to take checkpoints, and what to continue from.
 #[derive(Clone, Copy, Debug, Default)]
