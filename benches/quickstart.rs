@@ -7,8 +7,10 @@
 
 use std::path::Path;
 
-use dasim::{Loaded, RunOptions, run_scenario};
-use dasim_models::backend::{BackendChoice, select};
+use dasim::launch::{Sink, Source, Threads};
+use dasim::simulation::{Results, Silent};
+use dasim::{Launch, Loaded};
+use dasim_models::BackendChoice;
 
 fn main() {
     divan::main();
@@ -19,19 +21,21 @@ fn quickstart_flex(bencher: divan::Bencher) {
     let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.toml");
     let loaded = Loaded::from_file(&scenario).expect("the quickstart loads");
     let out = tempfile::tempdir().unwrap();
-    let opts = RunOptions {
-        backend: select(BackendChoice::Flex).unwrap(),
-        out: out.path().to_path_buf(),
-        progress: false,
-        execution: Default::default(),
-        memory_limit: None,
-        force: true,
-        checkpoint_every: None,
-        interrupt: None,
-        resume: None,
+    let run = || -> dasim::Result<Results> {
+        let launch = Launch {
+            backend: BackendChoice::Flex,
+            threads: Threads::Own(Some(1)),
+            sink: Sink::Dir {
+                out: out.path().to_path_buf(),
+                force: true,
+                plots: true,
+            },
+            ..Launch::new(Source::Scenario(loaded.clone()))
+        };
+        launch.start()?.prepare()?.run(0, &mut Silent, None)
     };
-    bencher.bench(|| run_scenario(&loaded, &opts).expect("the quickstart runs"));
-    let summary = run_scenario(&loaded, &opts).unwrap();
+    bencher.bench(|| run().expect("the quickstart runs"));
+    let summary = run().unwrap();
     for (r, t) in summary.runs.iter().zip(&summary.timings) {
         eprintln!(
             "{}: wall {:.3} s = gradients {:.3} s + evaluation {:.3} s + other {:.3} s ({:.0}% outside gradient and evaluation math); {} events, {} worker steps",

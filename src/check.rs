@@ -11,67 +11,20 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use dasim_models::{Backend, Execution};
+use dasim_models::BackendChoice;
 use dasim_reports::claims::eval::short;
 use dasim_reports::claims::junit::{self, Case, Outcome, Suite};
 use dasim_reports::claims::{Claim, Seeds};
 use dasim_reports::rundir::{CheckResult, CheckRow, write_atomic};
 
-use crate::plan::{Plan, check_memory};
-use crate::runner::{self, RunOptions};
+use crate::bar::Bar;
+use crate::launch::{Launch, Ready, Sink, Source, Threads};
 use crate::scenario::{Loaded, ScenarioError};
+use crate::simulation::{Progress, Results};
 use crate::{Error, Result};
-
-/// The seeds of `--seeds`, in the order given.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SeedList(pub Vec<u64>);
-
-/// Parses `--seeds` ([`parse_seeds`]).
-pub fn parse_seed_list(s: &str) -> std::result::Result<SeedList, String> {
-    parse_seeds(s).map(SeedList)
-}
-
-/// Parses `--seeds`: `1..5` (1 to 5, both included), `1..=5` (the same), `1,4,9` or `7`.
-pub fn parse_seeds(s: &str) -> std::result::Result<Vec<u64>, String> {
-    let num = |t: &str| {
-        t.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("`{t}` is not a seed (a whole number at least 0)"))
-    };
-    let seeds: Vec<u64> = if let Some((a, b)) = s.split_once("..") {
-        let (a, b) = (num(a)?, num(b.strip_prefix('=').unwrap_or(b))?);
-        if b < a {
-            return Err(format!("the range {s} is empty"));
-        }
-        if b - a >= 10_000 {
-            return Err(format!("the range {s} holds more than 10,000 seeds"));
-        }
-        (a..=b).collect()
-    } else {
-        s.split(',')
-            .map(num)
-            .collect::<std::result::Result<_, _>>()?
-    };
-    distinct_seeds(&seeds)?;
-    Ok(seeds)
-}
-
-/// An error unless `seeds` holds at least one seed, none twice.
-pub fn distinct_seeds(seeds: &[u64]) -> std::result::Result<(), String> {
-    if seeds.is_empty() {
-        return Err("no seed is given".into());
-    }
-    let mut seen = Vec::new();
-    for &x in seeds {
-        if seen.contains(&x) {
-            return Err(format!("seed {x} is listed twice"));
-        }
-        seen.push(x);
-    }
-    Ok(())
-}
 
 /// How to check.
 #[derive(Clone, Debug)]
@@ -81,14 +34,14 @@ pub struct CheckOptions {
     /// The seeds, each replacing the scenario's; `None`: the scenario's own seed.
     pub seeds: Option<Vec<u64>>,
     /// The compute backend.
-    pub backend: Backend,
+    pub backend: BackendChoice,
+    /// The thread pool of the runs.
+    pub threads: Threads,
     /// Where the run directories go (`DIR/<scenario>/seed-<seed>`); `None`: a temporary
     /// directory, removed at the end.
     pub out: Option<PathBuf>,
-    /// Progress lines and bars on stderr.
+    /// The backend, progress lines and bars on stderr.
     pub progress: bool,
-    /// How the store executes gradient flushes.
-    pub execution: Execution,
 }
 
 /// One verdict: a claim for one algorithm under one seed (or the mean over the seeds).
@@ -341,9 +294,7 @@ pub fn run_table(rows: &[CheckRow]) -> String {
 struct Planned {
     path: PathBuf,
     name: String,
-    dir: String,
-    claims: Vec<Claim>,
-    runs: Vec<(u64, Loaded)>,
+    ready: Ready,
 }
 
 /// The error for a scenario without `[[expect]]` entries: nothing to check.
@@ -362,27 +313,15 @@ pub(crate) fn nothing_to_check(path: &Path) -> Error {
     }))
 }
 
-/// Loads and checks every scenario under every seed, before anything runs.
-fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
+/// Loads and checks every scenario under every seed, before anything runs: a launch per
+/// scenario, its runs into `root/<scenario>/seed-<seed>`.
+fn plan(opts: &CheckOptions, root: &Path) -> Result<Vec<Planned>> {
     let mut planned: Vec<Planned> = Vec::new();
+    let mut dirs: Vec<String> = Vec::new();
     for path in &opts.scenarios {
         let loaded = Loaded::from_file(path)?;
         if loaded.scenario.expect.is_empty() {
             return Err(nothing_to_check(path));
-        }
-        let seeds = opts
-            .seeds
-            .clone()
-            .unwrap_or_else(|| vec![loaded.scenario.seed]);
-        let mut runs = Vec::new();
-        let mut claims = Vec::new();
-        for seed in seeds {
-            let l = loaded.with_seed(seed)?;
-            let plan = Plan::prepare(&l)?;
-            let gpu = !dasim_models::backend::is_flex(&opts.backend.device);
-            check_memory(&plan.memory_estimate(opts.execution, gpu), None)?;
-            claims = plan.claims;
-            runs.push((seed, l));
         }
         // One directory per scenario, named after its file, made unique.
         let stem = path
@@ -390,16 +329,34 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
             .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
         let mut dir = stem.clone();
         let mut k = 2;
-        while planned.iter().any(|p| p.dir == dir) {
+        while dirs.contains(&dir) {
             dir = format!("{stem}-{k}");
             k += 1;
         }
+        let name = loaded.scenario.display_name(path);
+        let launch = Launch {
+            backend: opts.backend,
+            threads: opts.threads,
+            seeds: opts.seeds.clone(),
+            sink: Sink::SeedDirs {
+                root: root.join(&dir),
+                plots: opts.out.is_some(),
+            },
+            ..Launch::new(Source::Scenario(loaded))
+        };
+        let started = launch.start()?;
+        if planned.is_empty() && opts.progress {
+            eprintln!(
+                "backend: {}, {} thread(s)",
+                started.backend(),
+                started.threads()
+            );
+        }
+        dirs.push(dir);
         planned.push(Planned {
             path: path.clone(),
-            name: loaded.scenario.display_name(path),
-            dir,
-            claims,
-            runs,
+            name,
+            ready: started.prepare()?,
         });
     }
     Ok(planned)
@@ -409,7 +366,6 @@ fn plan(opts: &CheckOptions) -> Result<Vec<Planned>> {
 /// not load, an expectation that does not check) is an error before anything runs; failed
 /// claims are not errors, they are in the report.
 pub fn check(opts: &CheckOptions) -> Result<Report> {
-    let planned = plan(opts)?;
     let temp;
     let root = match &opts.out {
         Some(dir) => dir.clone(),
@@ -424,36 +380,34 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
             temp.path().to_path_buf()
         }
     };
-    let total: usize = planned.iter().map(|p| p.runs.len()).sum();
+    let mut planned = plan(opts, &root)?;
+    let total: usize = planned.iter().map(|p| p.ready.len()).sum();
     let mut done = 0;
     let mut report = Report {
-        backend: opts.backend.to_string(),
+        backend: planned
+            .first()
+            .map(|p| p.ready.backend().to_string())
+            .unwrap_or_default(),
         ..Report::default()
     };
-    for p in &planned {
+    for p in &mut planned {
         let started = Instant::now();
-        let mut per_seed: Vec<(u64, std::result::Result<Vec<CheckRow>, String>)> = Vec::new();
-        for (seed, loaded) in &p.runs {
-            done += 1;
-            if opts.progress {
-                eprintln!("[{done}/{total}] {} seed {seed}", p.path.display());
-            }
-            let run_opts = RunOptions {
-                backend: opts.backend.clone(),
-                out: root.join(&p.dir).join(format!("seed-{seed}")),
-                progress: opts.progress,
-                execution: opts.execution,
-                memory_limit: None,
-                // `dasim check --out` reruns replace its own run directories.
-                force: true,
-                checkpoint_every: None,
-                interrupt: None,
-                resume: None,
-            };
-            let run_started = Instant::now();
-            let result = runner::run_scenario_with(loaded, &run_opts, opts.out.is_some());
-            if opts.progress {
-                match &result {
+        let path = &p.path;
+        let verdicts = judge(
+            &mut p.ready,
+            &mut Bar::new(opts.progress),
+            None,
+            |seed| {
+                done += 1;
+                if opts.progress {
+                    eprintln!("[{done}/{total}] {} seed {seed}", path.display());
+                }
+            },
+            |result, wall_s| {
+                if !opts.progress {
+                    return;
+                }
+                match result {
                     Ok(r) => {
                         let failed = r
                             .checks
@@ -461,29 +415,55 @@ pub fn check(opts: &CheckOptions) -> Result<Report> {
                             .filter(|c| c.result == CheckResult::Fail)
                             .count();
                         eprintln!(
-                            "      {} verdicts, {failed} failed ({:.1} s)",
-                            r.checks.len(),
-                            run_started.elapsed().as_secs_f64()
+                            "      {} verdicts, {failed} failed ({wall_s:.1} s)",
+                            r.checks.len()
                         );
                     }
                     Err(e) => eprintln!("      the run failed: {e}"),
                 }
-            }
-            per_seed.push((*seed, result.map(|r| r.checks).map_err(|e| e.to_string())));
-        }
+            },
+        )?;
         report.scenarios.push(ScenarioReport {
             path: p.path.clone(),
             name: p.name.clone(),
             wall_s: started.elapsed().as_secs_f64(),
-            seeds: p.runs.iter().map(|(s, _)| *s).collect(),
-            verdicts: verdicts(&p.claims, &per_seed),
+            seeds: (0..p.ready.len()).map(|i| p.ready.seed(i)).collect(),
+            verdicts,
         });
     }
     Ok(report)
 }
 
+/// Runs the launch's every seed in turn and judges the scenario's claims on what each run
+/// wrote: one verdict per claim, algorithm and seed, or per claim and algorithm for the mean
+/// over the seeds (`seeds = "mean"`). `started` hears of each seed before its run, `ended` of
+/// its result and wall seconds after. A run that fails fails its claims, as errors; an
+/// interrupted one stops the checks (its error).
+pub fn judge(
+    ready: &mut Ready,
+    progress: &mut (dyn Progress + Send),
+    interrupt: Option<&AtomicBool>,
+    mut started: impl FnMut(u64),
+    mut ended: impl FnMut(&Result<Results>, f64),
+) -> Result<Vec<Verdict>> {
+    let mut per_seed = Vec::new();
+    for i in 0..ready.len() {
+        let seed = ready.seed(i);
+        started(seed);
+        let run_started = Instant::now();
+        let result = ready.run(i, progress, interrupt);
+        ended(&result, run_started.elapsed().as_secs_f64());
+        match result {
+            Ok(r) => per_seed.push((seed, Ok(r.checks))),
+            Err(e @ Error::Interrupted(_)) => return Err(e),
+            Err(e) => per_seed.push((seed, Err(e.to_string()))),
+        }
+    }
+    Ok(verdicts(ready.claims(), &per_seed))
+}
+
 /// The verdicts of a scenario's claims from each seed's rows (or the error of its run).
-pub(crate) fn verdicts(
+fn verdicts(
     claims: &[Claim],
     per_seed: &[(u64, std::result::Result<Vec<CheckRow>, String>)],
 ) -> Vec<Verdict> {
@@ -570,18 +550,6 @@ pub fn write_junit(report: &Report, path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn seeds_parse() {
-        assert_eq!(parse_seeds("1..3"), Ok(vec![1, 2, 3]));
-        assert_eq!(parse_seeds("1..=3"), Ok(vec![1, 2, 3]));
-        assert_eq!(parse_seeds("4"), Ok(vec![4]));
-        assert_eq!(parse_seeds("1, 4,9"), Ok(vec![1, 4, 9]));
-        assert!(parse_seeds("3..1").unwrap_err().contains("empty"));
-        assert!(parse_seeds("1,1").unwrap_err().contains("twice"));
-        assert!(parse_seeds("a").unwrap_err().contains("not a seed"));
-        assert!(parse_seeds("-1..2").is_err());
-    }
 
     /// A run that fails fails its claims as errors (JUnit `<error>`), for `all` and `mean`
     /// claims alike; the other seeds' verdicts stand.

@@ -7,7 +7,8 @@
 //! length of every streamed CSV file and the tables' rows so far
 //! ([`dasim_reports::rundir::WriterState`]), `summary.json` and `timings.json` so far, what the
 //! running algorithm's summary has gathered from its evaluation points, and which scenario file
-//! (with the SHA-256 of the scenario as run) and backend the run used. It is written atomically
+//! (with the SHA-256 of the scenario as run) and backend the run used (by its name, `flex` or
+//! `wgpu`: [`BackendChoice`]'s `Display` and `FromStr`). It is written atomically
 //! (temporary file, fsync, rename, fsync of the directory), after every streamed row it counts
 //! is synced, so a run killed at any point leaves either the previous checkpoint or the new one,
 //! each consistent with the files.
@@ -26,7 +27,7 @@ use dasim_sim::engine::checkpoint::{decode, encode};
 
 use dasim_models::BackendChoice;
 
-use crate::runtime::backend_name;
+use crate::plan::Plan;
 use crate::{Error, Result};
 
 /// The checkpoint's file name in a run directory.
@@ -52,8 +53,9 @@ pub struct RunCheckpoint {
     pub scenario_path: PathBuf,
     /// SHA-256 of the scenario as run (`scenario.toml`), as every CSV's stamp has it.
     pub scenario_sha256: String,
-    /// The backend's name (`flex`, `wgpu`).
-    pub backend: String,
+    /// The backend the run used (`flex` or `wgpu`; stored by its name).
+    #[serde(with = "by_name")]
+    pub backend: BackendChoice,
     /// `--checkpoint-every`, simulated seconds.
     pub checkpoint_every_s: Option<f64>,
     /// The algorithm in progress (or the next to start), by its index in the scenario.
@@ -165,16 +167,38 @@ impl RunCheckpoint {
     /// `requested`, which must then be the checkpoint's.
     pub fn backend_choice(&self, requested: BackendChoice) -> Result<BackendChoice> {
         match requested {
-            BackendChoice::Auto => self.backend.parse().map_err(Error::Usage),
-            named if backend_name(named) != self.backend => Err(Error::Usage(format!(
-                "the checkpoint's run used the {} backend, not {}: resume it with --backend {} \
-                 (or without --backend)",
-                self.backend,
-                backend_name(named),
-                self.backend
+            BackendChoice::Auto => Ok(self.backend),
+            named if named != self.backend => Err(Error::Usage(format!(
+                "the checkpoint's run used the {} backend, not {named}: resume it with --backend \
+                 {} (or without --backend)",
+                self.backend, self.backend
             ))),
             named => Ok(named),
         }
+    }
+
+    /// Refuses to continue the checkpoint's run with a plan that is not of the scenario it ran
+    /// (its SHA-256 as run) or on another backend than `backend` (the numbers would differ
+    /// from the run's own).
+    pub fn check_resumable(&self, plan: &Plan, backend: BackendChoice) -> Result<()> {
+        if plan.stamp.scenario_sha256 != self.scenario_sha256 {
+            return Err(Error::Usage(format!(
+                "{} is not the scenario of the checkpoint: its SHA-256 as run is {}, the \
+                 checkpoint's {}; the file changed since the run started (restore it, or start a \
+                 new run)",
+                plan.loaded.path.display(),
+                plan.stamp.scenario_sha256,
+                self.scenario_sha256
+            )));
+        }
+        if backend != self.backend {
+            return Err(Error::Usage(format!(
+                "the checkpoint's run used the {} backend, this one {backend}: resume it with \
+                 --backend {}",
+                self.backend, self.backend
+            )));
+        }
+        Ok(())
     }
 
     /// The scenario file the checkpoint's run read, which must still be there (unchanged) to
@@ -188,5 +212,19 @@ impl RunCheckpoint {
             )));
         }
         Ok(&self.scenario_path)
+    }
+}
+
+/// The backend as a checkpoint stores it: its name, the bytes every checkpoint has held.
+mod by_name {
+    use dasim_models::BackendChoice;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error as _};
+
+    pub fn serialize<S: Serializer>(b: &BackendChoice, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&b.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BackendChoice, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
     }
 }

@@ -32,26 +32,51 @@
 //! A scenario can come from text as well ([`Loaded::from_str`]); errors name the file, line,
 //! column and field ([`ScenarioError`]). [`simulation::Progress`] receives progress, notes and
 //! warnings; [`simulation::Checkpoints`] asks for checkpoints, an interrupt flag and resumption;
-//! [`runtime`] holds the process setup a program shares with the command line (thread pool,
-//! allocator, Ctrl-C).
+//! [`runtime`] holds the process setup a program shares with the command line (thread pools,
+//! backends, allocator, Ctrl-C).
+//!
+//! ## The launch: the door above the plan
+//!
+//! What the commands and the Python package run goes through one [`Launch`]: a scenario or a
+//! run directory to resume, the backend, the threads, the seeds and the sink, resolved once
+//! (resume compatibility, the pool, the backend, one plan per seed) before anything runs.
+//!
+//! ```no_run
+//! use dasim::launch::{Launch, Sink, Source, Threads};
+//! use dasim::simulation::Silent;
+//! use dasim::Loaded;
+//! use dasim_models::BackendChoice;
+//!
+//! let loaded = Loaded::from_file("scenarios/quickstart.toml".as_ref())?;
+//! let launch = Launch {
+//!     backend: BackendChoice::Flex,
+//!     threads: Threads::Own(Some(4)),
+//!     sink: Sink::Dir { out: "runs/quickstart".into(), force: true, plots: true },
+//!     ..Launch::new(Source::Scenario(loaded))
+//! };
+//! let results = launch.start()?.prepare()?.run(0, &mut Silent, None)?;
+//! println!("{} algorithms", results.runs.len());
+//! # Ok::<(), dasim::Error>(())
+//! ```
 //!
 //! ## The crates
 //!
 //! The engine lives in `dasim-sim`, real gradients in `dasim-models`, writers and readers of the
 //! run directory in `dasim-reports`. This crate composes their scenario sections into one file
 //! format ([`scenario`]), prepares and runs a scenario ([`plan`], [`simulation`], [`sink`]),
-//! runs it into a directory with a progress bar ([`runner`]), checks a scenario's claims over
-//! seeds ([`check`]) and runs parameter sweeps, locally or as Slurm and Kubernetes jobs
-//! ([`sweep`]).
+//! launches runs ([`launch`]) with a progress bar on the terminal ([`bar`]), checks a scenario's
+//! claims over seeds ([`check`]) and runs parameter sweeps, locally or as Slurm and Kubernetes
+//! jobs ([`sweep`]).
 
+pub mod bar;
 pub mod check;
 pub mod checkpoint;
 pub mod inspect;
+pub mod launch;
 pub mod outputs;
 pub mod plan;
 #[cfg(feature = "python")]
 mod python;
-pub mod runner;
 pub mod runtime;
 pub mod scenario;
 pub mod simulation;
@@ -59,8 +84,8 @@ pub mod sink;
 pub mod sweep;
 
 pub use dasim_reports::rundir::Summary;
+pub use launch::Launch;
 pub use plan::Plan;
-pub use runner::{RunOptions, run_scenario};
 pub use scenario::{Loaded, Scenario, ScenarioError};
 pub use simulation::{Results, RunSink, Simulation};
 pub use sink::{InMemory, RunDir};

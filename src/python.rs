@@ -1,39 +1,46 @@
 //! The Python extension module `dasim._core` (the `python` feature; `pip install .` builds it
-//! with maturin, `pyproject.toml`). It is a thin shell over the library's front door: a
-//! scenario is a [`Loaded`], a run is [`Plan::prepare`] then [`Simulation::run`] into a
-//! [`RunDir`] or an [`InMemory`] sink, a sweep is [`run_sweep_here`] then [`merge`]. The Python
-//! layer (`src/py/dasim`) turns what it returns into DataFrames and figures.
+//! with maturin, `pyproject.toml`). It is a thin shell of type conversions and errors over the
+//! library: a scenario is a [`Loaded`] ([`scenario`]), a run or a check is a [`Launch`] (the
+//! door `dasim run` and `dasim check` go through), a sweep is [`run_sweep_here`] then
+//! [`merge`]. The Python layer (`src/py/dasim`) turns what it returns into DataFrames and
+//! figures.
 //!
 //! Across the boundary:
 //! - errors are Python exceptions with the command line's message: [`ScenarioError`] (with its
 //!   file, line, column, field and hint as attributes) for bad input, `KeyboardInterrupt` for
 //!   an interrupted run, `DasimError` for the rest; a Rust panic is caught and raised as
 //!   `InternalError`, which names it a bug;
-//! - a run or a sweep runs on a thread of its own, without the GIL; the calling thread waits
-//!   for it, hands its progress to a Python reporter, and checks for signals ten times a
-//!   second: Ctrl-C (or an exception from the reporter) stops the run after its current event,
-//!   with a checkpoint in a run directory, and is raised once the run has stopped.
+//! - values: dicts, lists and scalars as TOML and back ([`convert`]);
+//! - a run or a sweep runs on a thread of its own, without the GIL ([`wait`]); the calling
+//!   thread waits for it, hands its progress to a Python reporter, and checks for signals ten
+//!   times a second: Ctrl-C (or an exception from the reporter) stops the run after its current
+//!   event, with a checkpoint in a run directory, and is raised once the run has stopped.
 
-use std::collections::HashMap;
+mod convert;
+mod scenario;
+mod wait;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
 
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::PyDict;
 
-use dasim_models::{BackendChoice, Execution};
-use dasim_sim::engine::RunProgress;
+use dasim_models::BackendChoice;
 
-use crate::checkpoint::RunCheckpoint;
-use crate::simulation::{Checkpoints, Progress};
-use crate::sweep::exec::{SweepProgress, SweepReport, panic_message, run_sweep_here};
-use crate::sweep::spec::{key_at, set_key, without_sweep};
+use crate::launch::{Sink, Source, Threads};
+use crate::simulation::Progress;
+use crate::sweep::exec::{panic_message, run_sweep_here};
+use crate::sweep::spec::key_at;
 use crate::sweep::{MergeOptions, Sweep, SweepOptions, merge};
-use crate::{Error, InMemory, Loaded, Plan, RunDir, RunSink, ScenarioError, Simulation};
+use crate::{Error, InMemory, Launch, ScenarioError};
+
+use convert::to_toml_table;
+use scenario::PyScenario;
+use wait::{Events, wait_for};
 
 pyo3::create_exception!(
     _core,
@@ -128,186 +135,13 @@ fn scenario_error(mut e: ScenarioError, origin: Option<&Origin>) -> PyErr {
 
 /// Where a scenario came from.
 #[derive(Clone, Debug)]
-enum Origin {
+pub(crate) enum Origin {
     /// A file (or text named after one).
     File,
     /// A dict: errors name `<dict>` and a key path instead of this path (the dict's base
     /// directory joined with `<dict>`, which anchors its relative paths) and a line of this
     /// text (the dict written as TOML).
     Dict(PathBuf, String),
-}
-
-/// A scenario, parsed and validated: `dasim.Scenario` holds one.
-#[pyclass(name = "Scenario", module = "dasim._core", frozen)]
-struct PyScenario {
-    loaded: Loaded,
-    origin: Origin,
-    /// The `[sweep]` table of the file it was loaded from.
-    grid: Option<toml::Table>,
-}
-
-impl PyScenario {
-    fn from_text(path: PathBuf, text: String, origin: Origin) -> PyResult<PyScenario> {
-        let loaded =
-            Loaded::from_str(&path, text).map_err(|e| scenario_error(*e, Some(&origin)))?;
-        Ok(PyScenario {
-            loaded,
-            origin,
-            grid: None,
-        })
-    }
-
-    fn err(&self, e: impl Into<Error>) -> PyErr {
-        to_py(e.into(), Some(&self.origin))
-    }
-}
-
-#[pymethods]
-impl PyScenario {
-    /// Reads, parses and validates a scenario file. A file with a `[sweep]` table is checked
-    /// as `dasim validate` checks it (every point loads), and gives its base scenario (the file
-    /// without the table; the table is `sweep_grid`).
-    #[staticmethod]
-    fn load(path: PathBuf) -> PyResult<PyScenario> {
-        guard(|| {
-            let text = std::fs::read_to_string(&path).ok();
-            if let Some(text) = text.filter(|t| crate::sweep::has_sweep(t)) {
-                let sweep = Sweep::parse(&path, &text)
-                    .map_err(|e| scenario_error(*e, None))?
-                    .expect("has_sweep found the table");
-                sweep.load_all().map_err(|e| scenario_error(*e, None))?;
-                let (base, grid) = without_sweep(&text);
-                let loaded = Loaded::from_str(&path, base).map_err(|e| scenario_error(*e, None))?;
-                return Ok(PyScenario {
-                    loaded,
-                    origin: Origin::File,
-                    grid,
-                });
-            }
-            let loaded = Loaded::from_file(&path).map_err(|e| scenario_error(*e, None))?;
-            Ok(PyScenario {
-                loaded,
-                origin: Origin::File,
-                grid: None,
-            })
-        })
-    }
-
-    /// The `[sweep]` table of the file the scenario was loaded from, as a dict (`None`
-    /// without one).
-    #[getter]
-    fn sweep_grid<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.grid
-            .as_ref()
-            .map(|g| to_python(py, &toml::Value::Table(g.clone())))
-            .transpose()
-    }
-
-    /// Parses and validates scenario text; `path` names it in errors and anchors its relative
-    /// paths.
-    #[staticmethod]
-    fn from_toml(text: String, path: PathBuf) -> PyResult<PyScenario> {
-        guard(|| PyScenario::from_text(path, text, Origin::File))
-    }
-
-    /// A scenario from a dict of TOML values (nested dicts are tables, lists are arrays);
-    /// relative paths in it are resolved against `base_dir`.
-    #[staticmethod]
-    fn from_dict(d: &Bound<'_, PyDict>, base_dir: PathBuf) -> PyResult<PyScenario> {
-        guard(|| {
-            let path = base_dir.join(DICT);
-            let table = to_toml_table(d, "")
-                .map_err(|(field, message)| dict_error(&path, field, message))?;
-            let text = toml::to_string(&table).map_err(|e| {
-                dict_error(
-                    &path,
-                    String::new(),
-                    format!("cannot write it as TOML: {e}"),
-                )
-            })?;
-            PyScenario::from_text(path.clone(), text.clone(), Origin::Dict(path, text))
-        })
-    }
-
-    /// The scenario's TOML text.
-    fn to_toml(&self) -> String {
-        self.loaded.text.clone()
-    }
-
-    /// The scenario's TOML document as nested dicts and lists.
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let table: toml::Table = toml::from_str(&self.loaded.text)
-            .map_err(|e| self.err(Error::Usage(format!("the scenario's text: {e}"))))?;
-        to_python(py, &toml::Value::Table(table))
-    }
-
-    /// The scenario with the keys of `values` set (`"cluster.stragglers[0].factor"`, written
-    /// as a `[sweep]` key), validated again.
-    fn with_values(&self, values: &Bound<'_, PyDict>) -> PyResult<PyScenario> {
-        guard(|| {
-            let mut doc: toml::Table = toml::from_str(&self.loaded.text)
-                .map_err(|e| self.err(Error::Usage(format!("the scenario's text: {e}"))))?;
-            for (k, v) in values.iter() {
-                let key: String = k.extract()?;
-                let value = to_toml(&v, &key).map_err(|(f, m)| {
-                    to_py(Error::Usage(format!("`{f}`: {m}")), Some(&self.origin))
-                })?;
-                set_key(&mut doc, &key, value).map_err(|m| {
-                    to_py(Error::Usage(format!("`{key}`: {m}")), Some(&self.origin))
-                })?;
-            }
-            let text = toml::to_string(&doc)
-                .map_err(|e| self.err(Error::Usage(format!("cannot write TOML: {e}"))))?;
-            let origin = match &self.origin {
-                Origin::Dict(p, _) => Origin::Dict(p.clone(), text.clone()),
-                Origin::File => Origin::File,
-            };
-            PyScenario::from_text(self.loaded.path.clone(), text, origin)
-        })
-    }
-
-    /// Every check a run makes before it starts (`dasim validate`): the model, the data, the
-    /// topologies, the claims.
-    fn validate(&self, py: Python<'_>) -> PyResult<()> {
-        let loaded = &self.loaded;
-        py.detach(|| guard(|| Plan::prepare(loaded).map(drop).map_err(|e| self.err(e))))
-    }
-
-    /// The file the scenario was read from (or anchors it: a dict's base directory joined with
-    /// `<dict>`).
-    #[getter]
-    fn path(&self) -> PathBuf {
-        self.loaded.path.clone()
-    }
-
-    /// The scenario's name, as the plots title it.
-    #[getter]
-    fn name(&self) -> String {
-        self.loaded.scenario.display_name(&self.loaded.path)
-    }
-
-    /// The algorithms' labels, in order.
-    #[getter]
-    fn algorithms(&self) -> Vec<String> {
-        self.loaded
-            .scenario
-            .algorithms
-            .iter()
-            .map(|a| a.label())
-            .collect()
-    }
-
-    /// The seed.
-    #[getter]
-    fn seed(&self) -> u64 {
-        self.loaded.scenario.seed
-    }
-
-    /// The number of workers.
-    #[getter]
-    fn workers(&self) -> usize {
-        self.loaded.scenario.cluster.workers
-    }
 }
 
 fn dict_error(path: &Path, field: String, message: String) -> PyErr {
@@ -323,311 +157,6 @@ fn dict_error(path: &Path, field: String, message: String) -> PyErr {
         },
         Some(&Origin::Dict(path.to_path_buf(), String::new())),
     )
-}
-
-fn join(at: &str, key: &str) -> String {
-    if at.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{at}.{key}")
-    }
-}
-
-/// A Python dict as a TOML table; an error names the key path and says why.
-fn to_toml_table(d: &Bound<'_, PyDict>, at: &str) -> Result<toml::Table, (String, String)> {
-    let mut table = toml::Table::new();
-    for (k, v) in d.iter() {
-        let Ok(key) = k.extract::<String>() else {
-            return Err((
-                at.to_owned(),
-                format!("a key must be a string, not {}", type_name(&k)),
-            ));
-        };
-        let here = join(at, &key);
-        table.insert(key, to_toml(&v, &here)?);
-    }
-    Ok(table)
-}
-
-fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type()
-        .name()
-        .map_or_else(|_| "?".into(), |n| n.to_string())
-}
-
-/// A Python value as a TOML value: bool, int, float, str, list or tuple, dict.
-fn to_toml(v: &Bound<'_, PyAny>, at: &str) -> Result<toml::Value, (String, String)> {
-    if v.is_instance_of::<PyBool>() {
-        return Ok(toml::Value::Boolean(v.extract().expect("a bool")));
-    }
-    if let Ok(s) = v.cast::<PyString>() {
-        return Ok(toml::Value::String(s.to_string()));
-    }
-    if let Ok(d) = v.cast::<PyDict>() {
-        return to_toml_table(d, at).map(toml::Value::Table);
-    }
-    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
-        let items: Vec<Bound<'_, PyAny>> = v
-            .try_iter()
-            .and_then(|it| it.collect())
-            .map_err(|e| (at.to_owned(), e.to_string()))?;
-        return items
-            .iter()
-            .enumerate()
-            .map(|(i, x)| to_toml(x, &format!("{at}[{i}]")))
-            .collect::<Result<_, _>>()
-            .map(toml::Value::Array);
-    }
-    if v.is_instance_of::<PyInt>() || v.hasattr("__index__").unwrap_or(false) {
-        return v
-            .extract::<i64>()
-            .map(toml::Value::Integer)
-            .map_err(|_| (at.to_owned(), "the integer does not fit in 64 bits".into()));
-    }
-    if v.is_instance_of::<PyFloat>() || v.hasattr("__float__").unwrap_or(false) {
-        return v
-            .extract::<f64>()
-            .map(toml::Value::Float)
-            .map_err(|e| (at.to_owned(), e.to_string()));
-    }
-    let hint = if v.is_none() {
-        ": leave the key out for its default"
-    } else {
-        ""
-    };
-    Err((
-        at.to_owned(),
-        format!("a {} has no TOML form{hint}", type_name(v)),
-    ))
-}
-
-/// A TOML value as Python: tables are dicts, arrays lists, datetimes their text.
-fn to_python<'py>(py: Python<'py>, v: &toml::Value) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match v {
-        toml::Value::String(s) => s.into_pyobject(py)?.into_any(),
-        toml::Value::Integer(i) => i.into_pyobject(py)?.into_any(),
-        toml::Value::Float(f) => f.into_pyobject(py)?.into_any(),
-        toml::Value::Boolean(b) => b.into_pyobject(py)?.to_owned().into_any(),
-        toml::Value::Datetime(d) => d.to_string().into_pyobject(py)?.into_any(),
-        toml::Value::Array(items) => {
-            let list = PyList::empty(py);
-            for x in items {
-                list.append(to_python(py, x)?)?;
-            }
-            list.into_any()
-        }
-        toml::Value::Table(t) => {
-            let dict = PyDict::new(py);
-            for (k, x) in t {
-                dict.set_item(k, to_python(py, x)?)?;
-            }
-            dict.into_any()
-        }
-    })
-}
-
-/// What a run or a sweep reports while it goes, queued for the waiting Python thread.
-#[derive(Debug)]
-enum Event {
-    Started(String),
-    Advanced {
-        label: String,
-        fraction: f64,
-        sim_time_s: f64,
-        steps: u64,
-        wall_s: f64,
-    },
-    Finished(String),
-    Note(String),
-    Warning(String),
-    SweepStarted {
-        total: usize,
-        selected: usize,
-        skipped: usize,
-        to_run: usize,
-    },
-    PointEnded {
-        name: String,
-        error: Option<String>,
-        wall_s: f64,
-    },
-}
-
-/// The queue of [`Event`]s; consecutive `Advanced` events are merged into the last.
-#[derive(Clone, Default)]
-struct Events(Arc<Mutex<Vec<Event>>>);
-
-impl Events {
-    fn push(&self, e: Event) {
-        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(e, Event::Advanced { .. }) && matches!(q.last(), Some(Event::Advanced { .. })) {
-            q.pop();
-        }
-        q.push(e);
-    }
-
-    fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-impl Progress for Events {
-    fn algorithm_started(&mut self, label: &str) {
-        self.push(Event::Started(label.to_owned()));
-    }
-    fn advanced(&mut self, label: &str, p: &RunProgress, wall_s: f64) {
-        self.push(Event::Advanced {
-            label: label.to_owned(),
-            fraction: p.fraction,
-            sim_time_s: p.time.as_secs_f64(),
-            steps: p.worker_steps,
-            wall_s,
-        });
-    }
-    fn algorithm_finished(&mut self, label: &str) {
-        self.push(Event::Finished(label.to_owned()));
-    }
-    fn note(&mut self, message: &str) {
-        self.push(Event::Note(message.to_owned()));
-    }
-    fn warning(&mut self, message: &str) {
-        self.push(Event::Warning(message.to_owned()));
-    }
-}
-
-impl SweepProgress for Events {
-    fn started(&mut self, report: &SweepReport, to_run: usize) {
-        self.push(Event::SweepStarted {
-            total: report.total,
-            selected: report.selected,
-            skipped: report.skipped,
-            to_run,
-        });
-    }
-    fn point_ended(&mut self, name: &str, error: Option<&str>, wall_s: f64) {
-        self.push(Event::PointEnded {
-            name: name.to_owned(),
-            error: error.map(str::to_owned),
-            wall_s,
-        });
-    }
-}
-
-/// Hands `events` to the reporter's methods (`started`, `advanced`, `finished`, `note`,
-/// `warning`, `sweep_started`, `point_ended`).
-fn report(reporter: &Bound<'_, PyAny>, events: Vec<Event>) -> PyResult<()> {
-    for e in events {
-        match e {
-            Event::Started(label) => reporter.call_method1("started", (label,))?,
-            Event::Advanced {
-                label,
-                fraction,
-                sim_time_s,
-                steps,
-                wall_s,
-            } => reporter.call_method1("advanced", (label, fraction, sim_time_s, steps, wall_s))?,
-            Event::Finished(label) => reporter.call_method1("finished", (label,))?,
-            Event::Note(m) => reporter.call_method1("note", (m,))?,
-            Event::Warning(m) => reporter.call_method1("warning", (m,))?,
-            Event::SweepStarted {
-                total,
-                selected,
-                skipped,
-                to_run,
-            } => reporter.call_method1("sweep_started", (total, selected, skipped, to_run))?,
-            Event::PointEnded {
-                name,
-                error,
-                wall_s,
-            } => reporter.call_method1("point_ended", (name, error, wall_s))?,
-        };
-    }
-    Ok(())
-}
-
-/// Runs `work` on a thread of its own, the GIL released, while this thread hands its events to
-/// `reporter` and checks for signals every tenth of a second. A signal's exception (Ctrl-C's
-/// `KeyboardInterrupt`) or the reporter's raises `stop` and is returned once `work` has
-/// returned; a panic in `work` is [`InternalError`].
-fn wait_for<T: Send>(
-    py: Python<'_>,
-    reporter: Option<&Bound<'_, PyAny>>,
-    events: &Events,
-    stop: &AtomicBool,
-    work: impl FnOnce() -> T + Send,
-) -> (PyResult<T>, Option<PyErr>) {
-    let mut raised: Option<PyErr> = None;
-    let result = std::thread::scope(|s| {
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let handle = s.spawn(move || {
-            let r = catch_unwind(AssertUnwindSafe(work));
-            let _ = done_tx.send(());
-            r
-        });
-        let mut done_rx = Some(done_rx);
-        loop {
-            let rx = done_rx.take().expect("put back below");
-            let (finished, rx) = py.detach(move || {
-                let r = rx.recv_timeout(Duration::from_millis(100));
-                let timeout = matches!(r, Err(std::sync::mpsc::RecvTimeoutError::Timeout));
-                (!timeout, rx)
-            });
-            done_rx = Some(rx);
-            let pending = events.take();
-            if let Some(r) = reporter
-                && raised.is_none()
-                && let Err(e) = report(r, pending)
-            {
-                stop.store(true, Ordering::SeqCst);
-                raised = Some(e);
-            }
-            if let Err(e) = py.check_signals() {
-                stop.store(true, Ordering::SeqCst);
-                raised.get_or_insert(e);
-            }
-            if finished {
-                break;
-            }
-        }
-        handle.join().expect("the work's panics are caught")
-    });
-    (result.map_err(|panic| bug(&*panic)), raised)
-}
-
-/// The thread pools of runs, one per number of threads, kept for the next run.
-fn pool(threads: usize) -> PyResult<Arc<rayon::ThreadPool>> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut pools = POOLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = pools.get(&threads) {
-        return Ok(p.clone());
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .stack_size(8 << 20)
-        .build()
-        .map_err(|e| {
-            to_py(
-                Error::Usage(format!("cannot start {threads} threads: {e}")),
-                None,
-            )
-        })?;
-    let p = Arc::new(p);
-    pools.insert(threads, p.clone());
-    Ok(p)
-}
-
-fn threads_or_cores(threads: Option<usize>) -> PyResult<usize> {
-    match threads {
-        Some(0) => Err(to_py(
-            Error::Usage("threads must be at least 1".into()),
-            None,
-        )),
-        Some(t) => Ok(t),
-        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
-    }
 }
 
 fn backend_choice(name: &str) -> PyResult<BackendChoice> {
@@ -661,91 +190,74 @@ fn run(
     reporter: Option<Bound<'_, PyAny>>,
 ) -> PyResult<RunReturn> {
     guard(|| {
-        let choice = backend_choice(backend)?;
-        let (loaded_here, ckpt, choice, out, every) = match resume {
-            Some(dir) => {
-                let ckpt = RunCheckpoint::read(&dir).map_err(|e| to_py(e, None))?;
-                let choice = ckpt.backend_choice(choice).map_err(|e| to_py(e, None))?;
-                let loaded = match scenario {
-                    Some(_) => None,
-                    None => {
-                        let path = ckpt.scenario_file().map_err(|e| to_py(e, None))?;
-                        Some(Loaded::from_file(path).map_err(|e| scenario_error(*e, None))?)
-                    }
-                };
-                let every = checkpoint_every.or(ckpt.checkpoint_every_s);
-                (loaded, Some(Box::new(ckpt)), choice, Some(dir), every)
-            }
-            None => (None, None, choice, out, checkpoint_every),
-        };
-        let (loaded, origin) = match (&loaded_here, scenario) {
-            (Some(l), _) => (l, None),
-            (None, Some(s)) => (&s.loaded, Some(&s.origin)),
+        let origin = scenario.map(|s| &s.origin);
+        let source = match (resume, scenario) {
+            (Some(dir), s) => Source::Resume {
+                dir,
+                scenario: s.map(|s| s.loaded.clone()),
+            },
+            (None, Some(s)) => Source::Scenario(s.loaded.clone()),
             (None, None) => {
-                return Err(to_py(
-                    Error::Usage("run needs a scenario, or resume= a run directory".into()),
-                    None,
-                ));
+                let e = Error::Usage("run needs a scenario, or resume= a run directory".into());
+                return Err(to_py(e, None));
             }
         };
-        let threads = threads_or_cores(threads)?;
-        let pool = pool(threads)?;
-        let backend = crate::runtime::backend(choice).map_err(|e| to_py(e, origin))?;
-        let backend_name = backend.to_string();
-        let mut dir = match (&out, &ckpt) {
-            (Some(dir), Some(_)) => Some(RunDir::resume(dir, &loaded.path)),
-            (Some(dir), None) => {
-                Some(RunDir::create(dir, &loaded.path, force).map_err(|e| to_py(e, origin))?)
-            }
-            (None, _) => None,
+        let launch = Launch {
+            backend: backend_choice(backend)?,
+            threads: Threads::Own(threads),
+            sink: match out {
+                Some(out) => Sink::Dir {
+                    out,
+                    force,
+                    plots: true,
+                },
+                None => Sink::Memory,
+            },
+            max_batch,
+            memory_limit,
+            checkpoint_every,
+            ..Launch::new(source)
         };
-        let mut memory = InMemory::default();
+        let started = launch.start().map_err(|e| to_py(e, origin))?;
+        let used = started.backend().to_string();
         let events = Events::default();
         let stop = AtomicBool::new(false);
-        let execution = Execution { threads, max_batch };
         let (result, raised) = wait_for(py, reporter.as_ref(), &events, &stop, || {
-            let mut progress = events.clone();
-            let sink: &mut (dyn RunSink + Send) = match &mut dir {
-                Some(d) => d,
-                None => &mut memory,
-            };
-            pool.install(|| {
-                let plan = Plan::prepare(loaded)?;
-                Simulation::new(&plan, backend)
-                    .execution(execution)
-                    .memory_limit(memory_limit)
-                    .checkpoints(Checkpoints {
-                        every_s: every,
-                        interrupt: Some(&stop),
-                        resume: ckpt.as_deref(),
-                    })
-                    .run(sink, &mut progress)
-            })
+            let mut ready = started.prepare()?;
+            ready.run(0, &mut events.clone(), Some(&stop))?;
+            let dir = ready.dir(0).map(Path::to_path_buf);
+            Ok((dir, ready.memory(0).map(InMemory::files)))
         });
-        let result = result?;
-        match (raised, result) {
-            // Ctrl-C: the run stopped and says where its checkpoint is.
-            (Some(e), Err(Error::Interrupted(msg)))
-                if e.is_instance_of::<PyKeyboardInterrupt>(py) =>
-            {
-                Err(PyKeyboardInterrupt::new_err(msg))
-            }
-            (Some(e), _) => Err(e),
-            (None, Err(e)) => Err(to_py(e, origin)),
-            (None, Ok(_)) => Ok(match out {
-                Some(dir) => (Some(dir), None, backend_name),
-                None => (None, Some(memory.files()), backend_name),
-            }),
-        }
+        let (dir, files) = stopped(py, raised, result?, origin)?;
+        Ok((dir, files, used))
     })
 }
 
+/// What a call's work ended with: the exception of a signal or of the reporter, raised while it
+/// ran (Ctrl-C's with the run's own message, which says where its checkpoint is), else its
+/// result.
+fn stopped<T>(
+    py: Python<'_>,
+    raised: Option<PyErr>,
+    result: crate::Result<T>,
+    origin: Option<&Origin>,
+) -> PyResult<T> {
+    match (raised, result) {
+        (Some(e), Err(Error::Interrupted(msg))) if e.is_instance_of::<PyKeyboardInterrupt>(py) => {
+            Err(PyKeyboardInterrupt::new_err(msg))
+        }
+        (Some(e), _) => Err(e),
+        (None, Err(e)) => Err(to_py(e, origin)),
+        (None, Ok(r)) => Ok(r),
+    }
+}
+
 /// Runs the scenario under each of `seeds` (its own seed without them), each run kept in
-/// memory, and judges its `[[expect]]` entries as `dasim check` does: one verdict per claim,
-/// algorithm and seed, or per claim and algorithm for the mean over the seeds (`seeds =
-/// "mean"`). Every seed is loaded and planned before the first runs; a run that fails fails
-/// its claims (`run_error`), and Ctrl-C stops the checks. Returns the verdicts as dicts, in the
-/// order of the command's report.
+/// memory, and judges its `[[expect]]` entries as `dasim check` does ([`crate::check::judge`]):
+/// one verdict per claim, algorithm and seed, or per claim and algorithm for the mean over the
+/// seeds (`seeds = "mean"`). Every seed is loaded and planned before the first runs; a run that
+/// fails fails its claims (`run_error`), and Ctrl-C stops the checks. Returns the verdicts as
+/// dicts, in the order of the command's report.
 #[pyfunction]
 #[pyo3(signature = (scenario, seeds, backend, threads, reporter))]
 fn check<'py>(
@@ -762,55 +274,23 @@ fn check<'py>(
         if loaded.scenario.expect.is_empty() {
             return Err(to_py(crate::check::nothing_to_check(&loaded.path), origin));
         }
-        let seeds = seeds.unwrap_or_else(|| vec![loaded.scenario.seed]);
-        crate::check::distinct_seeds(&seeds)
-            .map_err(|e| to_py(Error::Usage(format!("seeds: {e}")), origin))?;
-        let mut plans = Vec::new();
-        for &seed in &seeds {
-            let l = loaded
-                .with_seed(seed)
-                .map_err(|e| scenario_error(*e, origin))?;
-            plans.push((seed, Plan::prepare(&l).map_err(|e| to_py(e, origin))?));
-        }
-        let claims = plans[0].1.claims.clone();
-        let threads = threads_or_cores(threads)?;
-        let pool = pool(threads)?;
-        let backend =
-            crate::runtime::backend(backend_choice(backend)?).map_err(|e| to_py(e, origin))?;
+        let launch = Launch {
+            backend: backend_choice(backend)?,
+            threads: Threads::Own(threads),
+            seeds,
+            ..Launch::new(Source::Scenario(loaded.clone()))
+        };
+        let started = launch.start().map_err(|e| to_py(e, origin))?;
         let events = Events::default();
         let stop = AtomicBool::new(false);
-        let execution = Execution {
-            threads,
-            max_batch: None,
-        };
         let (result, raised) = wait_for(py, reporter.as_ref(), &events, &stop, || {
+            let mut ready = started.prepare()?;
+            let mut notes = events.clone();
             let mut progress = events.clone();
-            pool.install(|| {
-                let mut per_seed = Vec::new();
-                for (seed, plan) in &plans {
-                    progress.note(&format!("seed {seed}"));
-                    let checks = Simulation::new(plan, backend.clone())
-                        .execution(execution)
-                        .checkpoints(Checkpoints {
-                            every_s: None,
-                            interrupt: Some(&stop),
-                            resume: None,
-                        })
-                        .run(&mut InMemory::default(), &mut progress);
-                    match checks {
-                        Ok(results) => per_seed.push((*seed, Ok(results.checks))),
-                        Err(e @ Error::Interrupted(_)) => return Err(e),
-                        Err(e) => per_seed.push((*seed, Err(e.to_string()))),
-                    }
-                }
-                Ok(crate::check::verdicts(&claims, &per_seed))
-            })
+            let started = |seed| notes.note(&format!("seed {seed}"));
+            crate::check::judge(&mut ready, &mut progress, Some(&stop), started, |_, _| {})
         });
-        let verdicts = match (raised, result?) {
-            (Some(e), _) => return Err(e),
-            (None, Err(e)) => return Err(to_py(e, origin)),
-            (None, Ok(v)) => v,
-        };
+        let verdicts = stopped(py, raised, result?, origin)?;
         verdicts
             .iter()
             .map(|v| {
@@ -841,7 +321,7 @@ fn check<'py>(
 /// or `7`; a `ValueError` says what is wrong.
 #[pyfunction]
 fn parse_seeds(text: &str) -> PyResult<Vec<u64>> {
-    crate::check::parse_seeds(text).map_err(|e| PyValueError::new_err(format!("seeds: {e}")))
+    crate::launch::parse_seeds(text).map_err(|e| PyValueError::new_err(format!("seeds: {e}")))
 }
 
 /// What `_core.sweep` returns: the points of the sweep, those run now, those skipped as
@@ -867,7 +347,7 @@ fn sweep(
 ) -> PyResult<SweepReturn> {
     guard(|| {
         let origin = Some(&scenario.origin);
-        let choice = backend_choice(backend)?;
+        let backend = backend_choice(backend)?;
         let mut doc: toml::Table = toml::from_str(&scenario.loaded.text)
             .map_err(|e| to_py(Error::Usage(format!("the scenario's text: {e}")), origin))?;
         let table = match grid {
@@ -896,7 +376,7 @@ fn sweep(
             jobs,
             threads,
             shard: None,
-            backend: crate::runtime::backend_name(choice).to_owned(),
+            backend,
             progress: false,
         };
         let events = Events::default();
@@ -905,17 +385,7 @@ fn sweep(
         let (result, raised) = wait_for(py, reporter.as_ref(), &events, &stop, || {
             run_sweep_here(&parsed, &points, &opts, &stop, &progress)
         });
-        let result = result?;
-        let report = match (raised, result) {
-            (Some(e), Err(Error::Interrupted(msg)))
-                if e.is_instance_of::<PyKeyboardInterrupt>(py) =>
-            {
-                return Err(PyKeyboardInterrupt::new_err(msg));
-            }
-            (Some(e), _) => return Err(e),
-            (None, Err(e)) => return Err(to_py(e, origin)),
-            (None, Ok(r)) => r,
-        };
+        let report = stopped(py, raised, result?, origin)?;
         let merged = py
             .detach(|| merge(&out, &MergeOptions::default()))
             .map_err(|e| to_py(e, origin))?;

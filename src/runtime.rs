@@ -1,10 +1,11 @@
-//! Process setup that the command line and a binding share: the compute backend, the one
-//! thread pool, the allocator's behaviour, the Vulkan driver's display check, and Ctrl-C.
+//! Process setup that the command line and a binding share: the compute backend, the thread
+//! pools, the allocator's behaviour, the Vulkan driver's display check, and Ctrl-C.
 //!
 //! A program that runs simulations calls [`quiet_display_probe`] and [`keep_freed_memory`]
-//! first (before any other thread exists), then [`thread_pool`] once, then runs each
-//! simulation inside [`on_pool`] on the [`backend`] it chose.
+//! first (before any other thread exists); a [`Launch`](crate::launch::Launch) then starts its
+//! [`Pool`] and chooses its [`backend`].
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dasim_models::{Backend, BackendChoice};
@@ -12,16 +13,26 @@ use dasim_models::{Backend, BackendChoice};
 use crate::{Error, Result};
 
 /// The compute backend: `auto` takes a hardware GPU if present (wgpu), else `flex` on the CPU.
+/// A choice is resolved once per process: later calls get the same backend without looking
+/// for adapters again.
 pub fn backend(choice: BackendChoice) -> Result<Backend> {
-    Ok(dasim_models::backend::select(choice)?)
+    static CHOSEN: Mutex<Vec<(BackendChoice, Backend)>> = Mutex::new(Vec::new());
+    let mut chosen = CHOSEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = chosen.iter().find(|(c, _)| *c == choice) {
+        return Ok(b.clone());
+    }
+    let b = dasim_models::backend::select(choice)?;
+    chosen.push((choice, b.clone()));
+    Ok(b)
 }
 
-/// The name of a `--backend` choice, as a checkpoint or a sweep point records it.
-pub fn backend_name(b: BackendChoice) -> &'static str {
-    match b {
-        BackendChoice::Auto => "auto",
-        BackendChoice::Wgpu => "wgpu",
-        BackendChoice::Flex => "flex",
+/// The named choice that gives `backend` (`flex` or `wgpu`, never `auto`): what a checkpoint
+/// records, and what a resumed run must run on again.
+pub fn choice_of(backend: &Backend) -> BackendChoice {
+    if dasim_models::backend::is_flex(&backend.device) {
+        BackendChoice::Flex
+    } else {
+        BackendChoice::Wgpu
     }
 }
 
@@ -61,31 +72,84 @@ pub unsafe fn quiet_display_probe() {
     }
 }
 
-/// Starts the one thread pool of the process: the store's flush groups and the backend's own
-/// parallel kernels share it, so `threads = 1` is one thread. `None`: every core. Returns the
-/// number of threads.
-pub fn thread_pool(threads: Option<usize>) -> Result<usize> {
-    let threads = match threads {
-        Some(0) => return Err(Error::Usage("--threads must be at least 1".into())),
-        Some(t) => t,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        // The simulation runs on one of these threads (`on_pool`): the main thread's stack.
-        .stack_size(8 << 20)
-        .build_global()
-        .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
-    Ok(threads)
+/// A started thread pool: the store's flush groups and the backend's own parallel kernels share
+/// it, so one thread is one thread. A run executes inside it ([`Pool::install`]).
+pub struct Pool {
+    threads: usize,
+    /// `None`: the process's global pool ([`Pool::process`]).
+    own: Option<rayon::ThreadPool>,
 }
 
-/// Runs `work` on a thread of the pool that [`thread_pool`] started, and waits for it. The
-/// simulation's own thread is then one of the pool's threads: the splits it hands out (a
-/// flush's groups, a long optimizer step or mean) run on it and on the others, instead of on
-/// the pool's threads while it waits, so two threads are two busy threads, not three competing
-/// for two cores.
-pub fn on_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
-    rayon::scope(|_| work())
+impl Pool {
+    /// The one pool of the process, with `threads` threads (`None`: every core): what the
+    /// command line runs on. The first call starts it; a later one must ask for as many.
+    pub fn process(threads: Option<usize>) -> Result<Pool> {
+        static STARTED: Mutex<Option<usize>> = Mutex::new(None);
+        let threads = count(threads)?;
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        match *started {
+            Some(n) if n == threads => {}
+            Some(n) => {
+                return Err(Error::Usage(format!(
+                    "cannot start {threads} threads: the process's pool has {n}"
+                )));
+            }
+            None => {
+                builder(threads)
+                    .build_global()
+                    .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
+                *started = Some(threads);
+            }
+        }
+        Ok(Pool { threads, own: None })
+    }
+
+    /// A pool of `threads` threads (`None`: every core) of its own, ended when it is dropped:
+    /// what a program that embeds dasim runs each launch on (the Python package; a sweep's
+    /// points in one process, each on its own).
+    pub fn own(threads: Option<usize>) -> Result<Pool> {
+        let threads = count(threads)?;
+        let pool = builder(threads)
+            .build()
+            .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
+        Ok(Pool {
+            threads,
+            own: Some(pool),
+        })
+    }
+
+    /// Its number of threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `work` on a thread of the pool, and waits for it. The simulation's own thread is
+    /// then one of the pool's threads: the splits it hands out (a flush's groups, a long
+    /// optimizer step or mean) run on it and on the others, instead of on the pool's threads
+    /// while it waits, so two threads are two busy threads, not three competing for two cores.
+    pub fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        match &self.own {
+            Some(pool) => pool.install(work),
+            None => rayon::scope(|_| work()),
+        }
+    }
+}
+
+/// `threads`, or every core; zero is refused.
+fn count(threads: Option<usize>) -> Result<usize> {
+    match threads {
+        Some(0) => Err(Error::Usage("--threads must be at least 1".into())),
+        Some(t) => Ok(t),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+fn builder(threads: usize) -> rayon::ThreadPoolBuilder {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        // The simulation runs on one of these threads (`Pool::install`): the main thread's
+        // stack.
+        .stack_size(8 << 20)
 }
 
 /// Raised by the first Ctrl-C: a run given it

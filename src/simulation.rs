@@ -36,7 +36,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use dasim_models::{Backend, Execution, StoreStats, TimedAs};
+use dasim_models::{Backend, BackendChoice, Execution, StoreStats, TimedAs};
 use dasim_reports::rundir::{
     AlgorithmStaleness, AlgorithmSummary, CheckRow, EventLogs, GradientRow, HostTimings, IntStats,
     MessageRow, MetricRow, Partition, RunData, SeriesRow, Stamp, Stopped, Summary, Tables,
@@ -123,8 +123,8 @@ pub struct CheckpointAt<'a> {
     pub timings_json: &'a str,
     /// The scenario's SHA-256 as run.
     pub scenario_sha256: &'a str,
-    /// The backend's name.
-    pub backend: &'a str,
+    /// The backend.
+    pub backend: BackendChoice,
     /// The checkpoint interval, simulated seconds.
     pub every_s: Option<f64>,
 }
@@ -255,7 +255,7 @@ impl<'a> Simulation<'a> {
             })
             .transpose()?;
         if let Some(ckpt) = resume {
-            check_resumable(plan, ckpt, backend.name)?;
+            ckpt.check_resumable(plan, crate::runtime::choice_of(backend))?;
         }
         if let Some(smallest) = plan.batch_over_shard() {
             progress.warning(&format!(
@@ -301,7 +301,7 @@ impl<'a> Simulation<'a> {
                     summary_json: &serde_json::to_string(&summary).expect("a summary serializes"),
                     timings_json: &serde_json::to_string(&timings).expect("timings serialize"),
                     scenario_sha256: &plan.stamp.scenario_sha256,
-                    backend: backend.name,
+                    backend: crate::runtime::choice_of(backend),
                     every_s: self.checkpoints.every_s,
                 })?;
             }
@@ -402,7 +402,7 @@ impl<'a> Simulation<'a> {
             gradients: s.metrics.log_gradients,
             messages: s.metrics.log_messages,
         };
-        let mut recorder = Recorder {
+        let mut observer = RowObserver {
             label: &label,
             sink: &mut *sink,
             progress: &mut *progress,
@@ -421,12 +421,12 @@ impl<'a> Simulation<'a> {
                 summary_json: &summary_json,
                 timings_json: &timings_json,
                 scenario_sha256: &plan.stamp.scenario_sha256,
-                backend: self.backend.name,
+                backend: crate::runtime::choice_of(&self.backend),
                 every_s: self.checkpoints.every_s,
             },
         };
         if let Some(c) = resumed {
-            recorder.progress.note(&format!(
+            observer.progress.note(&format!(
                 "resuming {label} at simulated time {} s",
                 dasim_reports::rundir::num(c.sim_time_s)
             ));
@@ -438,7 +438,7 @@ impl<'a> Simulation<'a> {
         };
         // A configuration error found while running (an event beyond the end of simulated
         // time) is located in the scenario like every other.
-        let outcome = run_algorithm_checkpointed(alg, &mut world, &s.run, &mut recorder, ckpt)
+        let outcome = run_algorithm_checkpointed(alg, &mut world, &s.run, &mut observer, ckpt)
             .map_err(|e| match e {
                 dasim_sim::Error::Config(c) => Error::Scenario(loaded.config_error(&c)),
                 dasim_sim::Error::Interrupted { time } => {
@@ -446,15 +446,15 @@ impl<'a> Simulation<'a> {
                         "interrupted: {label} stopped at simulated time {} s",
                         dasim_reports::rundir::num(time.as_secs_f64()),
                     );
-                    Error::Interrupted(match recorder.sink.resume_hint() {
+                    Error::Interrupted(match observer.sink.resume_hint() {
                         Some(hint) => format!("{at}; {hint}"),
                         None => format!("{at} (this run keeps no checkpoint)"),
                     })
                 }
                 other => Error::Sim(other),
             })?;
-        let seen = std::mem::take(&mut recorder.seen);
-        let wall = recorder.wall_before + started.elapsed().as_secs_f64();
+        let seen = std::mem::take(&mut observer.seen);
+        let wall = observer.wall_before + started.elapsed().as_secs_f64();
         progress.algorithm_finished(&label);
         let tables = outputs::tables(&label, &outcome.record, outcome.faults.is_some());
         let stats = store.stats();
@@ -587,28 +587,6 @@ fn host_timings(
     }
 }
 
-/// Refuses to resume `ckpt` with a scenario that is not the one it ran (its SHA-256 as run) or
-/// on another backend (the numbers would differ from the run's own).
-fn check_resumable(plan: &Plan, ckpt: &RunCheckpoint, backend: &str) -> Result<()> {
-    if plan.stamp.scenario_sha256 != ckpt.scenario_sha256 {
-        return Err(Error::Usage(format!(
-            "{} is not the scenario of the checkpoint: its SHA-256 as run is {}, the checkpoint's \
-             {}; the file changed since the run started (restore it, or start a new run)",
-            plan.loaded.path.display(),
-            plan.stamp.scenario_sha256,
-            ckpt.scenario_sha256
-        )));
-    }
-    if backend != ckpt.backend {
-        return Err(Error::Usage(format!(
-            "the checkpoint's run used the {} backend, this one {backend}: resume it with \
-             --backend {}",
-            ckpt.backend, ckpt.backend
-        )));
-    }
-    Ok(())
-}
-
 /// Evaluates the plan's claims against a run's data: one row per claim and algorithm.
 pub fn evaluate_claims(data: &RunData, plan: &Plan) -> Result<Vec<CheckRow>> {
     let view = dasim_reports::claims::RunView::of(data)?;
@@ -639,7 +617,7 @@ fn json_object(section: &impl serde::Serialize) -> serde_json::Map<String, serde
 
 /// The engine's observer of one algorithm's run: turns its records into rows for the sink,
 /// gathers what the summary needs from the evaluation points, and reports progress.
-struct Recorder<'a, 'b> {
+struct RowObserver<'a, 'b> {
     label: &'a str,
     sink: &'a mut dyn RunSink,
     progress: &'a mut dyn Progress,
@@ -655,7 +633,7 @@ struct Recorder<'a, 'b> {
     context: CheckpointAt<'b>,
 }
 
-impl Observer for Recorder<'_, '_> {
+impl Observer for RowObserver<'_, '_> {
     fn on_eval(&mut self, p: &EvalPoint) -> std::result::Result<(), String> {
         let t = p.time.as_secs_f64();
         if self.seen.accuracy_s.is_none()

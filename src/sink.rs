@@ -169,7 +169,7 @@ impl RunSink for RunDir {
         RunCheckpoint {
             scenario_path: self.scenario_path.clone(),
             scenario_sha256: at.scenario_sha256.to_string(),
-            backend: at.backend.to_string(),
+            backend: at.backend,
             checkpoint_every_s: at.every_s,
             algorithm: at.algorithm,
             sim_time_s: at.sim_time_s,

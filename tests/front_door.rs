@@ -6,9 +6,10 @@ mod common;
 
 use std::path::Path;
 
+use dasim::launch::{Sink, Source, Threads};
 use dasim::plan::Plan;
 use dasim::simulation::{Silent, Simulation};
-use dasim::{InMemory, Loaded, RunOptions, run_scenario};
+use dasim::{InMemory, Launch, Loaded};
 use dasim_models::backend::{BackendChoice, select};
 use dasim_reports::rundir::{
     CsvRow, LinkRow, Partition, RunData, WaitRow, read_csv, read_partition, read_summary,
@@ -105,24 +106,25 @@ fn the_in_memory_sink_holds_what_the_run_directory_holds() {
     let plan = Plan::prepare(&loaded).unwrap();
     assert_eq!(plan.systems.len(), 3, "one system per algorithm");
     let mut memory = InMemory::default();
-    let results = Simulation::new(&plan, backend.clone())
+    let results = Simulation::new(&plan, backend)
         .run(&mut memory, &mut Silent)
         .unwrap();
 
     let out = tempfile::tempdir().unwrap();
     let dir = out.path();
-    let opts = RunOptions {
-        backend,
-        out: dir.to_path_buf(),
-        progress: false,
-        execution: Default::default(),
-        memory_limit: None,
-        force: false,
-        checkpoint_every: None,
-        interrupt: None,
-        resume: None,
+    let launch = Launch {
+        backend: BackendChoice::Flex,
+        threads: Threads::Own(Some(1)),
+        sink: Sink::Dir {
+            out: dir.to_path_buf(),
+            force: false,
+            plots: true,
+        },
+        ..Launch::new(Source::Scenario(loaded.clone()))
     };
-    let written = run_scenario(&loaded, &opts).unwrap();
+    let mut ready = launch.start().unwrap().prepare().unwrap();
+    let written = ready.run(0, &mut Silent, None).unwrap();
+    assert_eq!(ready.dir(0), Some(dir));
     let disk = RunData::load(dir).unwrap();
 
     // The streams and the tables, row for row.
@@ -186,12 +188,64 @@ fn a_plan_is_prepared_once_and_refuses_what_validate_refuses() {
     );
 }
 
+/// A launch resolves everything before anything runs: one plan per seed, each under its seed;
+/// seeds listed twice, a run directory holding an earlier run's results (without `force`), one
+/// directory for several seeds and a run directory without a checkpoint to resume are refused.
+#[test]
+fn a_launch_resolves_one_plan_per_seed_before_anything_runs() {
+    let loaded = Loaded::from_str(Path::new("front-door.toml"), SCENARIO.to_owned())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let launch = |seeds: &[u64], sink: Sink| Launch {
+        backend: BackendChoice::Flex,
+        threads: Threads::Own(Some(1)),
+        seeds: Some(seeds.to_vec()),
+        sink,
+        ..Launch::new(Source::Scenario(loaded.clone()))
+    };
+    let ready = launch(&[3, 5], Sink::Memory)
+        .start()
+        .unwrap()
+        .prepare()
+        .unwrap();
+    assert_eq!(ready.len(), 2);
+    assert_eq!((ready.seed(0), ready.seed(1)), (3, 5));
+    assert_eq!(ready.plan(1).loaded.scenario.seed, 5);
+    assert_eq!(ready.claims().len(), 2);
+    assert!(ready.memory(0).is_some() && ready.dir(0).is_none());
+    let refused = |l: Launch| {
+        l.start()
+            .and_then(|s| s.prepare())
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    assert!(refused(launch(&[3, 3], Sink::Memory)).contains("seed 3 is listed twice"));
+
+    let out = tempfile::tempdir().unwrap();
+    std::fs::write(out.path().join("summary.json"), "{}").unwrap();
+    let dir = |force| Sink::Dir {
+        out: out.path().to_path_buf(),
+        force,
+        plots: false,
+    };
+    let err = refused(launch(&[3], dir(false)));
+    assert!(err.contains("already holds the results of a run"), "{err}");
+    assert!(refused(launch(&[3, 5], dir(true))).contains("several seeds"));
+
+    let resume = Launch::new(Source::Resume {
+        dir: out.path().to_path_buf(),
+        scenario: None,
+    });
+    let err = resume.start().err().unwrap().to_string();
+    assert!(err.contains("holds no checkpoint"), "{err}");
+}
+
 /// The front door does no I/O of its own to the terminal: no printing, no progress bar, no
-/// argument parsing (`dasim::runner` and the binary do that).
+/// argument parsing (`dasim::bar` and the binary do that).
 #[test]
 fn the_front_door_neither_prints_nor_parses_arguments() {
     let src = common::manifest_dir().join("src");
-    for module in ["plan.rs", "simulation.rs", "sink.rs"] {
+    for module in ["launch.rs", "plan.rs", "simulation.rs", "sink.rs"] {
         let text = std::fs::read_to_string(src.join(module)).unwrap();
         // The code, not its documentation (whose examples print).
         let code: String = text

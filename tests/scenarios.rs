@@ -20,8 +20,10 @@ use std::path::Path;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use dasim::{Loaded, RunOptions, run_scenario};
-use dasim_models::backend::{BackendChoice, select};
+use dasim::launch::{Sink, Source, Threads};
+use dasim::simulation::{Results, Silent};
+use dasim::{Launch, Loaded};
+use dasim_models::BackendChoice;
 
 const TRAINED: f64 = 0.93;
 const TRAINED_LOSS: f64 = 1e-2;
@@ -44,8 +46,8 @@ fn every_scenario_trains_every_algorithm() {
     for file in &files {
         let loaded = Loaded::from_file(file).unwrap_or_else(|e| panic!("{e}"));
         let out = tempfile::tempdir().unwrap();
-        let summary = run_scenario(&loaded, &options(out.path()))
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let summary =
+            run(&loaded, out.path()).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         assert_eq!(summary.runs.len(), loaded.scenario.algorithms.len());
         golden.check(&file.file_name().unwrap().to_string_lossy(), out.path());
         // What the run says it trained on is what it trained on: the quadratic reads no data,
@@ -129,24 +131,24 @@ fn every_scenario_trains_every_algorithm() {
     let mut loaded = Loaded::from_file(&bench).unwrap_or_else(|e| panic!("{e}"));
     loaded.scenario.run.worker_steps = Some(2);
     let out = tempfile::tempdir().unwrap();
-    run_scenario(&loaded, &options(out.path())).unwrap_or_else(|e| panic!("{e}"));
+    run(&loaded, out.path()).unwrap_or_else(|e| panic!("{e}"));
     golden.check("perf/transformer-4x128.toml at 2 worker steps", out.path());
     golden.finish();
 }
 
-/// A quiet run on flex into `out`.
-fn options(out: &Path) -> RunOptions {
-    RunOptions {
-        backend: select(BackendChoice::Flex).unwrap(),
-        out: out.to_path_buf(),
-        progress: false,
-        execution: Default::default(),
-        memory_limit: None,
-        force: false,
-        checkpoint_every: None,
-        interrupt: None,
-        resume: None,
-    }
+/// A quiet run on flex, on one thread, into `out`.
+fn run(loaded: &Loaded, out: &Path) -> dasim::Result<Results> {
+    let launch = Launch {
+        backend: BackendChoice::Flex,
+        threads: Threads::Own(Some(1)),
+        sink: Sink::Dir {
+            out: out.to_path_buf(),
+            force: false,
+            plots: true,
+        },
+        ..Launch::new(Source::Scenario(loaded.clone()))
+    };
+    launch.start()?.prepare()?.run(0, &mut Silent, None)
 }
 
 /// What every shipped scenario wrote when the golden file was blessed: the SHA-256 of each CSV

@@ -40,6 +40,18 @@ impl std::str::FromStr for BackendChoice {
     }
 }
 
+/// The name `--backend` takes, which [`FromStr`](std::str::FromStr) reads back: `auto`, `wgpu`
+/// or `flex` (a checkpoint and a sweep point record it so).
+impl fmt::Display for BackendChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Wgpu => "wgpu",
+            BackendChoice::Flex => "flex",
+        })
+    }
+}
+
 /// The backend a run uses.
 #[derive(Clone, Debug)]
 pub struct Backend {

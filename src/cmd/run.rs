@@ -2,12 +2,14 @@
 
 use std::path::PathBuf;
 
-use dasim::checkpoint::RunCheckpoint;
+use dasim::bar::Bar;
+use dasim::launch::{Sink, Source, Threads};
 use dasim::outputs::{fixed, sci};
-use dasim::runtime::{interrupt_flag, on_pool, thread_pool};
-use dasim::{Error, Loaded, Results, RunOptions, run_scenario};
-use dasim_models::{BackendChoice, Execution};
+use dasim::runtime::interrupt_flag;
+use dasim::{Error, Launch, Loaded, Results};
 use dasim_reports::rundir::{AlgorithmSummary, CheckResult, Stopped};
+
+use super::LaunchArgs;
 
 /// `dasim run`'s arguments.
 #[derive(clap::Args, Debug)]
@@ -27,16 +29,8 @@ pub struct RunArgs {
     /// and backend; the files come out as if the run had never stopped.
     #[arg(long, value_name = "RUN_DIR", conflicts_with_all = ["scenario", "out", "force"])]
     pub resume: Option<PathBuf>,
-    /// Compute backend: auto (a hardware GPU if present, else flex), wgpu or flex.
-    #[arg(long, default_value = "auto")]
-    pub backend: BackendChoice,
-    /// No progress bar.
-    #[arg(long, short)]
-    pub quiet: bool,
-    /// Threads for the gradient passes on flex and the row arithmetic (default: every core).
-    /// On a GPU a flush stays one pass. Results do not depend on it.
-    #[arg(long)]
-    pub threads: Option<usize>,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// Gradient requests per forward/backward pass at most (default: every pending one).
     /// Bounds the memory of a pass; results do not depend on it.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -70,9 +64,11 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         out,
         checkpoint_every,
         resume,
-        backend,
-        quiet,
-        threads,
+        launch: LaunchArgs {
+            backend,
+            quiet,
+            threads,
+        },
         max_batch,
         memory_limit,
         strict,
@@ -80,36 +76,42 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         keep_going,
         trace,
     } = args;
-    let start = match resume {
-        Some(dir) => Start::resumed(dir, backend, checkpoint_every)?,
-        None => Start {
-            scenario: scenario.expect("clap requires it"),
-            out: out.expect("clap requires it"),
-            resume: None,
-            backend,
-            checkpoint_every,
-        },
+    let (source, out) = match resume {
+        Some(dir) => (
+            Source::Resume {
+                dir: dir.clone(),
+                scenario: None,
+            },
+            dir,
+        ),
+        None => {
+            let loaded = Loaded::from_file(&scenario.expect("clap requires it"))?;
+            (Source::Scenario(loaded), out.expect("clap requires it"))
+        }
     };
-    let out = start.out;
-    let loaded = Loaded::from_file(&start.scenario)?;
-    let threads = thread_pool(threads)?;
-    let backend = dasim::runtime::backend(start.backend)?;
-    eprintln!("backend: {backend}, {threads} thread(s)");
-    let opts = RunOptions {
+    let launch = Launch {
         backend,
-        checkpoint_every: start.checkpoint_every,
-        interrupt: Some(interrupt_flag()),
-        resume: start.resume,
-        out: out.clone(),
-        progress: !quiet,
-        execution: Execution {
-            threads,
-            max_batch: max_batch.map(|m| m as usize),
+        threads: Threads::Process(threads),
+        sink: Sink::Dir {
+            out: out.clone(),
+            force,
+            plots: true,
         },
+        max_batch: max_batch.map(|m| m as usize),
         memory_limit: memory_limit.map(|b| b.0),
-        force,
+        checkpoint_every,
+        ..Launch::new(source)
     };
-    let summary = on_pool(|| run_scenario(&loaded, &opts))?;
+    let started = launch.start()?;
+    eprintln!(
+        "backend: {}, {} thread(s)",
+        started.backend(),
+        started.threads()
+    );
+    let interrupt = interrupt_flag();
+    let summary = started
+        .prepare()?
+        .run(0, &mut Bar::new(!quiet), Some(interrupt))?;
     if let Some(t) = &summary.timed_as {
         println!("proxy: the model trains for real; its steps and messages are timed as {t}");
     }
@@ -130,39 +132,6 @@ pub fn run(args: RunArgs) -> dasim::Result<()> {
         super::trace::trace(&out, None)?;
     }
     exit_status(&summary, diverged.len(), strict, keep_going)
-}
-
-/// What a run starts from: the scenario file, the run directory, the checkpoint to resume
-/// from, the backend and the checkpoint interval.
-struct Start {
-    scenario: PathBuf,
-    out: PathBuf,
-    resume: Option<Box<RunCheckpoint>>,
-    backend: BackendChoice,
-    checkpoint_every: Option<f64>,
-}
-
-impl Start {
-    /// Continuing the run in `dir` from its checkpoint: its scenario file, its backend unless
-    /// one is named (then it must be the same), its checkpoint interval unless one is given.
-    fn resumed(
-        dir: PathBuf,
-        backend: BackendChoice,
-        checkpoint_every: Option<f64>,
-    ) -> dasim::Result<Start> {
-        let ckpt = RunCheckpoint::read(&dir)?;
-        // The checkpoint's backend unless one is named (then it must be the same).
-        let backend = ckpt.backend_choice(backend)?;
-        let every = checkpoint_every.or(ckpt.checkpoint_every_s);
-        let path = ckpt.scenario_file()?.to_path_buf();
-        Ok(Start {
-            scenario: path,
-            out: dir,
-            resume: Some(Box::new(ckpt)),
-            backend,
-            checkpoint_every: every,
-        })
-    }
 }
 
 /// Prints two lines per algorithm: its simulated run and result, then its wall-clock timing.

@@ -6,13 +6,17 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use dasim::Error;
-use dasim::runtime::{on_pool, thread_pool};
-use dasim_models::{BackendChoice, Execution};
+use dasim_models::BackendChoice;
 
-use super::backend_name;
+use super::LaunchArgs;
 
 #[derive(clap::Args, Debug)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+// A sweep's points run on one thread each unless told otherwise.
+#[command(mut_arg("threads", |a| a
+    .help("Threads of each point's run. Results do not depend on it.")
+    .default_value("1")
+    .value_parser(clap::builder::RangedU64ValueParser::<usize>::new().range(1..))))]
 pub struct SweepCmd {
     #[command(subcommand)]
     pub action: Option<SweepAction>,
@@ -25,18 +29,11 @@ pub struct SweepCmd {
     /// Points run at once (default: the cores divided by --threads).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub jobs: Option<u64>,
-    /// Threads of each point's run. Results do not depend on it.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
-    pub threads: u64,
     /// Run only slice I of N (I from 1 to N): point i, from 0, belongs to slice i mod N + 1.
     #[arg(long)]
     pub shard: Option<dasim::sweep::Shard>,
-    /// Compute backend of each run: auto (a hardware GPU if present, else flex), wgpu or flex.
-    #[arg(long, default_value = "auto")]
-    pub backend: BackendChoice,
-    /// No progress bar and no line per point.
-    #[arg(long, short)]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// Write OUT/sweep.sbatch, a Slurm array script whose task $SLURM_ARRAY_TASK_ID runs its
     /// shard, instead of running.
     #[arg(long, conflicts_with_all = ["emit_k8s", "shard"], help_heading = "Cluster jobs")]
@@ -192,15 +189,7 @@ fn point(
     if watch_parent {
         dasim::sweep::exec::exit_with_parent();
     }
-    let threads = thread_pool(threads)?;
-    let requested = backend_name(backend);
-    let backend = dasim::runtime::backend(backend)?;
-    eprintln!("backend: {backend}, {threads} thread(s)");
-    let execution = Execution {
-        threads,
-        max_batch: None,
-    };
-    on_pool(|| dasim::sweep::run_point(&scenario, &name, &out, (requested, backend), execution))
+    dasim::sweep::run_point(&scenario, &name, &out, backend, threads)
 }
 
 /// `dasim sweep SCENARIO --out DIR`: runs the points, or with `--emit-slurm` or
@@ -214,10 +203,10 @@ fn run_or_emit(cmd: SweepCmd) -> dasim::Result<()> {
         scenario,
         out,
         jobs: cmd.jobs.map(|j| j as usize),
-        threads: cmd.threads as usize,
+        threads: cmd.launch.threads.expect("it has a default"),
         shard: cmd.shard,
-        backend: backend_name(cmd.backend).into(),
-        progress: !cmd.quiet,
+        backend: cmd.launch.backend,
+        progress: !cmd.launch.quiet,
     };
     let kind = match (cmd.emit_slurm, cmd.emit_k8s) {
         (true, _) => Some(JobKind::Slurm),

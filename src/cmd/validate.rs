@@ -1,10 +1,10 @@
-//! `dasim validate`: every check a run makes before it starts ([`Plan::prepare`]), and the
+//! `dasim validate`: every check a run makes before it starts (a [`Launch`]'s plans), and the
 //! memory estimate, without running.
 
 use std::path::Path;
 
-use dasim::plan::Plan;
-use dasim::{Error, Loaded};
+use dasim::launch::Source;
+use dasim::{Error, Launch, Loaded};
 use dasim_models::Execution;
 
 /// Checks the scenario (every point of a sweep) and prints what it describes.
@@ -12,7 +12,8 @@ pub fn validate(scenario: &Path) -> dasim::Result<()> {
     if std::fs::read_to_string(scenario).is_ok_and(|t| dasim::sweep::has_sweep(&t)) {
         let (sweep, points) = dasim::sweep::exec::expand(scenario)?;
         for (point, loaded) in &points {
-            Plan::prepare(loaded).map_err(|e| match e {
+            let launch = Launch::new(Source::Scenario(loaded.clone()));
+            launch.plans().map_err(|e| match e {
                 Error::Scenario(e) => Error::Scenario(sweep.relocate(point, &e)),
                 other => other,
             })?;
@@ -27,8 +28,8 @@ pub fn validate(scenario: &Path) -> dasim::Result<()> {
         return Ok(());
     }
     let loaded = Loaded::from_file(scenario)?;
-    let plan = Plan::prepare(&loaded)?;
-    let (s, problem) = (&loaded.scenario, &plan.problem);
+    let plan = Launch::new(Source::Scenario(loaded)).plans()?.remove(0);
+    let (s, problem) = (&plan.loaded.scenario, &plan.problem);
     let claims = match s.expect.len() {
         0 => String::new(),
         k => format!(", {k} claim(s)"),

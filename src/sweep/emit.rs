@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use dasim_models::BackendChoice;
+
 /// The Slurm array script written by `--emit-slurm`, in the sweep directory.
 pub const SLURM_SCRIPT: &str = "sweep.sbatch";
 /// The directory of the array tasks' output files, in the sweep directory.
@@ -33,7 +35,7 @@ pub struct EmitSpec {
     /// Threads of each point's run.
     pub threads: usize,
     /// `--backend` of each run.
-    pub backend: String,
+    pub backend: BackendChoice,
 }
 
 /// The resources and limits of `--emit-slurm` and `--emit-k8s`.
@@ -106,7 +108,7 @@ fn shard_command(spec: &EmitSpec, exe: &str, scenario: &Path, out: &Path, shard:
         spec.shards,
         spec.jobs,
         spec.threads,
-        shell_quote(&spec.backend),
+        shell_quote(&spec.backend.to_string()),
     )
 }
 
@@ -261,7 +263,7 @@ mod tests {
             shards: 12,
             jobs: 1,
             threads: 4,
-            backend: "flex".into(),
+            backend: BackendChoice::Flex,
         }
     }
 

@@ -17,13 +17,14 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use dasim_models::{Backend, Execution};
+use dasim_models::BackendChoice;
 use dasim_reports::rundir::sha256_hex;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::runner::{RunOptions, run_scenario_interruptible};
+use crate::bar::Bar;
+use crate::launch::{Launch, Sink, Source, Threads};
 use crate::simulation::Results;
 use crate::sweep::layout::{
     Completeness, Manifest, POINT_LOCK, POINT_LOG, POINT_TOML, PointStatus, RanBy, State,
@@ -83,8 +84,8 @@ pub struct SweepOptions {
     pub threads: usize,
     /// Only this slice of the points.
     pub shard: Option<Shard>,
-    /// The `--backend` of each point's run: `auto`, `wgpu` or `flex`.
-    pub backend: String,
+    /// The `--backend` of each point's run.
+    pub backend: BackendChoice,
     /// Show the progress bar and a line per finished point.
     pub progress: bool,
 }
@@ -150,7 +151,7 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> Error {
 pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
     let (sweep, points) = expand(&opts.scenario)?;
     let (mut report, mut queue, jobs) = start(&sweep, &points, opts)?;
-    let current = RanBy::current(&opts.backend);
+    let current = RanBy::current(opts.backend);
     let shard = opts
         .shard
         .map(|s| format!(" (shard {s})"))
@@ -229,36 +230,14 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
                 continue;
             };
             let (_, point, started) = running.swap_remove(i);
-            let dir = point_dir(&opts.out, &point.name);
             let secs = started.elapsed().as_secs_f64();
-            match PointStatus::read(&dir) {
-                Some(s) if status.success() && s.state == State::Done => {
+            let dir = point_dir(&opts.out, &point.name);
+            match point_ended(&dir, &point, status, &current)? {
+                None => {
                     report.done += 1;
                     say(format!("done   {} ({secs:.1} s)", point.name));
                 }
-                recorded => {
-                    let error = match recorded {
-                        Some(PointStatus {
-                            state: State::Failed,
-                            error: Some(e),
-                            ..
-                        }) => e,
-                        _ => {
-                            // It died without saying why: say it for it.
-                            let tail = log_tail(&dir, 5);
-                            let error =
-                                format!("the point's process {status}; its output ends:\n{tail}");
-                            PointStatus {
-                                name: point.name.clone(),
-                                state: State::Failed,
-                                sha256: sha256_hex(point.text.as_bytes()),
-                                ran_by: Some(current.clone()),
-                                error: Some(error.clone()),
-                            }
-                            .write(&dir)?;
-                            error
-                        }
-                    };
+                Some(error) => {
                     say(format!(
                         "FAILED {} ({secs:.1} s): {}\n       (log: {})",
                         point.name,
@@ -273,6 +252,39 @@ pub fn run_sweep(opts: &SweepOptions) -> Result<SweepReport> {
     }
     bar.finish_and_clear();
     Ok(report)
+}
+
+/// How the process of `point` (run into `dir`) ended, with exit `status`: `None` when it is
+/// done, else its error, which `point.json` holds (written here, as run by `current`, for a
+/// process that died without saying why).
+fn point_ended(
+    dir: &Path,
+    point: &Point,
+    status: std::process::ExitStatus,
+    current: &RanBy,
+) -> Result<Option<String>> {
+    match PointStatus::read(dir) {
+        Some(s) if status.success() && s.state == State::Done => Ok(None),
+        Some(PointStatus {
+            state: State::Failed,
+            error: Some(e),
+            ..
+        }) => Ok(Some(e)),
+        _ => {
+            // It died without saying why: say it for it.
+            let tail = log_tail(dir, 5);
+            let error = format!("the point's process {status}; its output ends:\n{tail}");
+            PointStatus {
+                name: point.name.clone(),
+                state: State::Failed,
+                sha256: sha256_hex(point.text.as_bytes()),
+                ran_by: Some(current.clone()),
+                error: Some(error.clone()),
+            }
+            .write(dir)?;
+            Ok(Some(error))
+        }
+    }
 }
 
 /// What both ways of running a sweep do first: create the sweep directory, write its
@@ -302,7 +314,7 @@ fn select(opts: &SweepOptions, points: &[(Point, Loaded)]) -> (SweepReport, VecD
         ..SweepReport::default()
     };
     let mut queue = VecDeque::new();
-    let current = RanBy::current(&opts.backend);
+    let current = RanBy::current(opts.backend);
     for (point, loaded) in points {
         if opts.shard.is_some_and(|s| !s.holds(point.index)) {
             continue;
@@ -342,7 +354,7 @@ fn spawn_point(exe: &Path, opts: &SweepOptions, point: &Point) -> Result<Child> 
         .arg("--out")
         .arg(&dir)
         .arg("--backend")
-        .arg(&opts.backend)
+        .arg(opts.backend.to_string())
         .arg("--threads")
         .arg(opts.threads.to_string())
         .arg("--watch-parent")
@@ -367,14 +379,15 @@ pub fn exit_with_parent() {
 
 /// Runs point `name` of the sweep of `scenario` into `out` (the body of `dasim sweep point`):
 /// waits for any other process running it, skips it when complete (by this build, with this
-/// `--backend`, named `requested`), else runs it (replacing a partial run or one by another
-/// build or backend) and records how it ended, and what ran it, in `point.json`.
+/// `--backend`), else runs it on the process's pool of `threads` (replacing a partial run or
+/// one by another build or backend) and records how it ended, and what ran it, in
+/// `point.json`.
 pub fn run_point(
     scenario: &Path,
     name: &str,
     out: &Path,
-    (requested, backend): (&str, Backend),
-    execution: Execution,
+    backend: BackendChoice,
+    threads: Option<usize>,
 ) -> Result<()> {
     let (sweep, points) = expand(scenario)?;
     let Some((point, loaded)) = points.into_iter().find(|(p, _)| p.name == name) else {
@@ -388,9 +401,10 @@ pub fn run_point(
         point: &point,
         loaded: &loaded,
         out,
-        backend: (requested, backend),
-        execution,
+        backend,
+        threads: Threads::Process(threads),
         interrupt: None,
+        announce: true,
     };
     if let Some(results) = point.run()? {
         for r in &results.runs {
@@ -416,13 +430,15 @@ pub struct PointRun<'a> {
     pub loaded: &'a Loaded,
     /// Its run directory.
     pub out: &'a Path,
-    /// The backend as asked for (`auto`, `wgpu`, `flex`: it is recorded) and as chosen.
-    pub backend: (&'a str, Backend),
-    /// How the run executes its gradient passes.
-    pub execution: Execution,
+    /// The backend asked for (it is recorded).
+    pub backend: BackendChoice,
+    /// The thread pool of its run.
+    pub threads: Threads,
     /// Raised from outside: the run stops after the current event (left incomplete, so the
     /// sweep runs it again).
     pub interrupt: Option<&'a AtomicBool>,
+    /// Say on stderr which backend and how many threads the run has (the point's `log.txt`).
+    pub announce: bool,
 }
 
 impl PointRun<'_> {
@@ -431,13 +447,7 @@ impl PointRun<'_> {
     /// and what ran it, in `point.json`. `None`: it was complete already.
     pub fn run(&self) -> Result<Option<Results>> {
         let PointRun {
-            sweep,
-            point,
-            loaded,
-            out,
-            backend: (requested, ref backend),
-            execution,
-            interrupt,
+            sweep, point, out, ..
         } = *self;
         let name = &point.name;
         // One process at a time runs a point (waiting for any other running it).
@@ -448,8 +458,8 @@ impl PointRun<'_> {
         lock.lock()
             .map_err(io(format!("cannot lock {}", lock_path.display())))?;
         let sha = sha256_hex(point.text.as_bytes());
-        let current = RanBy::current(requested);
-        match completeness(out, &sha, loaded.scenario.algorithms.len(), &current) {
+        let current = RanBy::current(self.backend);
+        match completeness(out, &sha, self.loaded.scenario.algorithms.len(), &current) {
             Completeness::Complete => {
                 eprintln!("{name}: complete already");
                 return Ok(None);
@@ -461,20 +471,9 @@ impl PointRun<'_> {
         }
         let _ = std::fs::remove_file(out.join(crate::sweep::layout::POINT_STATUS));
         write_unique(&out.join(POINT_TOML), point.text.as_bytes())?;
-        let opts = RunOptions {
-            backend: backend.clone(),
-            out: out.to_path_buf(),
-            progress: false,
-            execution,
-            memory_limit: None,
-            force: true,
-            checkpoint_every: None,
-            interrupt: None,
-            resume: None,
-        };
         // A check that needs the model or the data, failing now, is located in the sweep's
         // file.
-        let result = run_scenario_interruptible(loaded, &opts, interrupt).map_err(|e| match e {
+        let result = self.launch().map_err(|e| match e {
             Error::Scenario(e) => Error::Scenario(sweep.relocate(point, &e)),
             other => other,
         });
@@ -495,6 +494,31 @@ impl PointRun<'_> {
         };
         status.write(out)?;
         result.map(Some)
+    }
+
+    /// The point's run: a launch of its scenario into its directory (replacing what is there).
+    fn launch(&self) -> Result<Results> {
+        let launch = Launch {
+            backend: self.backend,
+            threads: self.threads,
+            sink: Sink::Dir {
+                out: self.out.to_path_buf(),
+                force: true,
+                plots: true,
+            },
+            ..Launch::new(Source::Scenario(self.loaded.clone()))
+        };
+        let started = launch.start()?;
+        if self.announce {
+            eprintln!(
+                "backend: {}, {} thread(s)",
+                started.backend(),
+                started.threads()
+            );
+        }
+        started
+            .prepare()?
+            .run(0, &mut Bar::new(false), self.interrupt)
     }
 }
 
@@ -521,50 +545,38 @@ pub fn run_sweep_here(
     progress: &Mutex<dyn SweepProgress + Send>,
 ) -> Result<SweepReport> {
     let (report, queue, jobs) = start(sweep, points, opts)?;
-    let backend = crate::runtime::backend(opts.backend.parse().map_err(Error::Usage)?)?;
+    // A backend that cannot be had fails the sweep, not each point.
+    crate::runtime::backend(opts.backend)?;
     lock(progress).started(&report, queue.len());
     let report = Mutex::new(report);
     let queue = Mutex::new(queue);
-    // A thread pool per job: points installed in one pool would take turns on its threads.
-    let pools = (0..jobs)
-        .map(|_| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(opts.threads)
-                .stack_size(8 << 20)
-                .build()
-                .map_err(|e| Error::Usage(format!("cannot start {} threads: {e}", opts.threads)))
-        })
-        .collect::<Result<Vec<_>>>()?;
     std::thread::scope(|s| {
-        for pool in &pools {
+        for _ in 0..jobs {
             s.spawn(|| {
                 while !interrupt.load(Ordering::SeqCst) {
                     let Some(point) = lock(&queue).pop_front() else {
                         break;
                     };
-                    let loaded = &points[point.index].1;
                     let started = Instant::now();
+                    // Each point on a pool of its own: points in one pool would take turns.
                     let run = PointRun {
                         sweep,
                         point: &point,
-                        loaded,
+                        loaded: &points[point.index].1,
                         out: &point_dir(&opts.out, &point.name),
-                        backend: (&opts.backend, backend.clone()),
-                        execution: Execution {
-                            threads: opts.threads,
-                            max_batch: None,
-                        },
+                        backend: opts.backend,
+                        threads: Threads::Own(Some(opts.threads)),
                         interrupt: Some(interrupt),
+                        announce: false,
                     };
-                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        pool.install(|| run.run())
-                    }))
-                    .unwrap_or_else(|panic| {
-                        Err(Error::Usage(format!(
-                            "dasim bug: the point's run panicked: {}",
-                            panic_message(&*panic)
-                        )))
-                    });
+                    let result =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run.run()))
+                            .unwrap_or_else(|panic| {
+                                Err(Error::Usage(format!(
+                                    "dasim bug: the point's run panicked: {}",
+                                    panic_message(&*panic)
+                                )))
+                            });
                     let error = match result {
                         Ok(_) => None,
                         Err(Error::Interrupted(_)) => break,

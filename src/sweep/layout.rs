@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use dasim_models::BackendChoice;
 use dasim_reports::rundir::{files, read_summary, sha256_hex};
 
 use crate::sweep::spec::{Point, Sweep};
@@ -156,11 +157,11 @@ pub struct RanBy {
 
 impl RanBy {
     /// This executable, running points with `--backend backend`.
-    pub fn current(backend: &str) -> RanBy {
+    pub fn current(backend: BackendChoice) -> RanBy {
         RanBy {
             dasim_version: env!("CARGO_PKG_VERSION").to_owned(),
             git_revision: crate::outputs::GIT_REVISION.to_owned(),
-            backend: backend.to_owned(),
+            backend: backend.to_string(),
         }
     }
 }

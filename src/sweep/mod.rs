@@ -107,7 +107,7 @@ pub fn emit_jobs(
             })
             .max(1),
         threads: opts.threads,
-        backend: opts.backend.clone(),
+        backend: opts.backend,
     };
     let (path, text) = match kind {
         JobKind::Slurm => {
