@@ -7,8 +7,8 @@
 
 use dasim_models::data::{Dataset, class_counts};
 use dasim_reports::rundir::{
-    Activity, FaultRow, FaultSummary, GradientRow, LinkRow, MessageRow, MetricRow, Partition,
-    PartitionRow, SeriesRow, StalenessRow, Tables, TimelineRow, UtilizationRow, WaitRow, measured,
+    FaultRow, FaultSummary, GradientRow, LinkRow, MessageRow, MetricRow, Partition, PartitionRow,
+    SeriesRow, StalenessRow, Tables, TimelineRow, UtilizationRow, WaitRow, measured,
 };
 use dasim_sim::engine::{EvalPoint, FaultReport, SimTime, Spread};
 use dasim_sim::record::{self, GradientRecord, MessageRecord, RunRecord};
@@ -41,16 +41,6 @@ pub fn sci(x: f64, decimals: usize) -> String {
 
 fn secs(t: SimTime) -> f64 {
     t.as_secs_f64()
-}
-
-fn activity(a: record::Activity) -> Activity {
-    match a {
-        record::Activity::Compute => Activity::Compute,
-        record::Activity::Communicate => Activity::Communicate,
-        record::Activity::Blocked => Activity::Blocked,
-        record::Activity::Idle => Activity::Idle,
-        record::Activity::Down => Activity::Down,
-    }
 }
 
 /// The `metrics.csv` row of an evaluation point of `algorithm`.
@@ -189,7 +179,7 @@ pub fn tables(algorithm: &str, r: &RunRecord, faulty: bool) -> Tables {
         .map(|i| TimelineRow {
             algorithm: a(),
             worker: i.worker as u64,
-            activity: activity(i.activity),
+            activity: i.activity,
             start_s: secs(i.start),
             end_s: secs(i.end),
             waited_for: i.waited_for.map(|p| p as u64),
@@ -267,17 +257,5 @@ mod tests {
         assert_eq!(sci(-0.0, 3), "0.000e0");
         assert_eq!(sci(-1e-300, 3), "-1.000e-300");
         assert_eq!(sci(2.5e-7, 3), "2.500e-7");
-    }
-
-    #[test]
-    fn activities_keep_their_names() {
-        for a in record::Activity::ALL {
-            assert_eq!(activity(a).name(), a.name());
-        }
-        assert_eq!(
-            record::Activity::ALL.map(activity),
-            Activity::ALL,
-            "utilization.csv's column order"
-        );
     }
 }

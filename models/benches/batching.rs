@@ -24,7 +24,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
-use dasim_models::Network;
+use dasim_models::NeuralNet;
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::{Activation, ImageShape, LeNet, Mlp, ResNet};
 use dasim_sim::clock::rng::{StreamKind, stream};

@@ -71,7 +71,7 @@ use crate::layers::conv::Conv;
 use crate::layers::linear::Linear;
 use crate::layers::{ParamRows, activate, from_groups, to_groups, uniform};
 use crate::mlp::Activation;
-use crate::spec::{Load, Model, ModelSpec, Network};
+use crate::spec::{Load, Model, ModelSpec, NeuralNet};
 
 pub use crate::layers::conv::IM2COL_MIN_REPLICAS;
 
@@ -228,7 +228,7 @@ impl LeNet {
     }
 }
 
-impl Network for LeNet {
+impl NeuralNet for LeNet {
     fn name(&self) -> &'static str {
         "lenet"
     }

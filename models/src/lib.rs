@@ -16,7 +16,7 @@
 //!
 //! Each model owns what is known of it: its module holds its options type (the `[model]` keys of
 //! its kind), which implements [`ModelSpec`] (checks, the data it reads, how it is shaped to
-//! them, what claims may rely on), and, where it has a network, the [`Network`] the store
+//! them, what claims may rely on), and, where it has a network, the [`NeuralNet`] the store
 //! computes on. [`ModelConfig`] is generated from one registry table in [`model`], a line per
 //! kind; nothing else matches on the kinds.
 
@@ -50,7 +50,7 @@ pub use error::{Error, Result};
 pub use lenet::{LeNet, LenetConfig};
 pub use memory::{Bytes, MemoryEstimate};
 pub use mlp::{Activation, Mlp, MlpConfig};
-pub use model::{Loss, Model, ModelConfig, ModelSpec, Network};
+pub use model::{Loss, Model, ModelConfig, ModelSpec, NeuralNet};
 pub use quadratic::{QuadraticConfig, QuadraticStore};
 pub use regression::{LinearConfig, Regression, SoftmaxConfig};
 pub use resnet::{ResNet, ResnetConfig};

@@ -19,7 +19,7 @@ use dasim_sim::clock::rng::Stream;
 use crate::convex::Objective;
 use crate::data::Dataset;
 pub use crate::layers::Activation;
-use crate::spec::{Load, Model, ModelSpec, Network};
+use crate::spec::{Load, Model, ModelSpec, NeuralNet};
 
 fn default_hidden() -> Vec<usize> {
     vec![32]
@@ -166,7 +166,7 @@ impl Mlp {
     }
 }
 
-impl Network for Mlp {
+impl NeuralNet for Mlp {
     fn name(&self) -> &'static str {
         "mlp"
     }

@@ -3,7 +3,7 @@
 //! the kind's module. The options type implements [`ModelSpec`]: how its values are checked
 //! ([`ModelSpec::validate`]), which data it reads ([`ModelSpec::load`]), how it is shaped to them
 //! ([`ModelSpec::build`]), and what a scenario's claims may rely on (an accuracy, a known
-//! optimum, numbers at all). A model with a network implements [`Network`] (its parameter
+//! optimum, numbers at all). A model with a network implements [`NeuralNet`] (its parameter
 //! layout, forward pass, FLOPs and memory terms) and is built as [`Model::Net`]; the synthetic
 //! quadratic runs on the exact reference store of `dasim-sim` ([`crate::quadratic`]) and a
 //! timing model on a store without numbers ([`crate::timing`]). Nothing else matches on the
@@ -25,7 +25,7 @@ use crate::resnet::ResnetConfig;
 use crate::timing::TimingConfig;
 use crate::transformer::TransformerConfig;
 
-pub use crate::spec::{Load, Loss, Model, ModelSpec, Network, QuadraticShape};
+pub use crate::spec::{Load, Loss, Model, ModelSpec, NeuralNet, QuadraticShape};
 
 /// The registry: one line per kind. Generates [`ModelConfig`] (the serde schema of `[model]`,
 /// tagged by `kind`) and the one dispatch from a kind to its [`ModelSpec`].

@@ -19,7 +19,7 @@ use dasim_sim::clock::rng::Stream;
 use crate::convex::{ConvexKind, Objective};
 use crate::data::{Dataset, DatasetKind};
 use crate::mlp::{Activation, Mlp};
-use crate::spec::{Load, Loss, Model, ModelSpec, Network};
+use crate::spec::{Load, Loss, Model, ModelSpec, NeuralNet};
 
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
@@ -164,7 +164,7 @@ impl Regression {
     }
 }
 
-impl Network for Regression {
+impl NeuralNet for Regression {
     fn name(&self) -> &'static str {
         match self.loss {
             Loss::CrossEntropy => "softmax",

@@ -69,7 +69,7 @@ use crate::layers::conv::Conv;
 use crate::layers::linear::Linear;
 use crate::layers::norm::Norm;
 use crate::layers::{ParamRows, from_groups, to_groups};
-use crate::spec::{Load, Model, ModelSpec, Network};
+use crate::spec::{Load, Model, ModelSpec, NeuralNet};
 
 pub(crate) mod cpu;
 
@@ -367,7 +367,7 @@ fn shortcut(x: Tensor<4>, r: usize, conv: Conv) -> Tensor<4> {
         .reshape([b, r * conv.cout, h, w])
 }
 
-impl Network for ResNet {
+impl NeuralNet for ResNet {
     fn name(&self) -> &'static str {
         "resnet"
     }

@@ -1,6 +1,6 @@
 //! What a model is to the rest of dasim: its entry in the registry ([`ModelSpec`], implemented by
 //! each kind's options type; the registry itself is [`crate::model`]), the network the burn store
-//! computes on ([`Network`]), and [`Model`], a network or one of the two models without one.
+//! computes on ([`NeuralNet`]), and [`Model`], a network or one of the two models without one.
 //!
 //! Every model is a function of one row of `P` numbers. The store stacks `R` rows into a
 //! `[R, P]` tensor and calls [`Model::forward`] once for all of them, with inputs `[R, B,
@@ -174,7 +174,7 @@ pub struct QuadraticShape {
 /// A network on the flat layout: what the store ([`crate::store::BurnStore`]) needs of a model
 /// with parameters it computes on. Implemented by each such model in its module; [`Model`]
 /// hands its calls on (its methods say what each means).
-pub trait Network: Send + Sync + Debug {
+pub trait NeuralNet: Send + Sync + Debug {
     /// The `kind` of `[model]` this is.
     fn name(&self) -> &'static str;
 
@@ -227,7 +227,7 @@ pub trait Network: Send + Sync + Debug {
         None
     }
 
-    /// [`Network::forward`] on rows given as their blocks ([`Model::forward_blocks`]).
+    /// [`NeuralNet::forward`] on rows given as their blocks ([`Model::forward_blocks`]).
     fn forward_blocks(
         &self,
         blocks: Vec<Tensor<2>>,
@@ -254,9 +254,9 @@ pub trait Network: Send + Sync + Debug {
 /// two models without a network, which run on their own stores.
 #[derive(Clone, Debug)]
 pub enum Model {
-    /// A network on the flat layout ([`Network`]): the MLP, softmax regression, least squares,
+    /// A network on the flat layout ([`NeuralNet`]): the MLP, softmax regression, least squares,
     /// LeNet-5, a ResNet, a transformer.
-    Net(Arc<dyn Network>),
+    Net(Arc<dyn NeuralNet>),
     /// The synthetic quadratic (no network; see [`crate::quadratic`]).
     Quadratic(QuadraticShape),
     /// A timing-only model (no network, no numbers; see [`crate::timing`]).
@@ -265,7 +265,7 @@ pub enum Model {
 
 impl Model {
     /// A model of the network `net`.
-    pub fn net(net: impl Network + 'static) -> Self {
+    pub fn net(net: impl NeuralNet + 'static) -> Self {
         Model::Net(Arc::new(net))
     }
 
@@ -401,7 +401,7 @@ impl Model {
     }
 
     /// The network, or a panic for the models without one.
-    fn network(&self) -> &dyn Network {
+    fn neural_net(&self) -> &dyn NeuralNet {
         match self {
             Model::Net(n) => n.as_ref(),
             Model::Quadratic(_) => {
@@ -419,7 +419,7 @@ impl Model {
     /// # Panics
     /// For the quadratic, which has no network.
     pub fn blocks(&self) -> Vec<Range<usize>> {
-        self.network().blocks()
+        self.neural_net().blocks()
     }
 
     /// Whether the store takes a mean of gradients read at the same parameters as one model's
@@ -464,7 +464,7 @@ impl Model {
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        self.network().forward_blocks(blocks, x, train)
+        self.neural_net().forward_blocks(blocks, x, train)
     }
 
     /// Outputs `[R, B, outputs]` of `R` rows `[R, P]` on inputs `[R, B, features]`; with
@@ -479,6 +479,6 @@ impl Model {
         x: Tensor<3>,
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
-        self.network().forward(params, x, train)
+        self.neural_net().forward(params, x, train)
     }
 }

@@ -153,7 +153,7 @@ impl TimedAs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Network;
+    use crate::spec::NeuralNet;
 
     #[test]
     fn the_resnet20_preset_counts_the_papers_resnet20() {

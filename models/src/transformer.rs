@@ -54,7 +54,7 @@ use crate::layers::embedding::Embedding;
 use crate::layers::layer_norm::LayerNorm;
 use crate::layers::linear::Linear;
 use crate::layers::{CpuNet, ParamRows};
-use crate::spec::{Load, Model, ModelSpec, Network};
+use crate::spec::{Load, Model, ModelSpec, NeuralNet};
 
 pub(crate) mod cpu;
 
@@ -412,7 +412,7 @@ impl Transformer {
     }
 }
 
-impl Network for Transformer {
+impl NeuralNet for Transformer {
     fn name(&self) -> &'static str {
         "transformer"
     }

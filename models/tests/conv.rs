@@ -5,7 +5,7 @@
 //! skipped with `DASIM_SKIP_WGPU=1`).
 
 use burn::tensor::{Device, Int, Tensor, TensorData, activation};
-use dasim_models::Network;
+use dasim_models::NeuralNet;
 use dasim_models::backend::{BackendChoice, select};
 use dasim_models::lenet::IM2COL_MIN_REPLICAS;
 use dasim_models::{Activation, ImageShape, LeNet, ResNet};

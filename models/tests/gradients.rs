@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use burn::tensor::Device;
-use dasim_models::Network;
+use dasim_models::NeuralNet;
 use dasim_models::lenet::LeNet;
 use dasim_models::resnet::ResNet;
 use dasim_models::store::{FUSED_CHUNK, fused_chunk};

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
-use dasim_models::Network;
+use dasim_models::NeuralNet;
 use dasim_models::data::text::{Vocab, load_text};
 use dasim_models::{
     BurnStore, DataConfig, Dataset, ModelConfig, Problem, TargetKind, Transformer, TransformerShape,

@@ -442,12 +442,16 @@ pub use error::ConfigError;
 /// The names most programs need.
 pub mod prelude {
     pub use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+    // Every registered kind's options type is here: the registry (`algorithms/mod.rs`) names
+    // each as `crate::prelude::…`, so that a kind added without its line here does not compile.
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
-        AllReduceSgd, Averaging, Bound, Broadcast, Choco, ChocoConfig, Dasgd, DasgdConfig, Diloco,
-        DilocoConfig, Dpsgd, DpsgdConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig,
-        MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala,
-        RennalaConfig, Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, UpdateOrder,
+        AllReduceSgd, AsyncLocalSgd, AsyncLocalSgdConfig, Averaging, Bound, Broadcast, Choco,
+        ChocoConfig, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd, DpsgdConfig, FragmentPattern,
+        LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig,
+        ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster, RingmasterConfig,
+        SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, StepRule, StreamingDiloco,
+        StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};

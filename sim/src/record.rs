@@ -87,6 +87,22 @@ impl Activity {
     }
 }
 
+/// Reads an activity back from its name in the outputs ([`Activity::name`]).
+impl std::str::FromStr for Activity {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Activity::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown activity `{s}` (expected compute, communicate, blocked, idle or down)"
+                )
+            })
+    }
+}
+
 /// The dense window may always span this many values, however few of them were seen.
 const DENSE: usize = 256;
 

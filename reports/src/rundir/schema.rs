@@ -557,57 +557,10 @@ impl CsvRow for FaultRow {
     }
 }
 
-/// What a worker is doing during a [`TimelineRow`]'s interval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Activity {
-    /// Computing a gradient.
-    Compute,
-    /// Sending or receiving (and nothing else).
-    Communicate,
-    /// Waiting for a peer.
-    Blocked,
-    /// Nothing to do.
-    Idle,
-    /// Crashed by a `[[faults]]` entry and not rejoined.
-    Down,
-}
-
-impl Activity {
-    /// All five, in the order of the `utilization.csv` columns.
-    pub const ALL: [Activity; 5] = [
-        Activity::Compute,
-        Activity::Communicate,
-        Activity::Blocked,
-        Activity::Idle,
-        Activity::Down,
-    ];
-
-    /// The name used in `timeline.csv`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Activity::Compute => "compute",
-            Activity::Communicate => "communicate",
-            Activity::Blocked => "blocked",
-            Activity::Idle => "idle",
-            Activity::Down => "down",
-        }
-    }
-}
-
-impl FromStr for Activity {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Activity::ALL
-            .into_iter()
-            .find(|a| a.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown activity `{s}` (expected compute, communicate, blocked, idle or down)"
-                )
-            })
-    }
-}
+/// What a worker is doing during a [`TimelineRow`]'s interval: the engine's own
+/// ([`dasim_sim::record::Activity`]), whose `name` is what `timeline.csv` holds and whose
+/// `FromStr` reads it back.
+pub use dasim_sim::record::Activity;
 
 /// One row of `timeline.csv`: an interval of one worker's activity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -308,7 +308,14 @@ where
 /// The registry: one line per kind. Generates [`AlgorithmKind`] (the serde schema of an entry's
 /// options, tagged by `kind`) and the one dispatch from a kind to its [`AlgorithmSpec`].
 macro_rules! registry {
-    ($( $(#[$doc:meta])* $kind:literal => $variant:ident($options:ty), )*) => {
+    ($( $(#[$doc:meta])* $kind:literal => $variant:ident($options:ident), )*) => {
+        /// The prelude ([`crate::prelude`]) holds every kind's options type: this does not
+        /// compile when one is missing there.
+        #[allow(dead_code)]
+        fn prelude_holds_every_kind() {
+            $( let _: Option<crate::prelude::$options> = None; )*
+        }
+
         /// An `[[algorithms]]` entry's kind and options (everything but the common fields of
         /// [`AlgorithmConfig`]).
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
