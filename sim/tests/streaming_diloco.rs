@@ -698,3 +698,215 @@ fn a_crash_stalls_the_run_at_the_next_merge_and_a_rejoin_is_refused() {
     assert_eq!(e.path.to_string(), "faults[0].kind");
     assert!(e.message.contains("streaming-diloco"), "{e}");
 }
+
+/// The reference store of [`layers`] whose last layer, `12..16`, is declared running
+/// statistics (as batch norm's): no optimizer step there; a worker's step moves them as a
+/// training pass moves a running variance, `x ← 0.9·x + 0.1·v` towards a large `v` of its own
+/// (`50·(w + 1)·(j − 11)`), so their outer change dwarfs the weights'.
+struct WithStats {
+    inner: std::rc::Rc<std::cell::RefCell<ReferenceStore>>,
+}
+
+const STATS: Range<usize> = 12..DIM;
+
+impl ReplicaStore for WithStats {
+    fn workers(&self) -> usize {
+        self.inner.borrow().workers()
+    }
+    fn rows(&self) -> usize {
+        self.inner.borrow().rows()
+    }
+    fn num_params(&self) -> usize {
+        self.inner.borrow().num_params()
+    }
+    fn batch_size(&self) -> usize {
+        self.inner.borrow().batch_size()
+    }
+    fn train_size(&self) -> usize {
+        self.inner.borrow().train_size()
+    }
+    fn layers(&self) -> Vec<Layer> {
+        self.inner.borrow().layers()
+    }
+    fn state(&self) -> Range<usize> {
+        STATS
+    }
+    fn add_rows(&mut self, count: usize) -> usize {
+        self.inner.borrow_mut().add_rows(count)
+    }
+    fn request_gradient_scaled(&mut self, worker: usize, scale: f64) -> GradId {
+        self.inner
+            .borrow_mut()
+            .request_gradient_scaled(worker, scale)
+    }
+    fn mean_gradient(&mut self, grads: &[GradId]) -> GradId {
+        self.inner.borrow_mut().mean_gradient(grads)
+    }
+    fn apply_gradient_block(&mut self, row: usize, grad: GradId, lr: f64, block: Range<usize>) {
+        let mut inner = self.inner.borrow_mut();
+        let trained = block.start..block.end.min(STATS.start);
+        if !trained.is_empty() {
+            inner.apply_gradient_block(row, grad, lr, trained);
+        }
+        if row < inner.workers() {
+            let mut x = inner.params(row).to_vec();
+            let first = STATS.start.max(block.start);
+            for (j, s) in x.iter_mut().enumerate().take(block.end).skip(first) {
+                let v = 50.0 * (row + 1) as f64 * (j - 11) as f64;
+                *s = 0.9 * *s + 0.1 * v;
+            }
+            inner.set_params(row, x);
+        }
+    }
+    fn release_gradient(&mut self, grad: GradId) {
+        self.inner.borrow_mut().release_gradient(grad)
+    }
+    fn swap_optimizer_state(&mut self, a: usize, b: usize) {
+        self.inner.borrow_mut().swap_optimizer_state(a, b)
+    }
+    fn average(&mut self, rows: &[usize]) {
+        self.inner.borrow_mut().average(rows)
+    }
+    fn mix(&mut self, dst: usize, terms: &[(Slot, f64)]) {
+        self.inner.borrow_mut().mix(dst, terms)
+    }
+    fn new_msg(&mut self, terms: &[(Slot, f64)]) -> MsgId {
+        self.inner.borrow_mut().new_msg(terms)
+    }
+    fn release_msg(&mut self, msg: MsgId) {
+        self.inner.borrow_mut().release_msg(msg)
+    }
+    fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
+        self.inner.borrow_mut().msg_values(msg)
+    }
+    fn msg_from_values(&mut self, values: &[f64]) -> MsgId {
+        self.inner.borrow_mut().msg_from_values(values)
+    }
+    fn gradient_values(&mut self, grad: GradId) -> Vec<f64> {
+        self.inner.borrow_mut().gradient_values(grad)
+    }
+    fn set_gradient_values(&mut self, grad: GradId, values: &[f64]) {
+        self.inner.borrow_mut().set_gradient_values(grad, values)
+    }
+    fn copy_block(&mut self, dst: usize, src: usize, block: Range<usize>) {
+        self.inner.borrow_mut().copy_block(dst, src, block)
+    }
+    fn evaluate(&mut self) -> Evaluation {
+        self.inner.borrow_mut().evaluate()
+    }
+    fn evaluate_mix(&mut self, terms: &[(usize, f64)]) -> Evaluation {
+        self.inner.borrow_mut().evaluate_mix(terms)
+    }
+    fn take_train_loss(&mut self) -> f64 {
+        self.inner.borrow_mut().take_train_loss()
+    }
+    fn consensus_distance(&mut self, scales: Option<&[f64]>) -> f64 {
+        self.inner.borrow_mut().consensus_distance(scales)
+    }
+    fn suboptimality(&mut self, terms: Option<&[(usize, f64)]>) -> Option<f64> {
+        self.inner.borrow_mut().suboptimality(terms)
+    }
+}
+
+/// At 4 bits the running statistics travel with the last fragment but outside its quantized
+/// coordinates: after every outer step of that fragment the global statistics are the exact
+/// mean of what the workers sent (no quantization, no outer step), and the fragment's weights,
+/// quantized under their own scale, still move although the statistics changed by hundreds.
+/// The fragment's payload counts the statistics at full width.
+#[test]
+fn quantized_running_statistics_are_averaged_exactly_and_do_not_zero_the_weights() {
+    let cfg = StreamingDilocoConfig {
+        inner_steps: 8,
+        fragments: 2,
+        overlap_steps: 1,
+        mixing: 0.5,
+        outer_bits: 4,
+        ..Default::default()
+    };
+    let shared = std::rc::Rc::new(std::cell::RefCell::new(layered_store()));
+    let mut store = WithStats {
+        inner: std::rc::Rc::clone(&shared),
+    };
+    let alg_cfg = AlgorithmConfig::from(AlgorithmKind::StreamingDiloco(cfg.clone()));
+    let opt = optimizer(0.05, 0.5);
+    let mut alg = StreamingDiloco::new(&cfg, N);
+    let mut before: Option<Seen> = None;
+    // Per worker, its row when it last sent the last fragment.
+    let mut sent: Vec<Option<Vec<f64>>> = vec![None; N];
+    let (mut steps, mut frozen, mut state_err) = (0, 0, 0.0_f64);
+    let mut last_fragment = Vec::new();
+    let outcome = {
+        let mut world = world(
+            &alg_cfg,
+            &cluster(N, &[(1, 2.0)]),
+            &net(1.0, 20.0),
+            TopologyConfig::Ring {},
+            &mut store,
+            &opt,
+            SEED,
+        );
+        run_inspect(
+            &mut alg,
+            &mut world,
+            &stop_at(1.0),
+            &mut Collect::default(),
+            &mut |a: &StreamingDiloco, _, _| {
+                let now = seen(a, &shared.borrow());
+                let last = a.fragments().len() - 1;
+                last_fragment = a.fragments()[last].clone();
+                let Some(b) = &before else {
+                    before = Some(now);
+                    return;
+                };
+                for (w, slot) in sent.iter_mut().enumerate() {
+                    if now.sends[w][last] > b.sends[w][last] {
+                        *slot = Some(now.workers[w].clone());
+                    }
+                }
+                if now.syncs[last] > b.syncs[last] {
+                    steps += 1;
+                    let rows: Vec<Vec<f64>> = sent.iter_mut().map(|s| s.take().unwrap()).collect();
+                    let share = 1.0 / N as f64;
+                    let terms: Vec<(f64, &[f64])> =
+                        rows.iter().map(|r| (share, r.as_slice())).collect();
+                    let mean = combine(&terms);
+                    for j in STATS {
+                        let err = (now.global[j] - mean[j]).abs() / mean[j].abs().max(1.0);
+                        state_err = state_err.max(err);
+                    }
+                    let weights = coords(&a.fragments()[last]);
+                    if weights
+                        .iter()
+                        .filter(|&&j| j < STATS.start)
+                        .all(|&j| now.global[j] == b.global[j])
+                    {
+                        frozen += 1;
+                    }
+                }
+                before = Some(now);
+            },
+        )
+        .unwrap()
+    };
+    assert!(steps >= 3, "{steps} outer steps of the last fragment");
+    assert!(
+        state_err <= 1e-12 && frozen == 0,
+        "the global running statistics are off the workers' mean by up to {state_err:.3e} \
+         (relative), and the last fragment's weights did not move at {frozen} of its {steps} \
+         outer steps"
+    );
+    // Bytes: the weights of each fragment at 4 bits and one scale; the last fragment's four
+    // statistics at 4 bytes each.
+    assert_eq!(last_fragment, vec![3..5, 8..11, 12..16]);
+    let header = NetworkConfig::default().header_bytes;
+    let n = N as u64;
+    let payload = |weights: u64, stats: u64| (weights * 4).div_ceil(8) + 4 + 4 * stats;
+    let per_round = |bytes: u64| 2 * (n - 1) * n * (bytes.div_ceil(n) + header);
+    let rounds: Vec<u64> = (0..2)
+        .map(|f| (0..N).map(|w| alg.sends(w)[f]).min().unwrap())
+        .collect();
+    assert_eq!(
+        outcome.network.bytes,
+        rounds[0] * per_round(payload(7, 0)) + rounds[1] * per_round(payload(5, 4))
+    );
+}

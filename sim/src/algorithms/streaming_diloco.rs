@@ -46,18 +46,25 @@
 //! *sequential* (`P` runs of consecutive layers, as [`crate::params::blocks`] splits them). A
 //! model of one layer (the analytic problems, which have no layers) is split into `P`
 //! contiguous coordinate blocks instead. `P` is at most the number of layers (`dasim validate`
-//! refuses more, at `fragments`, before anything runs). Running statistics (batch norm) travel with the last fragment and,
-//! as in DiLoCo, are averaged, not extrapolated.
+//! refuses more, at `fragments`, before anything runs). Running statistics (batch norm) travel
+//! with the last fragment and, as in DiLoCo, the global model takes the exact mean of the
+//! workers' (as each sent them): no outer step, and no quantization (below).
 //!
 //! **Quantization** (`outer_bits` `b < 32`). Each worker's outer gradient on the fragment is
 //! quantized before it is sent, and the reduced mean again before it is gathered (a ring
 //! reduces in full precision and carries `b`-bit values, as torchft's quantized all-reduce),
-//! with [`quantize`]: a uniform symmetric quantizer, one scale per fragment. The paper quantizes
-//! to 4-bit floats (E3M0, whose levels are powers of two); dasim's levels are uniform (see the
-//! book's chapter). A fragment of `c` parameters is a payload of `⌈c·b/8⌉ + v` bytes (`v` the
-//! bytes of one value, the scale); `b = 32` is no quantization, `c·v` bytes as every model
-//! message. Each fragment has its own ring ([`super::ring`]): `2(n − 1)` chunks of
-//! `⌈bytes/n⌉` per worker and round. Sizes depend on the options only, never on values.
+//! with [`quantize`]: a uniform symmetric quantizer, one scale per fragment, over its trainable
+//! coordinates only. The last fragment's running statistics travel beside them in full
+//! precision, each worker's own: their global value is the exact mean, and a large change of a
+//! running variance cannot set the weights' scale (which at 4 bits would round their outer
+//! gradients to zero; `tests/streaming_diloco.rs`). The paper quantizes to 4-bit floats (E3M0,
+//! whose levels are powers of two); dasim's levels are uniform (see the book's chapter). A
+//! fragment of `c` trainable parameters and `r` running statistics (`r > 0` only for the last
+//! fragment of a model with state) is a payload of `⌈c·b/8⌉ + v + r·v` bytes (`v` the bytes of
+//! one value: the scale, and each statistic at full width); `b = 32` is no quantization,
+//! `(c + r)·v` bytes as every model message. Each fragment has its own ring ([`super::ring`]):
+//! `2(n − 1)` chunks of `⌈bytes/n⌉` per worker and round. Sizes depend on the options only,
+//! never on values.
 //!
 //! **Reduction.** With `fragments = 1`, `overlap_steps = 0`, `mixing = 0` and `outer_bits = 32`
 //! every step of DiLoCo is taken on the same values, with the same events, messages and
@@ -320,18 +327,30 @@ impl StreamingDilocoConfig {
         Ok(fragments)
     }
 
-    /// Payload bytes of one fragment of `params` parameters on `world`'s network:
-    /// `⌈params·b/8⌉` and one value for the scale when quantized, else `params` values.
-    pub fn fragment_bytes(&self, world: &World<'_>, params: usize) -> u64 {
+    /// Payload bytes of one fragment of `weights` trainable coordinates and `state` running
+    /// statistics on `world`'s network: quantized, `⌈weights·b/8⌉`, one value for the scale and
+    /// the statistics at full width (`state` values); else `weights + state` values.
+    pub fn fragment_bytes(&self, world: &World<'_>, weights: usize, state: usize) -> u64 {
         if self.outer_bits >= 32 {
-            world.net.payload_bytes(params)
+            world.net.payload_bytes(weights + state)
         } else {
-            let bits = params as u64 * u64::from(self.outer_bits);
+            let bits = weights as u64 * u64::from(self.outer_bits);
+            let values = 1 + state as u64;
             world
                 .net
-                .scaled_payload(bits.div_ceil(8) + world.net.value_bytes())
+                .scaled_payload(bits.div_ceil(8) + values * world.net.value_bytes())
         }
     }
+}
+
+/// The trainable coordinates of `fragment`: its ranges without the running statistics `state`
+/// (the row's suffix `T..`), which are never quantized.
+fn weights_of(fragment: &[Range<usize>], state: &Range<usize>) -> Vec<Range<usize>> {
+    fragment
+        .iter()
+        .map(|r| r.start..r.end.min(state.start))
+        .filter(|r| !r.is_empty())
+        .collect()
 }
 
 /// Quantizes the coordinates `coords` of `values` in place to `bits` bits per value (`1..=31`),
@@ -511,6 +530,11 @@ impl StreamingDiloco {
         self.offsets.iter().position(|&o| o == r)
     }
 
+    /// Whether fragment `f` carries the running statistics `state` (the last one, if any).
+    fn holds_state(&self, f: usize, state: &Range<usize>) -> bool {
+        f + 1 == self.fragments.len() && !state.is_empty()
+    }
+
     /// Whether fragment `f` is the whole row.
     fn whole(&self, f: usize, params: usize) -> bool {
         matches!(&self.fragments[f][..], [r] if *r == (0..params))
@@ -561,12 +585,24 @@ impl StreamingDiloco {
         );
         let store = &mut cx.world.store;
         let msg = if self.quantized {
-            // Δ_{w,f} = θ − θ_w on the fragment, quantized.
+            // Δ_{w,f} = θ − θ_w on the fragment's weights, quantized under their own scale; the
+            // running statistics (the last fragment's) are the worker's own, in full precision.
             let g = self.global;
+            let state = store.state();
             let d = store.new_msg(&[(Slot::Row(g), 1.0), (Slot::Row(w), -1.0)]);
             let mut values = store.msg_values(d);
             store.release_msg(d);
-            quantize(&mut values, &self.fragments[f], self.cfg.outer_bits);
+            quantize(
+                &mut values,
+                &weights_of(&self.fragments[f], &state),
+                self.cfg.outer_bits,
+            );
+            if self.holds_state(f, &state) {
+                let own = store.new_msg(&[(Slot::Row(w), 1.0)]);
+                let row = store.msg_values(own);
+                store.release_msg(own);
+                values[state.clone()].copy_from_slice(&row[state]);
+            }
             store.msg_from_values(&values)
         } else {
             store.new_msg(&[(Slot::Row(w), 1.0)])
@@ -606,16 +642,26 @@ impl StreamingDiloco {
             .collect();
         let share = 1.0 / n as f64;
         let terms: Vec<(Slot, f64)> = msgs.iter().map(|&m| (Slot::Msg(m), share)).collect();
+        let state = store.state();
         if self.quantized {
-            // The mean of the quantized outer gradients, quantized again for the gather; then
-            // a = θ − Δ.
+            // The mean of the quantized outer gradients, quantized again (the weights only) for
+            // the gather; then a = θ − Δ. The running statistics' mean is exact: the mean of the
+            // workers' own, as unquantized.
             let d = store.new_msg(&terms);
             let mut values = store.msg_values(d);
             store.release_msg(d);
-            quantize(&mut values, &self.fragments[f], self.cfg.outer_bits);
+            quantize(
+                &mut values,
+                &weights_of(&self.fragments[f], &state),
+                self.cfg.outer_bits,
+            );
             let q = store.msg_from_values(&values);
             store.mix(a, &[(Slot::Row(g), 1.0), (Slot::Msg(q), -1.0)]);
             store.release_msg(q);
+            if self.holds_state(f, &state) {
+                store.mix(t, &terms);
+                store.copy_block(a, t, state.clone());
+            }
         } else {
             store.mix(a, &terms);
         }
@@ -630,8 +676,7 @@ impl StreamingDiloco {
             outer_sgd(store, &outer, rows, Some((t, &self.fragments[f])));
         }
         // Running statistics are averaged, not extrapolated.
-        let state = store.state();
-        if f + 1 == self.fragments.len() && !state.is_empty() {
+        if self.holds_state(f, &state) {
             store.copy_block(g, a, state);
         }
         self.syncs[f] += 1;
@@ -730,10 +775,19 @@ impl Algorithm for StreamingDiloco {
         let m = self.momentum_row();
         store.mix(m, &[(Slot::Row(m), 0.0)]);
         let p = self.fragments.len();
+        let state = cx.world.store.state();
         for f in 0..p {
-            let params = self.fragments[f].iter().map(|r| r.len()).sum();
+            let weights = weights_of(&self.fragments[f], &state)
+                .iter()
+                .map(|r| r.len())
+                .sum();
+            let stats = if self.holds_state(f, &state) {
+                state.len()
+            } else {
+                0
+            };
             self.rounds
-                .add(n, &[self.cfg.fragment_bytes(cx.world, params)]);
+                .add(n, &[self.cfg.fragment_bytes(cx.world, weights, stats)]);
         }
         self.sent = vec![vec![None; n]; p];
         self.stepped = vec![None; p];
