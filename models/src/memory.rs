@@ -67,7 +67,7 @@ pub struct RunShape<'a> {
     /// Samples per minibatch.
     pub batch: usize,
     /// Numbers of optimizer state per parameter and row
-    /// ([`dasim_sim::params::OptimizerConfig::state_per_param`]; the most of any algorithm's).
+    /// ([`dasim_sim::store::OptimizerConfig::state_per_param`]; the most of any algorithm's).
     pub optimizer_state: u64,
     /// Features of the training and test splits together (numbers).
     pub data_floats: usize,
