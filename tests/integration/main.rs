@@ -4,6 +4,10 @@
 //! those under its module: `cargo test --release -p dasim --test integration -- scenarios::`.
 
 mod common;
+/// The reports crate's test helpers (its fixture run directories, PNG decoding, SVG checks), for
+/// the plot and report tests.
+#[path = "../../reports/tests/integration/common/mod.rs"]
+mod images;
 
 mod book;
 mod check;

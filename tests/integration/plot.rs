@@ -2,8 +2,7 @@
 //! mean and min–max band, and rejects bad input with the path and exit code 2.
 
 use crate::common;
-#[path = "../../reports/tests/integration/common/mod.rs"]
-mod images;
+use crate::images;
 
 use std::fs;
 use std::path::Path;

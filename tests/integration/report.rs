@@ -5,8 +5,7 @@
 //! `DASIM_REQUIRE_CHROMIUM` is set (as `tests/run.sh` does after installing it).
 
 use crate::common;
-#[path = "../../reports/tests/integration/common/mod.rs"]
-mod images;
+use crate::images;
 
 use std::fs;
 use std::path::{Path, PathBuf};
