@@ -140,7 +140,7 @@ impl RunCheckpoint {
 /// - `summary`: after `summary.json` was rewritten, before the next checkpoint;
 /// - `plots`: when every file but the plots is written.
 ///
-/// `tests/resume.rs` kills runs there and checks that resuming gives the same files.
+/// `tests/integration/resume.rs` kills runs there and checks that resuming gives the same files.
 pub fn crash_point(point: &str) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static PASSED: AtomicU64 = AtomicU64::new(0);

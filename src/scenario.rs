@@ -18,8 +18,8 @@ use dasim_sim::error::{FieldPath, PathSeg};
 use dasim_sim::fault::{FaultConfig, Faults};
 use dasim_sim::net::NetworkConfig;
 use dasim_sim::net::topology::{Topology, TopologyConfig};
-use dasim_sim::params::OptimizerConfig;
 use dasim_sim::record::MetricsConfig;
+use dasim_sim::store::OptimizerConfig;
 
 /// A whole scenario: the cluster and its network, the topology, the learning problem, when to
 /// stop, and the algorithms to compare on the same realization.

@@ -220,7 +220,7 @@ impl RunSink for RunDir {
         }
         // Every file of every algorithm is on disk: draw every plot once, from what the files
         // hold: the tables as they were written (still in memory; read back they are the same
-        // rows, so the plots of a run and of `dasim plot` are the same bytes, `tests/plot.rs`),
+        // rows, so the plots of a run and of `dasim plot` are the same bytes, `tests/integration/plot.rs`),
         // the rest read. (Not after each algorithm: at 1,024 workers redrawing is not free, and
         // `dasim plot` draws an interrupted run's plots from the files it kept.)
         crash_point("plots");

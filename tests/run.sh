@@ -4,7 +4,7 @@
 # The wgpu path is tested on lavapipe, Mesa's software Vulkan driver, so that it runs on machines
 # without a GPU. When no Vulkan driver is present and we may install packages (root, or
 # password-less sudo, with apt-get), we install libvulkan1 and mesa-vulkan-drivers.
-# The HTML report is rendered in headless Chromium (tests/report.rs); when `chromium` is missing
+# The HTML report is rendered in headless Chromium (tests/integration/report.rs); when `chromium` is missing
 # we install it the same way, and then require it (DASIM_REQUIRE_CHROMIUM=1), so that the check
 # is never skipped silently where it could run. The same goes for Slurm (below).
 set -euo pipefail
@@ -50,7 +50,7 @@ else
   echo "tests/run.sh: WARNING: chromium could not be installed; the HTML report rendering check is skipped" >&2
 fi
 
-# The Slurm test (tests/slurm.rs) brings up a single-node Slurm (slurmctld, slurmd, munged) in a
+# The Slurm test (tests/integration/slurm.rs) brings up a single-node Slurm (slurmctld, slurmd, munged) in a
 # temporary directory, as root, and runs an emitted sweep array on it. When the daemons are
 # missing we install slurm-wlm and munge the same way, and then require the test
 # (DASIM_REQUIRE_SLURM=1), so that it is never skipped silently where it could run.
@@ -69,7 +69,7 @@ else
 fi
 
 # The book (book/, mdBook) must build: includes such as {{#include ../../scenarios/papers/README.md}}
-# resolve and every chapter renders (links and TOML snippets are tested by tests/book.rs). mdbook
+# resolve and every chapter renders (links and TOML snippets are tested by tests/integration/book.rs). mdbook
 # is installed from crates.io when missing, once, into ~/.cargo/bin (about 5 minutes on two
 # cores); where it cannot be installed (no network), the build is skipped with a warning. mdbook
 # reports a broken include as an ERROR but still exits with 0, so its log is checked too.

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use burn::tensor::Device;
 use dasim_models::{Activation, DataConfig, MlpConfig, ModelConfig, Problem};
-use dasim_sim::params::{OptimizerConfig, ReplicaStore};
+use dasim_sim::store::{OptimizerConfig, ReplicaStore};
 use divan::Bencher;
 use divan::counter::ItemsCount;
 

@@ -244,7 +244,7 @@ impl NeuralNet for LeNet {
     }
 
     /// The weight matrices, in row order: the convolutions `cout × (cin·k²)`, the dense layers.
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         let mut m = vec![self.conv1.matrix(), self.conv2.matrix()];
         m.extend(self.fc.iter().map(|f| f.matrix()));
         m

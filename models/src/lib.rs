@@ -1,6 +1,6 @@
 //! # dasim-models: real gradients for dasim
 //!
-//! Implements [`dasim_sim::params::ReplicaStore`] on burn: all workers' parameters in one stacked
+//! Implements [`dasim_sim::store::ReplicaStore`] on burn: all workers' parameters in one stacked
 //! `[workers, params]` tensor, gradient requests evaluated lazily and in batches
 //! ([`store::BurnStore`]), on a zoo of models defined on that flat layout ([`model::Model`]: MLP,
 //! softmax regression, linear least squares, LeNet-5, CIFAR ResNets with batch-norm state, a
@@ -62,7 +62,7 @@ pub use transformer::{Transformer, TransformerConfig, TransformerShape};
 use std::path::Path;
 use std::sync::Arc;
 
-use dasim_sim::params::OptimizerConfig;
+use dasim_sim::store::OptimizerConfig;
 
 use crate::convex::Objective;
 use crate::model::Load;

@@ -20,7 +20,7 @@
 //! carries them: they pile up for the whole run, `(k/t − B/S) · T` of them per worker for `k`
 //! messages of `S` bytes per step of `t` seconds on an uplink of `B` bytes/s over a run of `T`
 //! seconds, besides the `k` of the step being sent, which are in flight even when the uplink
-//! keeps up. The runner computes `m` and `g` (`dasim::runner::memory_estimate`); every other
+//! keeps up. The plan computes `m` and `g` (`dasim::plan::Plan::memory_estimate`); every other
 //! algorithm waits before it posts again, so what it has queued is bounded by the workers.
 //!
 //! It is an estimate: the simulator's own bookkeeping (the staleness recorder, the metrics'
@@ -67,7 +67,7 @@ pub struct RunShape<'a> {
     /// Samples per minibatch.
     pub batch: usize,
     /// Numbers of optimizer state per parameter and row
-    /// ([`dasim_sim::params::OptimizerConfig::state_per_param`]; the most of any algorithm's).
+    /// ([`dasim_sim::store::OptimizerConfig::state_per_param`]; the most of any algorithm's).
     pub optimizer_state: u64,
     /// Features of the training and test splits together (numbers).
     pub data_floats: usize,

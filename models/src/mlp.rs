@@ -177,10 +177,10 @@ impl NeuralNet for Mlp {
     }
 
     /// The weight matrices `fan_in × fan_out`, in row order.
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         self.layers
             .iter()
-            .map(|l| dasim_sim::params::Matrix {
+            .map(|l| dasim_sim::store::Matrix {
                 start: l.weight,
                 rows: l.fan_in,
                 cols: l.fan_out,

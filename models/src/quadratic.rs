@@ -4,7 +4,7 @@
 //! geometrically over `[1, condition]` (so the condition number is exactly `condition`), whose
 //! stochastic gradient adds Gaussian noise of standard deviation `noise` to every coordinate,
 //! drawn from the worker's data stream (Data, `i`). It reads no data, so there is nothing to put
-//! on a device: it runs on [`dasim_sim::params::reference::ReferenceStore`], in `f64`, and every number
+//! on a device: it runs on [`dasim_sim::store::reference::ReferenceStore`], in `f64`, and every number
 //! is exact and backend-independent. Replicas start at `x = 0`, the optimum is `x* = 1` with
 //! `f* = 0`, so the reported loss of the average model is its suboptimality. A minibatch is one
 //! noisy gradient, and an "epoch" is the reference store's nominal 1,000 of them.
@@ -15,8 +15,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use dasim_sim::ConfigError;
-use dasim_sim::params::reference::{Quadratic, ReferenceStore};
-use dasim_sim::params::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
+use dasim_sim::store::reference::{Quadratic, ReferenceStore};
+use dasim_sim::store::{Evaluation, GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
 use crate::convex::Objective;
 use crate::data::{DataConfig, Dataset, Split};
@@ -192,7 +192,7 @@ impl ReplicaStore for QuadraticStore {
         self.inner.train_size()
     }
 
-    fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+    fn layers(&self) -> Vec<dasim_sim::store::Layer> {
         self.inner.layers()
     }
 

@@ -176,7 +176,7 @@ impl NeuralNet for Regression {
         self.layer.num_params()
     }
 
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         self.layer.matrices()
     }
 

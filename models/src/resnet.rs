@@ -384,7 +384,7 @@ impl NeuralNet for ResNet {
     }
 
     /// The weight matrices, in row order: every convolution `cout × (cin·k²)`, the linear layer.
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         let mut m = vec![self.stem.matrix()];
         for b in &self.blocks {
             m.push(b.conv1.matrix());

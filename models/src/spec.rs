@@ -160,7 +160,7 @@ pub enum Loss {
     SquaredError,
 }
 
-/// The synthetic quadratic's shape (its values live in [`dasim_sim::params::reference::Quadratic`]).
+/// The synthetic quadratic's shape (its values live in [`dasim_sim::store::reference::Quadratic`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QuadraticShape {
     /// Number of parameters.
@@ -187,7 +187,7 @@ pub trait NeuralNet: Send + Sync + Debug {
     }
 
     /// The weight matrices, in row order ([`Model::matrices`]).
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix>;
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix>;
 
     /// FLOPs (two per multiply-add) of one forward pass on one sample.
     fn forward_flops(&self) -> u64;
@@ -304,10 +304,10 @@ impl Model {
     }
 
     /// The weight matrices, in row order, for low-rank compressors
-    /// ([`ReplicaStore::matrices`](dasim_sim::params::ReplicaStore::matrices)): each dense
+    /// ([`ReplicaStore::matrices`](dasim_sim::store::ReplicaStore::matrices)): each dense
     /// layer's `fan_in × fan_out` weight, each convolution's `cout × (cin·k²)`. The quadratic
     /// has none.
-    pub fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    pub fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         match self {
             Model::Net(n) => n.matrices(),
             Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
@@ -325,21 +325,21 @@ impl Model {
     }
 
     /// The layers in forward order, for the cost models of partial steps
-    /// ([`ReplicaStore::layers`](dasim_sim::params::ReplicaStore::layers)): a layer's
+    /// ([`ReplicaStore::layers`](dasim_sim::store::ReplicaStore::layers)): a layer's
     /// coordinates run from its first parameter to the next layer's (a convolution of the ResNet
     /// with the batch norm after it), and its FLOPs are those of [`Model::forward_flops`]. The
     /// state suffix (batch-norm running statistics) is a last layer of no FLOPs; the quadratic is
     /// one layer.
-    pub fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+    pub fn layers(&self) -> Vec<dasim_sim::store::Layer> {
         let starts = match self {
             Model::Net(n) => n.layer_starts(),
             Model::Quadratic(_) | Model::Timing(_) => vec![(0, self.forward_flops())],
         };
         let trainable = self.trainable().end;
-        let mut layers: Vec<dasim_sim::params::Layer> = starts
+        let mut layers: Vec<dasim_sim::store::Layer> = starts
             .iter()
             .enumerate()
-            .map(|(k, &(start, flops))| dasim_sim::params::Layer {
+            .map(|(k, &(start, flops))| dasim_sim::store::Layer {
                 params: start..starts.get(k + 1).map_or(trainable, |s| s.0),
                 forward_flops: flops,
             })
@@ -348,7 +348,7 @@ impl Model {
             first.params.start = 0;
         }
         if trainable < self.num_params() {
-            layers.push(dasim_sim::params::Layer {
+            layers.push(dasim_sim::store::Layer {
                 params: trainable..self.num_params(),
                 forward_flops: 0,
             });

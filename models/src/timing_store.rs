@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use dasim_sim::params::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot};
+use dasim_sim::store::{Evaluation, GradId, Layer, MsgId, ReplicaStore, Slot};
 
 use crate::store::{RunStore, StoreStats};
 use crate::timing::TimingShape;

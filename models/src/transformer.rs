@@ -424,7 +424,7 @@ impl NeuralNet for Transformer {
 
     /// The weight matrices in row order, for low-rank compressors: the two embeddings
     /// (`vocab × d`, `context × d`) and every block's four linear weights.
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         let mut m = vec![self.wte.matrix(), self.wpe.matrix()];
         for b in &self.blocks {
             m.extend(b.linears().iter().map(Linear::matrix));

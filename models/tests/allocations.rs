@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dasim_models::memory::{MemoryEstimate, RunShape};
 use dasim_models::{DataConfig, ModelConfig, Problem};
-use dasim_sim::params::{OptimizerConfig, ReplicaStore};
+use dasim_sim::store::{OptimizerConfig, ReplicaStore};
 
 /// The system allocator, counting the bytes live and their peak.
 struct Counting;

@@ -6,8 +6,8 @@
 use divan::Bencher;
 use divan::counter::ItemsCount;
 
-use dasim_sim::params::GradId;
 use dasim_sim::prelude::*;
+use dasim_sim::store::GradId;
 
 fn main() {
     divan::main();
@@ -33,8 +33,8 @@ impl ReplicaStore for NullStore {
     fn train_size(&self) -> usize {
         50_000
     }
-    fn layers(&self) -> Vec<dasim_sim::params::Layer> {
-        vec![dasim_sim::params::Layer {
+    fn layers(&self) -> Vec<dasim_sim::store::Layer> {
+        vec![dasim_sim::store::Layer {
             params: 0..1_000_000,
             forward_flops: 2_000_000,
         }]

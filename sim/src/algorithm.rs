@@ -4,7 +4,7 @@
 //! An algorithm is a state machine over its own events. The driver ([`crate::engine::run`]) pops
 //! the earliest event and hands it to [`Algorithm::handle`] with a [`Ctx`]; the algorithm
 //! schedules later events, starts steps, sends messages and records what its workers do, all
-//! through the context. Parameters are touched only through the [`crate::params::ReplicaStore`]
+//! through the context. Parameters are touched only through the [`crate::store::ReplicaStore`]
 //! in [`World::store`]. See the crate documentation for a worked example.
 
 use serde::{Deserialize, Serialize};
@@ -14,10 +14,10 @@ use crate::cluster::Cluster;
 use crate::fault::{Faults, LossCause, Sent, WorkerFault};
 use crate::net::Network;
 use crate::net::topology::Topology;
-use crate::params::lr::{ScheduleProgress, TrainingProgress};
-use crate::params::tracked::Tracked;
-use crate::params::{GradId, OptimizerConfig, ReplicaStore, Slot};
 use crate::record::{Activity, FaultEvent, FaultMark, MessageRecord, MetricsConfig, Recorder};
+use crate::store::lr::{ScheduleProgress, TrainingProgress};
+use crate::store::tracked::Tracked;
+use crate::store::{GradId, OptimizerConfig, ReplicaStore, Slot};
 
 /// What an algorithm works with: the cluster's compute model, the network, the graph, the
 /// replicas and the optimizer's learning-rate rule.
@@ -30,7 +30,7 @@ pub struct World<'s> {
     /// The communication graph.
     pub topology: Topology,
     /// The parameters: the run's store, wrapped to measure gradient staleness
-    /// ([`crate::params::tracked`]).
+    /// ([`crate::store::tracked`]).
     pub store: Tracked<'s>,
     /// The `[optimizer]` section: base rate, schedule and scaling (the store applies the update
     /// itself; algorithms take the rate from [`World::lr_at`]).
@@ -124,7 +124,7 @@ impl<'s> World<'s> {
     }
 
     /// The learning rate in force at `now`: `optimizer.lr`, scaled with the number of workers
-    /// and shaped by the schedule, at the run's current progress (see [`crate::params::lr`]). A function
+    /// and shaped by the schedule, at the run's current progress (see [`crate::store::lr`]). A function
     /// of counters and simulated time only, never of parameter values.
     pub fn lr_at(&self, now: SimTime) -> f64 {
         let n = self.workers();
@@ -145,7 +145,7 @@ impl<'s> World<'s> {
     /// (the default) this is [`World::lr_at`]; with `"node"` the schedule reads `worker`'s own
     /// counter `c` ([`World::worker_steps_of`], this step not yet counted): `c` steps, and
     /// `c · batch / (train size / n)` epochs, the node's steps over its share of the training
-    /// set, as each node of the LAP-SGD reference counts its epochs ([`crate::params::lr`]).
+    /// set, as each node of the LAP-SGD reference counts its epochs ([`crate::store::lr`]).
     /// With equal counters the two rules give the same rate.
     pub fn lr_for(&self, worker: usize, now: SimTime) -> f64 {
         if self.optimizer.schedule.progress == ScheduleProgress::Global {

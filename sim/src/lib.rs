@@ -3,8 +3,8 @@
 //! A deterministic discrete-event simulator of a training cluster. Time is modeled; numbers are
 //! real: a worker's step takes the simulated time the [`cluster`] model says, messages take the
 //! time the [`net`] model says, and the gradients and averages an [`algorithms`] module asks for
-//! are computed for real by a [`ReplicaStore`](params::ReplicaStore) (burn tensors in
-//! `dasim-models`, or the exact [`ReferenceStore`](params::ReferenceStore) here).
+//! are computed for real by a [`ReplicaStore`](store::ReplicaStore) (burn tensors in
+//! `dasim-models`, or the exact [`ReferenceStore`](store::ReferenceStore) here).
 //!
 //! The crate is grouped by concern:
 //!
@@ -13,7 +13,7 @@
 //! | [`algorithm`] | the author's API: [`Algorithm`][alg], [`Ctx`][ctx], [`World`][world] |
 //! | [`algorithms`] | the library, one module per algorithm, and the registry of scenario `kind`s |
 //! | [`engine`] | the driver: time, event queue, random streams, [`run`][run], [`run_inspect`][ri] |
-//! | [`params`] | the replica stores, the `[optimizer]` section, learning-rate schedules |
+//! | [`store`] | the replica stores, the `[optimizer]` section, learning-rate schedules |
 //! | [`cluster`] | compute: base step times and stragglers |
 //! | [`net`] | the network model, the communication graph, peer schedules |
 //! | [`record`] | what a run records |
@@ -90,9 +90,9 @@
 //! ### The events and the state
 //!
 //! An algorithm names its own events, and each carries what its handler will need. The end of a
-//! step carries the gradient the step computed — a [`GradId`](params::GradId), a handle: the
+//! step carries the gradient the step computed — a [`GradId`](store::GradId), a handle: the
 //! values stay in the store, which may be computing them lazily on a GPU. A message carries the
-//! model it transports — a [`MsgId`](params::MsgId), a message buffer in the store, taken when the
+//! model it transports — a [`MsgId`](store::MsgId), a message buffer in the store, taken when the
 //! message was sent.
 //!
 //! The state is what the algorithm must remember between events: here, each worker's random
@@ -103,7 +103,7 @@
 //! ```
 //! use dasim_sim::algorithm::Ctx;
 //! use dasim_sim::clock::rng::{Stream, StreamKind, stream};
-//! use dasim_sim::params::{GradId, MsgId};
+//! use dasim_sim::store::{GradId, MsgId};
 //!
 //! /// The events of gossip SGD.
 //! #[derive(Debug)]
@@ -158,7 +158,7 @@
 //! ```
 //! # use dasim_sim::algorithm::Ctx;
 //! # use dasim_sim::clock::rng::Stream;
-//! # use dasim_sim::params::{GradId, MsgId};
+//! # use dasim_sim::store::{GradId, MsgId};
 //! # #[derive(Debug)]
 //! # enum Event {
 //! #     StepDone { worker: usize, grad: GradId },
@@ -172,7 +172,7 @@
 //! #     }
 //! # }
 //! use dasim_sim::algorithm::Algorithm;
-//! use dasim_sim::params::{ReplicaStore, Slot}; // the store's operations are the trait's methods
+//! use dasim_sim::store::{ReplicaStore, Slot}; // the store's operations are the trait's methods
 //! use rand::Rng;
 //!
 //! impl Algorithm for Gossip {
@@ -227,15 +227,15 @@
 //!   `[optimizer]` schedule at the current time and progress) and then released: handles are
 //!   freed by the algorithm that holds them. [`Ctx::step_done`](algorithm::Ctx::step_done) counts
 //!   the step, for the stop rules, the epochs and the records.
-//! - The copy is a message buffer taken now ([`new_msg`](params::ReplicaStore::new_msg)), so what
+//! - The copy is a message buffer taken now ([`new_msg`](store::ReplicaStore::new_msg)), so what
 //!   travels is the replica as it was when sent, whatever its worker does while the copy is on the
 //!   wire. [`Ctx::send`](algorithm::Ctx::send) asks the network when a message of
 //!   `model_bytes` lands (serialization at both NICs, then latency) and schedules the arrival
 //!   event then.
 //! - The receiver merges the copy with one store operation,
-//!   [`mix`](params::ReplicaStore::mix), which is atomic, and frees the buffer. The receiver may
+//!   [`mix`](store::ReplicaStore::mix), which is atomic, and frees the buffer. The receiver may
 //!   be computing a gradient meanwhile, on the replica it read before: the store layer measures
-//!   that staleness for every algorithm alike ([`params::tracked`]).
+//!   that staleness for every algorithm alike ([`store::tracked`]).
 //! - [`Algorithm::waiting`](algorithm::Algorithm::waiting) says who waits for whom. The driver
 //!   asks when the event queue runs dry: an empty answer ends the run, any other is reported as a
 //!   deadlock. Gossip never waits.
@@ -253,7 +253,7 @@
 //! ### Running it, and checking an invariant at every event
 //!
 //! An algorithm runs on a [`World`](algorithm::World) built from the cluster, network and
-//! topology models and a store: here the exact [`ReferenceStore`](params::ReferenceStore) on a
+//! topology models and a store: here the exact [`ReferenceStore`](store::ReferenceStore) on a
 //! quadratic, whose numbers are plain `f64`. [`run_inspect`](engine::run_inspect) is
 //! [`run`](engine::run) with a hook, called after `start` and after every event with the
 //! algorithm, the world and the time: where an algorithm's invariant is checked at every event,
@@ -267,7 +267,7 @@
 //! ```
 //! # use dasim_sim::algorithm::{Algorithm, Ctx};
 //! # use dasim_sim::clock::rng::{Stream, StreamKind, stream};
-//! # use dasim_sim::params::{GradId, MsgId, ReplicaStore, Slot};
+//! # use dasim_sim::store::{GradId, MsgId, ReplicaStore, Slot};
 //! # use rand::Rng;
 //! # #[derive(Debug)]
 //! # enum Event {
@@ -389,8 +389,8 @@
 //! The hook sees the algorithm and the world, not the values of the replicas (the world holds the
 //! store). To check an invariant on the parameters themselves at every event — AD-PSGD's averaging
 //! keeps the sum of the replicas, SGP keeps the push-sum weight — the library's tests run on a
-//! store that shares the reference store with the hook (`Checked`, in `sim/tests/common/mod.rs`;
-//! the checks are in `sim/tests/library.rs`).
+//! store that shares the reference store with the hook (`Checked`, in `sim/tests/integration/common/mod.rs`;
+//! the checks are in `sim/tests/integration/library.rs`).
 //!
 //! Turning the algorithm into a scenario `kind` — its options, its
 //! [`AlgorithmSpec`](algorithms::AlgorithmSpec), its line in the registry, its book chapter and
@@ -418,7 +418,7 @@
 //! communicating, blocked (and on whom) or idle, in integer nanoseconds that add up to the
 //! simulated time; the activity timeline inside a window; per-link messages, bytes and busy time
 //! ([`Network::link_stats`](net::Network::link_stats)); message ages; and, measured in the store
-//! layer for every algorithm alike ([`params::tracked`]), the staleness of every applied gradient.
+//! layer for every algorithm alike ([`store::tracked`]), the staleness of every applied gradient.
 //! The [`Outcome`](engine::Outcome) carries it as a [`RunRecord`](record::RunRecord); per-event
 //! logs go to the [`Observer`](engine::Observer).
 
@@ -432,9 +432,9 @@ pub mod env;
 pub mod error;
 pub mod fault;
 pub mod net;
-pub mod params;
 mod raw;
 pub mod record;
+pub mod store;
 
 pub use engine::error::{Error, Result};
 pub use error::ConfigError;
@@ -463,12 +463,12 @@ pub mod prelude {
     pub use crate::net::{
         Dtype, Fabric, LinkSpec, Network, NetworkConfig, PeerSchedule, Topology, TopologyConfig,
     };
-    pub use crate::params::lr::{
+    pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
+    pub use crate::store::lr::{
         LrScaling, LrSchedule, ScheduleKind, ScheduleProgress, ScheduleUnit,
     };
-    pub use crate::params::{
+    pub use crate::store::{
         Evaluation, GradId, Layer, Matrix, MsgId, OptimizerConfig, Quadratic, ReferenceStore,
         ReplicaStore, Slot,
     };
-    pub use crate::record::{Activity, Histogram, MetricsConfig, RunRecord};
 }

@@ -24,11 +24,11 @@
 //!   of every mixed message's age; and, per mixing step of a push-sum method
 //!   ([`crate::algorithm::Ctx::mix_age`]), the age of the oldest message mixed in at that step.
 //! - **Per-event logs** (off by default): every message ([`MessageRecord`]) and, from the store
-//!   layer ([`crate::params::tracked`]), every applied gradient ([`GradientRecord`]), buffered during an
+//!   layer ([`crate::store::tracked`]), every applied gradient ([`GradientRecord`]), buffered during an
 //!   event and handed to the [`crate::engine::Observer`] after it.
 //!
 //! Gradient staleness (global and per row) is measured in the store layer
-//! ([`crate::params::tracked::Tracked`]) and link
+//! ([`crate::store::tracked::Tracked`]) and link
 //! totals in the network ([`crate::net::Network::link_stats`]); a finished run gathers all of
 //! it in a [`RunRecord`].
 
@@ -319,10 +319,10 @@ pub struct GradientRecord {
     /// When it was applied.
     pub apply: SimTime,
     /// Row staleness: updates the row received between the read and the application
-    /// ([`crate::params::tracked`]).
+    /// ([`crate::store::tracked`]).
     pub row_staleness: u64,
     /// Global staleness: global iterations (gradients applied anywhere, each counted once)
-    /// between the read and the application ([`crate::params::tracked`]).
+    /// between the read and the application ([`crate::store::tracked`]).
     pub global_staleness: u64,
 }
 
@@ -749,10 +749,10 @@ pub struct RunRecord {
     /// `(worker, peer)`: the time `worker` was blocked on `peer`.
     pub waits: BTreeMap<(usize, usize), SimTime>,
     /// Per worker: the global staleness of the gradients it computed, at every application
-    /// ([`crate::params::tracked`]): global iterations between the read and the application.
+    /// ([`crate::store::tracked`]): global iterations between the read and the application.
     pub global_staleness: Vec<Histogram>,
     /// Per worker: the row staleness of the gradients it computed, at every application
-    /// ([`crate::params::tracked`]): updates of the target row between the read and the
+    /// ([`crate::store::tracked`]): updates of the target row between the read and the
     /// application.
     pub row_staleness: Vec<Histogram>,
     /// Per receiving worker: the age in iterations of the messages it mixed (SGP).

@@ -45,8 +45,8 @@ impl Conv {
 
     /// The weight as the matrix `cout × (cin·k²)`, as PowerSGD's reference code reshapes a
     /// convolution (for low-rank compressors).
-    pub fn matrix(&self) -> dasim_sim::params::Matrix {
-        dasim_sim::params::Matrix {
+    pub fn matrix(&self) -> dasim_sim::store::Matrix {
+        dasim_sim::store::Matrix {
             start: self.weight,
             rows: self.cout,
             cols: self.cin * self.k * self.k,

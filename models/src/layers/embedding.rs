@@ -29,8 +29,8 @@ impl Embedding {
     }
 
     /// The table as a matrix `rows × dim`, for low-rank compressors.
-    pub fn matrix(&self) -> dasim_sim::params::Matrix {
-        dasim_sim::params::Matrix {
+    pub fn matrix(&self) -> dasim_sim::store::Matrix {
+        dasim_sim::store::Matrix {
             start: self.weight,
             rows: self.rows,
             cols: self.dim,

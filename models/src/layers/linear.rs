@@ -29,8 +29,8 @@ impl Linear {
     }
 
     /// The weight as a matrix `fan_in × fan_out`, for low-rank compressors.
-    pub fn matrix(&self) -> dasim_sim::params::Matrix {
-        dasim_sim::params::Matrix {
+    pub fn matrix(&self) -> dasim_sim::store::Matrix {
+        dasim_sim::store::Matrix {
             start: self.weight,
             rows: self.fan_in,
             cols: self.fan_out,

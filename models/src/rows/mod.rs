@@ -56,7 +56,7 @@
 //!
 //! The rooms: this module holds the rows and their operations ([`Rows`]); `queue` the queued SGD
 //! steps and their one-pass settle (the optimizer rules themselves are `dasim_sim`'s, one file
-//! each in `dasim_sim::params::optim`); `combine` the linear combinations and means of rows.
+//! each in `dasim_sim::store::optim`); `combine` the linear combinations and means of rows.
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -96,8 +96,8 @@ mod queue;
 #[cfg(test)]
 mod tests;
 
-use dasim_sim::params::optim::{self, Sgd, State};
-use dasim_sim::params::{OptimizerConfig, OptimizerKind};
+use dasim_sim::store::optim::{self, Sgd, State};
+use dasim_sim::store::{OptimizerConfig, OptimizerKind};
 
 pub use combine::{
     PARALLEL_FLOATS, combine, combine_in_place, combine_in_place_split, combine_into,
@@ -519,7 +519,7 @@ impl Rows {
     }
 
     /// One optimizer step on the coordinates `block` of row `r` with gradient `g` (the gradient
-    /// of `block` only) and rate `lr`, by the rule of `opt` as `dasim_sim::params::optimizer`
+    /// of `block` only) and rate `lr`, by the rule of `opt` as `dasim_sim::store::optimizer`
     /// states it. `layers` are the model's layers' parameter ranges (LARS's trust ratio is per
     /// layer, over the part of each layer inside `block`).
     pub fn step(
@@ -536,7 +536,7 @@ impl Rows {
         if opt.kind == OptimizerKind::Sgd {
             return self.sgd_step(r, g, lr, block, opt);
         }
-        // Any other rule, from its own file of `dasim_sim::params::optim`, in `f32`, with the
+        // Any other rule, from its own file of `dasim_sim::store::optim`, in `f32`, with the
         // row's state on `block`. The buffers are taken out so that the row can be borrowed
         // mutably beside them.
         let mut first = self.velocity.take();

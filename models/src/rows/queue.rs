@@ -7,7 +7,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use dasim_sim::params::optim::Sgd;
+use dasim_sim::store::optim::Sgd;
 
 use super::Row;
 use super::combine::parts;
@@ -141,7 +141,7 @@ impl Queued {
 }
 
 wide! {
-    /// SGD's step ([`Sgd::apply`], the rule's own loop in `dasim_sim::params::optim::sgd`),
+    /// SGD's step ([`Sgd::apply`], the rule's own loop in `dasim_sim::store::optim::sgd`),
     /// compiled for AVX2 where the CPU has it: every SGD step of the rows, queued or not, runs
     /// here.
     pub(super) fn sgd_apply(

@@ -112,7 +112,7 @@ impl BurnStore {
             return;
         }
         let groups = r.div_ceil(self.max_batch.unwrap_or(r)).max(threads.min(r));
-        let bounds = dasim_sim::params::blocks(r, groups);
+        let bounds = dasim_sim::store::blocks(r, groups);
         let results: Vec<(ReadBack, Vec<f32>)> = if groups > 1 && threads > 1 {
             bounds
                 .par_iter()

@@ -71,7 +71,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData, Transaction, activation};
 use rayon::prelude::*;
 
 use dasim_sim::clock::rng::{StreamKind, stream};
-use dasim_sim::params::{
+use dasim_sim::store::{
     Evaluation, GradId, HandleMap, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
 };
 
@@ -516,7 +516,7 @@ impl ReplicaStore for BurnStore {
         self.epoch_samples
     }
 
-    fn layers(&self) -> Vec<dasim_sim::params::Layer> {
+    fn layers(&self) -> Vec<dasim_sim::store::Layer> {
         self.model.layers()
     }
 
@@ -528,7 +528,7 @@ impl ReplicaStore for BurnStore {
         self.rows.push_copies_of_first(count)
     }
 
-    fn matrices(&self) -> Vec<dasim_sim::params::Matrix> {
+    fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         self.model.matrices()
     }
 

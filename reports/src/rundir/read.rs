@@ -215,7 +215,7 @@ impl RunData {
     /// The same data as [`RunData::load`] of the directory: every float is written in its
     /// shortest form that reads back to the same bits, so reading a table back gives the rows
     /// that were written (`dasim run`'s plots and `dasim plot`'s are compared byte for byte in
-    /// `tests/plot.rs`). At a thousand workers the timeline alone is 100,000 rows to parse.
+    /// `tests/integration/plot.rs`). At a thousand workers the timeline alone is 100,000 rows to parse.
     pub fn with_tables(
         dir: impl AsRef<Path>,
         stamp: &Stamp,

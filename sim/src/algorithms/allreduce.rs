@@ -59,7 +59,7 @@ use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::compress::{Compression, PowerSgd};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, ReplicaStore};
+use crate::store::{GradId, ReplicaStore};
 
 /// The ring of the gradients (with PowerSGD: of the `P` factors).
 const GRADIENTS: usize = 0;

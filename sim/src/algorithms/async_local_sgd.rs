@@ -91,8 +91,8 @@ use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::engine::SimTime;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
+use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 fn default_inner_steps() -> u32 {
     50
@@ -530,7 +530,7 @@ impl AsyncLocalSgd {
         &self,
         step: &[(Slot, f64)],
         momentum: &[(Slot, f64)],
-        store: &mut crate::params::tracked::Tracked<'_>,
+        store: &mut crate::store::tracked::Tracked<'_>,
     ) {
         let (g, m) = (self.global, self.momentum_row());
         let term = -self.cfg.outer_lr * self.cfg.outer_momentum;

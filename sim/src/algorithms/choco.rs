@@ -49,7 +49,7 @@ use crate::compress::Compression;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
-use crate::params::{MsgId, ReplicaStore, Slot};
+use crate::store::{MsgId, ReplicaStore, Slot};
 
 /// Options of CHOCO-SGD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

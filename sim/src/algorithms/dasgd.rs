@@ -23,7 +23,7 @@
 //! following fixed paths — each worker applies each origin's gradients in the order they were
 //! computed. Each worker applies gradients through its own optimizer state (momentum, weight
 //! decay). Nobody ever waits, so DASGD cannot deadlock. A model's running statistics (batch norm,
-//! [`crate::params::ReplicaStore::state`]) are its own worker's: by the store's state rule a
+//! [`crate::store::ReplicaStore::state`]) are its own worker's: by the store's state rule a
 //! received gradient moves only the trainable parameters.
 //!
 //! ## Staleness
@@ -102,7 +102,7 @@ use crate::algorithms::{AlgorithmSpec, Declared, Runnable, Setup, measure};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
-use crate::params::{GradId, ReplicaStore};
+use crate::store::{GradId, ReplicaStore};
 
 /// How DASGD spreads gradients.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -51,8 +51,8 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::tracked::Tracked;
-use crate::params::{GradId, ReplicaStore, Slot};
+use crate::store::tracked::Tracked;
+use crate::store::{GradId, ReplicaStore, Slot};
 
 pub(crate) fn default_inner_steps() -> u32 {
     500

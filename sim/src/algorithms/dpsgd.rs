@@ -62,7 +62,7 @@ use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::topology::Topology;
-use crate::params::{MsgId, ReplicaStore, Slot};
+use crate::store::{MsgId, ReplicaStore, Slot};
 
 /// The mixing matrix of D-PSGD.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -92,7 +92,7 @@ use super::ring::{Done, RingRound, RoundMean};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
-use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
+use crate::store::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 
 /// Payload of the counters' all-reduce: the reference all-reduces two 32-bit floats.
 const POLL_BYTES: u64 = 8;

@@ -50,7 +50,7 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, ReplicaStore};
+use crate::store::{GradId, ReplicaStore};
 
 fn default_h() -> u32 {
     4

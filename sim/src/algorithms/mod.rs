@@ -1,7 +1,7 @@
 //! The algorithms, one module each.
 //!
 //! Each is a state machine over its own events ([`crate::algorithm::Algorithm`]), touches parameters
-//! only through the [`crate::params::ReplicaStore`], cites its paper, states the per-worker
+//! only through the [`crate::store::ReplicaStore`], cites its paper, states the per-worker
 //! procedure and its invariant.
 //!
 //! | `kind` | module | synchrony |
@@ -49,7 +49,7 @@
 //!   SlowMo, Streaming DiLoCo, LAP-SGD.
 //!
 //! Learning-rate schedules, momentum, Nesterov and weight decay are the shared `[optimizer]`
-//! section ([`crate::params::OptimizerConfig`], [`crate::params::lr`]), not options of an algorithm.
+//! section ([`crate::store::OptimizerConfig`], [`crate::store::lr`]), not options of an algorithm.
 
 pub mod adpsgd;
 pub mod allreduce;
@@ -80,7 +80,7 @@ use crate::algorithm::{Algorithm, World};
 use crate::engine::{Checkpointing, Observer, Outcome, RunConfig};
 use crate::error::ConfigError;
 use crate::net::topology::{Topology, TopologyConfig};
-use crate::params::{OptimizerConfig, ReplicaStore};
+use crate::store::{OptimizerConfig, ReplicaStore};
 
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Bound, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
@@ -113,10 +113,10 @@ pub struct Setup<'a> {
     pub params: Option<usize>,
     /// The model's weight matrices ([`ReplicaStore::matrices`]); empty when the check runs
     /// before the model is known, or the model has none.
-    pub matrices: &'a [crate::params::Matrix],
+    pub matrices: &'a [crate::store::Matrix],
     /// The model's layers ([`ReplicaStore::layers`]); empty when the check runs before the
     /// model is known.
-    pub layers: &'a [crate::params::Layer],
+    pub layers: &'a [crate::store::Layer],
     /// The model's running statistics ([`ReplicaStore::state`]); empty when it has none or
     /// the check runs before the model is known.
     pub state: &'a std::ops::Range<usize>,
@@ -601,8 +601,8 @@ impl AlgorithmConfig {
         topology: &Topology,
         path: &str,
         params: Option<usize>,
-        matrices: &[crate::params::Matrix],
-        layers: &[crate::params::Layer],
+        matrices: &[crate::store::Matrix],
+        layers: &[crate::store::Layer],
         state: std::ops::Range<usize>,
     ) -> Result<(), ConfigError> {
         if self.label.as_deref().is_some_and(|l| l.trim().is_empty()) {
@@ -648,7 +648,7 @@ impl AlgorithmConfig {
         optimizer: &OptimizerConfig,
         path: &str,
     ) -> Result<(), ConfigError> {
-        if optimizer.schedule.progress != crate::params::lr::ScheduleProgress::Node {
+        if optimizer.schedule.progress != crate::store::lr::ScheduleProgress::Node {
             return Ok(());
         }
         self.algorithm.spec().node_progress().map_err(|why| {

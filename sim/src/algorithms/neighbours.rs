@@ -29,8 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::Ctx;
-use crate::params::{GradId, MsgId, ReplicaStore};
 use crate::record::Activity;
+use crate::store::{GradId, MsgId, ReplicaStore};
 
 /// When a worker's message of iteration `k` goes out, which decides whether a neighbour waiting
 /// for it is blocked (not sent yet) or communicating (in flight).
@@ -303,7 +303,7 @@ mod tests {
     use crate::cluster::{ClusterConfig, StragglerConfig};
     use crate::engine::{Collect, Outcome, run};
     use crate::fault::WorkerFault;
-    use crate::params::Slot;
+    use crate::store::Slot;
 
     /// A message that says which iteration and which sender it is of.
     #[derive(Clone, Copy, Debug, Serialize, Deserialize)]

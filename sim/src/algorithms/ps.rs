@@ -8,7 +8,7 @@
 //! Server", NeurIPS 2013.
 //!
 //! The model is split into `servers` contiguous shards of near-equal size
-//! ([`crate::params::blocks`]); shard `s` lives on network node `n + s` (its own NIC, so a server's
+//! ([`crate::store::blocks`]); shard `s` lives on network node `n + s` (its own NIC, so a server's
 //! downlink serializes the pushes it receives) and in block `s` of one extra store row, the
 //! server's model, which carries the server's optimizer state.
 //!
@@ -138,7 +138,7 @@
 //!
 //! **Staleness** ([`Algorithm::staleness`]): for each block of a gradient applied at shard `s`,
 //! the number of gradients shard `s` applied between serving the worker's pull and applying this
-//! one. (The store-layer measure of [`crate::params::tracked`] gives the same numbers.)
+//! one. (The store-layer measure of [`crate::store::tracked`] gives the same numbers.)
 //!
 //! **Activities** ([`crate::record`]): a worker computes its gradient; from pushing it until every
 //! shard has replied to its next pull it communicates (its own round trip, delayed only by the
@@ -158,8 +158,8 @@ use crate::clock::time::TimeUnit;
 use crate::engine::SimTime;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, ReplicaStore, blocks};
 use crate::record::Activity;
+use crate::store::{GradId, ReplicaStore, blocks};
 
 fn one() -> usize {
     1

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 use super::star::{Event, Star, StarMethod, StarOptions};
 use crate::algorithm::Ctx;
 use crate::error::ConfigError;
-use crate::params::{GradId, ReplicaStore};
+use crate::store::{GradId, ReplicaStore};
 
 /// Options of Rennala SGD.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -60,8 +60,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use crate::algorithm::{Ctx, World};
 use crate::clock::time::{SimTime, num};
 use crate::fault::{FaultKind, FaultSupport};
-use crate::params::{GradId, ReplicaStore, blocks};
 use crate::record::Activity;
+use crate::store::{GradId, ReplicaStore, blocks};
 
 /// What a worker's full contribution to its round means for its wait.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -644,7 +644,7 @@ mod tests {
     use crate::env::BuildEnv;
     use crate::net::topology::{Topology, TopologyConfig};
     use crate::net::{Network, NetworkConfig, RandomCongestion};
-    use crate::params::reference::{Quadratic, ReferenceStore};
+    use crate::store::reference::{Quadratic, ReferenceStore};
 
     /// Computes one round on a fresh network, one bucket or through the queue, and returns the
     /// completion times and the network's state afterwards.

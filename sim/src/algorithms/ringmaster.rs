@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::star::{Event, Star, StarMethod, StarOptions};
 use crate::algorithm::{Ctx, StalenessStats};
 use crate::error::ConfigError;
-use crate::params::GradId;
+use crate::store::GradId;
 
 fn yes() -> bool {
     true

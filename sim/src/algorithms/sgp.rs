@@ -21,7 +21,7 @@
 //! `sgp` is the synchronous variant, `τ = 0`: a node waits for its in-peers' messages of its
 //! own iteration. The pseudo-code above is also `overlap-sgp` with `send = "every-iteration"`.
 //!
-//! Running statistics (batch norm, [`crate::params::ReplicaStore::state`]) are coordinates of the
+//! Running statistics (batch norm, [`crate::store::ReplicaStore::state`]) are coordinates of the
 //! row: the numerator holds `w_i` times them and push-sum mixes them with the parameters. The
 //! store hands the state part of a gradient requested at scale `1/w_i` in the row's units, `w_i`
 //! times the change of the de-biased statistics, so `x_i / w_i` holds the statistics the pass
@@ -121,8 +121,8 @@ use crate::algorithms::{AlgorithmSpec, Declared, Runnable, Setup, measure};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::net::schedule::PeerSchedule;
-use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
+use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 /// Options of synchronous SGP.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

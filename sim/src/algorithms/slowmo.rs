@@ -93,8 +93,8 @@ use crate::algorithms::{AlgorithmSpec, Runnable, Setup, Sgp};
 use crate::clock::EventQueue;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::tracked::Tracked;
-use crate::params::{GradId, ReplicaStore, Slot};
+use crate::store::tracked::Tracked;
+use crate::store::{GradId, ReplicaStore, Slot};
 
 /// The base algorithm of SlowMo (`base` in the scenario).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

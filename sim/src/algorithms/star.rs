@@ -41,8 +41,8 @@ use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
+use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 /// Events of the star.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]

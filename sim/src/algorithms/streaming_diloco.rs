@@ -43,7 +43,7 @@
 //! **Fragments.** A fragment is a set of whole layers ([`ReplicaStore::layers`], the trainable
 //! ones; the running-statistics layer is not one): the paper's *strided* pattern by default
 //! (`pattern = "strided"`: layer `k` in fragment `k mod P`, the paper's choice), or
-//! *sequential* (`P` runs of consecutive layers, as [`crate::params::blocks`] splits them). A
+//! *sequential* (`P` runs of consecutive layers, as [`crate::store::blocks`] splits them). A
 //! model of one layer (the analytic problems, which have no layers) is split into `P`
 //! contiguous coordinate blocks instead. `P` is at most the number of layers (`dasim validate`
 //! refuses more, at `fragments`, before anything runs). Running statistics (batch norm) travel
@@ -106,8 +106,8 @@ use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
-use crate::params::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 use crate::record::Activity;
+use crate::store::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 
 fn default_fragments() -> u32 {
     1
@@ -633,7 +633,7 @@ impl StreamingDiloco {
     }
 
     /// The outer step on fragment `f`, from every worker's contribution to the round.
-    fn outer_step(&mut self, f: usize, store: &mut crate::params::tracked::Tracked<'_>) {
+    fn outer_step(&mut self, f: usize, store: &mut crate::store::tracked::Tracked<'_>) {
         let n = self.workers.len();
         let (g, a, t) = (self.global, self.average_row(), self.scratch_row());
         let msgs: Vec<MsgId> = self.sent[f]
@@ -684,7 +684,7 @@ impl StreamingDiloco {
     }
 
     /// `w` merges its fragment in flight: `α·θ_w + (1 − α)·θ` on its coordinates.
-    fn merge(&mut self, w: usize, store: &mut crate::params::tracked::Tracked<'_>) {
+    fn merge(&mut self, w: usize, store: &mut crate::store::tracked::Tracked<'_>) {
         let f = self.workers[w]
             .in_flight
             .take()

@@ -10,7 +10,7 @@ use crate::env::BuildEnv;
 use crate::fault::{FaultConfig, Faults};
 use crate::net::topology::{Topology, TopologyConfig};
 use crate::net::{Network, NetworkConfig};
-use crate::params::reference::{Quadratic, ReferenceStore};
+use crate::store::reference::{Quadratic, ReferenceStore};
 
 /// The exact store of `n` replicas of a 4-parameter quadratic.
 pub fn store(n: usize, seed: u64) -> ReferenceStore {

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::rng::{StreamKind, stream};
 use crate::error::ConfigError;
-use crate::params::{GradId, Matrix, MsgId, ReplicaStore};
+use crate::store::{GradId, Matrix, MsgId, ReplicaStore};
 
 /// The state of PowerSGD across steps: the warm-start `Q` of each matrix and each worker's
 /// error-feedback buffer.

@@ -11,7 +11,7 @@
 //! gradient requests, message buffers). The graph is not in it: it is a function of the
 //! scenario, rebuilt on resume. Restoring a checkpoint into a world built from the same scenario
 //! and running on gives the same events, in the same order, with the same numbers, as the run
-//! that was never interrupted (`tests/resume.rs`).
+//! that was never interrupted (`tests/integration/resume.rs`).
 //!
 //! Checkpoints are taken between events: at the first gap in the event sequence at or after each
 //! multiple of [`Checkpointing::every`] (all events up to that time handled, and the evaluation
@@ -21,7 +21,7 @@
 //! magic number and a format version: a checkpoint of another format version is refused, not
 //! misread.
 //!
-//! [`ReplicaStore::save_state`]: crate::params::ReplicaStore::save_state
+//! [`ReplicaStore::save_state`]: crate::store::ReplicaStore::save_state
 
 use std::sync::atomic::AtomicBool;
 

@@ -24,7 +24,7 @@
 //! one at the stop.
 //!
 //! While it runs, the world records what happened ([`crate::record`]): each worker's activity,
-//! link totals, message ages, and — in the store layer ([`crate::params::tracked`]) — the staleness of
+//! link totals, message ages, and — in the store layer ([`crate::store::tracked`]) — the staleness of
 //! every applied gradient; the [`Outcome`] carries it all as a [`RunRecord`]. With the per-event
 //! logs on, every applied gradient and every message is handed to the [`Observer`] after the
 //! event that produced it.
@@ -45,8 +45,8 @@ use crate::engine::error::{Error, Result};
 use crate::error::ConfigError;
 use crate::fault::{FaultStats, RejoinState, Stall, WorkerFault};
 use crate::net::NetworkStats;
-use crate::params::{Evaluation, ReplicaStore};
 use crate::record::{GradientRecord, MessageRecord, RunRecord};
+use crate::store::{Evaluation, ReplicaStore};
 
 fn default_eval_every_s() -> f64 {
     1.0

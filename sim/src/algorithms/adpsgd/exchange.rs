@@ -10,8 +10,8 @@ use rand::Rng;
 use super::{AdPsgd, Averaging, Event, Outgoing, Partner};
 use crate::algorithm::Ctx;
 use crate::engine::SimTime;
-use crate::params::{MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
+use crate::store::{MsgId, ReplicaStore, Slot};
 
 impl AdPsgd {
     /// A reply `delta` is no longer in flight.

@@ -8,8 +8,8 @@
 use super::{AdPsgd, Averaging, Event, Outgoing};
 use crate::algorithm::{Algorithm, Ctx};
 use crate::fault::WorkerFault;
-use crate::params::{MsgId, ReplicaStore, Slot};
 use crate::record::Activity;
+use crate::store::{MsgId, ReplicaStore, Slot};
 
 impl Algorithm for AdPsgd {
     type Event = Event;

@@ -108,7 +108,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::engine::SimTime;
-use crate::params::{GradId, MsgId};
+use crate::store::{GradId, MsgId};
 
 // The options and their checks (`config`), the events and the state machine's state (here), the
 // dispatch of each event to its handler (`handlers`), the steps and averagings the handlers drive

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{AdPsgd, Event, Outgoing};
 use crate::algorithm::Ctx;
-use crate::params::{MsgId, ReplicaStore, Slot};
+use crate::store::{MsgId, ReplicaStore, Slot};
 
 /// The reference's phone book of the bipartite exponential graph on `n` workers, as offsets
 /// modulo `n` in the order it rotates through them: `+1, −1, +(1 + 2^i), −(1 + 2^i)` for
