@@ -2,7 +2,7 @@
 //! complete algorithm written outside the crate, as a contributor writes it in
 //! `sim/src/algorithms/gossip.rs` (where `dasim_sim::` is `crate::`). The chapter includes its
 //! code from this file, between the `ANCHOR` comments (`{{#include
-//! ../../sim/tests/contributing.rs:algorithm}}`), so what the book shows is what compiles here:
+//! ../../sim/tests/integration/contributing.rs:algorithm}}`), so what the book shows is what compiles here:
 //! the imports, the state and the events, `impl Algorithm`, the options and `impl AlgorithmSpec`.
 //!
 //! The state machine is the walkthrough's at the top of the crate's documentation
