@@ -22,6 +22,9 @@ SCRIPT = textwrap.dedent(
 
     scenario, out = sys.argv[1], sys.argv[2]
     sent = []
+    # Python's own Ctrl-C handler, as in a terminal: a process started in the background by a
+    # shell without job control inherits SIGINT ignored, and Python then installs none.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     # Ctrl-C, as a terminal sends it (SIGINT to the process), once AD-PSGD is 2 simulated
     # seconds in: whatever the machine's speed, the run is under way.
