@@ -472,8 +472,6 @@ impl StalenessStats {
 pub trait Algorithm {
     /// The events this algorithm schedules for itself.
     type Event;
-    /// Short name used in outputs (`allreduce`, `adpsgd`, …).
-    fn name(&self) -> &str;
     /// Schedules the first events (and adds any store rows it needs).
     fn start(&mut self, cx: &mut Ctx<'_, '_, Self::Event>);
     /// Handles one event.

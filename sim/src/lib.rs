@@ -178,10 +178,6 @@
 //! impl Algorithm for Gossip {
 //!     type Event = Event;
 //!
-//!     fn name(&self) -> &str {
-//!         "gossip"
-//!     }
-//!
 //!     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
 //!         for worker in 0..self.steps.len() {
 //!             self.step(worker, cx);
@@ -292,7 +288,6 @@
 //! # }
 //! # impl Algorithm for Gossip {
 //! #     type Event = Event;
-//! #     fn name(&self) -> &str { "gossip" }
 //! #     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
 //! #         for worker in 0..self.steps.len() { self.step(worker, cx); }
 //! #     }

@@ -550,7 +550,17 @@ impl Rows {
             second: second.as_mut().map(|v| &mut v[r][block.clone()]),
             counts: counts.as_mut().map(|t| &mut t[r][block.clone()]),
         };
-        optim::step(opt, x, state, g, lr, block, layers);
+        optim::step(
+            opt,
+            optim::Step {
+                x,
+                state,
+                g,
+                lr,
+                block,
+                layers,
+            },
+        );
         self.velocity = first;
         self.second = second;
         self.steps = counts;

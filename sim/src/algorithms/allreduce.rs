@@ -247,10 +247,6 @@ impl AllReduceSgd {
 impl Algorithm for AllReduceSgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "allreduce"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.grads.len();
         if let Some(rank) = self.rank {

@@ -668,10 +668,6 @@ pub fn dylu_steps(h: u32, own: (u32, u64), fastest: (u32, u64)) -> u32 {
 impl Algorithm for AsyncLocalSgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "async-local-sgd"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
         assert!(

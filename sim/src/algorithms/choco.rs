@@ -283,10 +283,6 @@ impl Choco {
 impl Algorithm for Choco {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "choco"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let p = cx.world.store.num_params();
         self.bytes = cx.world.net.scaled_payload(

@@ -687,10 +687,6 @@ impl Dasgd {
 impl Algorithm for Dasgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "dasgd"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         for w in 0..self.grads.len() {
             self.begin(w, cx);

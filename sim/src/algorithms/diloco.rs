@@ -314,10 +314,6 @@ impl RoundMethod<Event> for Diloco {
 impl Algorithm for Diloco {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "diloco"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
         let store = &mut cx.world.store;

@@ -257,10 +257,6 @@ impl Dpsgd {
 impl Algorithm for Dpsgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "dpsgd"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         for w in 0..self.exchange.len() {
             self.begin(w, cx);

@@ -476,14 +476,6 @@ pub fn partial_step_cost(layers: &[Layer], block: &Range<usize>) -> f64 {
 impl Algorithm for LapSgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        if self.partitioned {
-            "lpp-sgd"
-        } else {
-            "lap-sgd"
-        }
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.nodes.len();
         let p = self.nodes[0].processes.len();

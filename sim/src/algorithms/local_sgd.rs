@@ -227,14 +227,6 @@ impl RoundMethod<Event> for LocalSgd {
 impl Algorithm for LocalSgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        if self.warmup > 0 {
-            "post-local-sgd"
-        } else {
-            "local-sgd"
-        }
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
         self.rounds.add_model(cx.world);

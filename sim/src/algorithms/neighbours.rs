@@ -377,9 +377,6 @@ mod tests {
 
     impl Algorithm for Avg {
         type Event = Ev;
-        fn name(&self) -> &str {
-            "avg"
-        }
         fn start(&mut self, cx: &mut Ctx<'_, '_, Ev>) {
             for w in 0..self.ex.len() {
                 self.begin(w, cx);

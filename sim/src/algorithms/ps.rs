@@ -819,10 +819,6 @@ impl ParameterServer {
 impl Algorithm for ParameterServer {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "ps"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
         let p = cx.world.store.num_params();

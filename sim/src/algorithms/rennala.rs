@@ -115,8 +115,6 @@ impl Rennala {
 }
 
 impl StarMethod for Rennala {
-    const NAME: &'static str = "rennala";
-
     fn star(&self) -> &Star {
         &self.star
     }

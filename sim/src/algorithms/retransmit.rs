@@ -149,9 +149,6 @@ mod tests {
 
     impl Algorithm for Sender {
         type Event = Ev;
-        fn name(&self) -> &str {
-            "sender"
-        }
         fn start(&mut self, cx: &mut Ctx<'_, '_, Ev>) {
             for k in 0..2 {
                 let lost = self.rt.post(0, 1, 1000, Ev::Land(k), cx);

@@ -659,9 +659,6 @@ mod tests {
 
     impl Algorithm for OneRound {
         type Event = Go;
-        fn name(&self) -> &str {
-            "one-round"
-        }
         fn start(&mut self, cx: &mut Ctx<'_, '_, Go>) {
             cx.after(SimTime::from_nanos(1_000_000), Go);
         }
@@ -801,9 +798,6 @@ mod tests {
 
     impl Algorithm for Rounds {
         type Event = RoundEvent;
-        fn name(&self) -> &str {
-            "rounds"
-        }
         fn start(&mut self, cx: &mut Ctx<'_, '_, RoundEvent>) {
             assert!(
                 self.rounds.waiting().is_empty(),

@@ -115,8 +115,6 @@ impl Ringmaster {
 }
 
 impl StarMethod for Ringmaster {
-    const NAME: &'static str = "ringmaster";
-
     fn star(&self) -> &Star {
         &self.star
     }

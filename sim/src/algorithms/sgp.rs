@@ -671,10 +671,6 @@ impl Sgp {
 impl Algorithm for Sgp {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        self.kind
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         for i in 0..self.nodes.len() {
             self.advance_complete(i);

@@ -506,10 +506,6 @@ impl RoundMethod<Event> for Slowmo {
 impl Algorithm for Slowmo {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "slowmo"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
         let store = &mut cx.world.store;

@@ -421,8 +421,6 @@ pub(crate) fn star_support(fault: FaultKind) -> FaultSupport {
 /// the current point, Ringmaster's delay threshold). The star runs everything else, so
 /// [`Algorithm`] is implemented once for every method.
 pub(crate) trait StarMethod {
-    /// The kind's name.
-    const NAME: &'static str;
     /// The star the method runs on.
     fn star(&self) -> &Star;
     /// The star, to change.
@@ -439,10 +437,6 @@ pub(crate) trait StarMethod {
 
 impl<M: StarMethod> Algorithm for M {
     type Event = Event;
-
-    fn name(&self) -> &str {
-        M::NAME
-    }
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         self.star_mut().start(cx);
@@ -537,7 +531,6 @@ mod tests {
     }
 
     impl StarMethod for Fresh {
-        const NAME: &'static str = "fresh";
         fn star(&self) -> &Star {
             &self.star
         }
@@ -594,7 +587,6 @@ mod tests {
         assert_eq!(stopping.star.k, out.worker_steps);
         assert!(stopping.star.stopped >= 20, "{}", stopping.star.stopped);
         assert_eq!(stopping.star.ignored, 0);
-        assert_eq!(Algorithm::name(&stopping), "fresh");
         assert_eq!(stopping.eval_model(), Some(vec![(stopping.star.row, 1.0)]));
     }
 }

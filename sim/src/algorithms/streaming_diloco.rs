@@ -757,10 +757,6 @@ impl RoundMethod<Event> for StreamingDiloco {
 impl Algorithm for StreamingDiloco {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "streaming-diloco"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.workers.len();
         let store = &mut cx.world.store;

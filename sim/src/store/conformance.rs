@@ -1329,7 +1329,19 @@ fn any_rule_step(
         second: Some(&mut st.s),
         counts: Some(&mut st.t),
     };
-    optim::step(opt, x, state, &clipped, lr, 0..x.len(), layers);
+    let block = 0..x.len();
+    let (g, layers) = (&clipped[..], layers);
+    optim::step(
+        opt,
+        optim::Step {
+            x,
+            state,
+            g,
+            lr,
+            block,
+            layers,
+        },
+    );
 }
 
 /// The first gradient of each of the workers `0..count` on a fresh store of `workers` workers

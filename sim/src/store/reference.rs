@@ -321,7 +321,18 @@ impl ReplicaStore for ReferenceStore {
             counts: buffers.counts.then(|| &mut steps[row][block.clone()]),
         };
         let x = &mut params[row][block.clone()];
-        optim::step(opt, x, state, &g[block.clone()], lr, block, &self.ranges);
+        let (g, layers) = (&g[block.clone()], &self.ranges[..]);
+        optim::step(
+            opt,
+            optim::Step {
+                x,
+                state,
+                g,
+                lr,
+                block,
+                layers,
+            },
+        );
     }
 
     fn release_gradient(&mut self, grad: GradId) {

@@ -96,10 +96,6 @@ impl Gossip {
 impl Algorithm for Gossip {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "gossip"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         for worker in 0..self.steps.len() {
             self.step(worker, cx);

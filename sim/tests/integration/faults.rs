@@ -63,9 +63,6 @@ impl Probe {
 
 impl Algorithm for Probe {
     type Event = Ev;
-    fn name(&self) -> &str {
-        "probe"
-    }
     fn start(&mut self, cx: &mut Ctx<'_, '_, Ev>) {
         for (k, &(t, _, _)) in self.sends.iter().enumerate() {
             cx.at(SimTime::from_nanos(t), Ev::Send(k));

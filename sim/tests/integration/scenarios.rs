@@ -176,9 +176,6 @@ struct Stuck;
 
 impl Algorithm for Stuck {
     type Event = ();
-    fn name(&self) -> &str {
-        "stuck"
-    }
     fn start(&mut self, cx: &mut Ctx<'_, '_, ()>) {
         cx.after(SimTime::from_nanos(1_000), ());
     }

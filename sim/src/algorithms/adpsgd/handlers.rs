@@ -14,10 +14,6 @@ use crate::store::{MsgId, ReplicaStore, Slot};
 impl Algorithm for AdPsgd {
     type Event = Event;
 
-    fn name(&self) -> &str {
-        "adpsgd"
-    }
-
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         for w in 0..self.workers.len() {
             self.next_step(w, cx);

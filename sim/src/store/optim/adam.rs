@@ -24,10 +24,8 @@
 //! positive, `weight_decay`; `momentum` is refused (the first-moment decay is `beta1`). The bias
 //! corrections `1 − βᵗ` are computed in `f64`, once per distinct step count of a step.
 
-use std::ops::Range;
-
 use super::decay::{decoupled, l2};
-use super::{Buffers, Count, Float, Rule, State};
+use super::{Buffers, Count, Float, Rule, State, Step};
 use crate::error::ConfigError;
 use crate::store::OptimizerConfig;
 
@@ -156,16 +154,8 @@ impl Rule for Adam {
         validate(opt)
     }
 
-    fn step<F: Float, C: Count>(
-        opt: &OptimizerConfig,
-        x: &mut [F],
-        state: State<'_, F, C>,
-        g: &[F],
-        lr: f64,
-        _block: Range<usize>,
-        _layers: &[Range<usize>],
-    ) {
-        Adam::<F>::of(opt).apply_state(x, state, g, lr);
+    fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
+        Adam::<F>::of(opt).apply_state(s.x, s.state, s.g, s.lr);
     }
 }
 

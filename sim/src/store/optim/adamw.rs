@@ -16,10 +16,8 @@
 //! Adam's ([`super::adam`]); only the place of `λ` differs. With `λ = 0` the two rules are the
 //! same.
 
-use std::ops::Range;
-
 use super::adam::{self, Adam};
-use super::{Buffers, Count, Float, Rule, State};
+use super::{Buffers, Count, Float, Rule, Step};
 use crate::error::ConfigError;
 use crate::store::OptimizerConfig;
 
@@ -49,16 +47,8 @@ impl Rule for AdamW {
         adam::validate(opt)
     }
 
-    fn step<F: Float, C: Count>(
-        opt: &OptimizerConfig,
-        x: &mut [F],
-        state: State<'_, F, C>,
-        g: &[F],
-        lr: f64,
-        _block: Range<usize>,
-        _layers: &[Range<usize>],
-    ) {
-        AdamW::of::<F>(opt).apply_state(x, state, g, lr);
+    fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
+        AdamW::of::<F>(opt).apply_state(s.x, s.state, s.g, s.lr);
     }
 }
 

@@ -15,10 +15,8 @@
 //! x ← x − η·d / (√s + ε)
 //! ```
 
-use std::ops::Range;
-
 use super::decay::l2;
-use super::{Buffers, Count, Float, Rule, State};
+use super::{Buffers, Count, Float, Rule, State, Step};
 use crate::error::ConfigError;
 use crate::store::OptimizerConfig;
 
@@ -75,17 +73,9 @@ impl Rule for RmsProp {
         Ok(())
     }
 
-    fn step<F: Float, C: Count>(
-        opt: &OptimizerConfig,
-        x: &mut [F],
-        state: State<'_, F, C>,
-        g: &[F],
-        lr: f64,
-        _block: Range<usize>,
-        _layers: &[Range<usize>],
-    ) {
-        let s = state.second.expect("RMSprop keeps a second moment");
-        RmsProp::<F>::of(opt).apply(x, s, g, F::from_f64(lr));
+    fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
+        let v = s.state.second.expect("RMSprop keeps a second moment");
+        RmsProp::<F>::of(opt).apply(s.x, v, s.g, F::from_f64(s.lr));
     }
 }
 // ANCHOR_END: rule
@@ -109,7 +99,18 @@ mod tests {
             second: Some(&mut s),
             counts: None,
         };
-        RmsProp::step(&opt, &mut x, state, &g, 0.1, 0..2, &[]);
+        let (lr, block, layers) = (0.1, 0..2, &[][..]);
+        RmsProp::step(
+            &opt,
+            Step {
+                x: &mut x,
+                state,
+                g: &g,
+                lr,
+                block,
+                layers,
+            },
+        );
         for (k, want) in [1.0 - 0.1 / 0.1f64.sqrt(), -2.0 + 0.1 / 0.1f64.sqrt()]
             .into_iter()
             .enumerate()

@@ -22,7 +22,7 @@ use std::ops::Range;
 
 use super::decay::l2;
 use super::momentum::heavy_ball;
-use super::{Buffers, Count, Float, Rule, State};
+use super::{Buffers, Count, Float, Rule, Step};
 use crate::store::OptimizerConfig;
 
 /// LARS's default trust coefficient `eta` (You et al. 2017).
@@ -120,16 +120,8 @@ impl Rule for Lars {
         }
     }
 
-    fn step<F: Float, C: Count>(
-        opt: &OptimizerConfig,
-        x: &mut [F],
-        state: State<'_, F, C>,
-        g: &[F],
-        lr: f64,
-        block: Range<usize>,
-        layers: &[Range<usize>],
-    ) {
-        Lars::<F>::of(opt).apply(x, state.first, g, lr, block, layers);
+    fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
+        Lars::<F>::of(opt).apply(s.x, s.state.first, s.g, s.lr, s.block, s.layers);
     }
 }
 

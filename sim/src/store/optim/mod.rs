@@ -109,6 +109,25 @@ pub struct State<'a, F, C> {
     pub counts: Option<&'a mut [C]>,
 }
 
+/// One step of a rule, as [`Rule::step`] receives it: with rate `lr` on the coordinates `block`
+/// of a row, `x`, its `state` and the gradient `g` (already clipped) are those coordinates;
+/// `layers` are the model's layers' coordinate ranges in the whole row (for a rule that scales
+/// by layer).
+pub struct Step<'a, F, C> {
+    /// The row's coordinates `block`.
+    pub x: &'a mut [F],
+    /// The row's optimizer state on those coordinates.
+    pub state: State<'a, F, C>,
+    /// The gradient on those coordinates, already clipped.
+    pub g: &'a [F],
+    /// The rate.
+    pub lr: f64,
+    /// The coordinates of the row that `x` holds.
+    pub block: Range<usize>,
+    /// The model's layers' coordinate ranges in the whole row.
+    pub layers: &'a [Range<usize>],
+}
+
 /// An optimizer rule: what its line in the registry names.
 pub trait Rule {
     /// The optional keys of `[optimizer]` this rule reads (`beta1`, `eta`, `nesterov`, …); a
@@ -124,18 +143,8 @@ pub trait Rule {
         Ok(())
     }
 
-    /// One step with rate `lr` on the coordinates `block` of a row: `x`, its `state` and the
-    /// gradient `g` (already clipped) are those coordinates; `layers` are the model's layers'
-    /// coordinate ranges in the whole row (for a rule that scales by layer).
-    fn step<F: Float, C: Count>(
-        opt: &OptimizerConfig,
-        x: &mut [F],
-        state: State<'_, F, C>,
-        g: &[F],
-        lr: f64,
-        block: Range<usize>,
-        layers: &[Range<usize>],
-    );
+    /// One step on the coordinates of a row that `s` holds ([`Step`]).
+    fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>);
 }
 
 /// The registry: one line per rule. Generates [`OptimizerKind`] (its serde names are the
@@ -185,19 +194,9 @@ macro_rules! rules {
 
         /// One step of the rule of `opt` ([`Rule::step`]), in the float type of the store.
         #[inline]
-        pub fn step<F: Float, C: Count>(
-            opt: &OptimizerConfig,
-            x: &mut [F],
-            state: State<'_, F, C>,
-            g: &[F],
-            lr: f64,
-            block: Range<usize>,
-            layers: &[Range<usize>],
-        ) {
+        pub fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
             match opt.kind {
-                $(OptimizerKind::$variant => {
-                    <$rule as Rule>::step(opt, x, state, g, lr, block, layers)
-                })*
+                $(OptimizerKind::$variant => <$rule as Rule>::step(opt, s),)*
             }
         }
     };
@@ -279,13 +278,33 @@ mod tests {
                     second: Some(&mut b[..]),
                     counts: Some(&mut t[..]),
                 };
-                step(&opt, &mut x, st, &g, 0.1, 0..p, &layers);
+                step(
+                    &opt,
+                    Step {
+                        x: &mut x,
+                        state: st,
+                        g: &g,
+                        lr: 0.1,
+                        block: 0..p,
+                        layers: &layers,
+                    },
+                );
                 let st = State {
                     first: Some(&mut a32[..]),
                     second: Some(&mut b32[..]),
                     counts: Some(&mut t32[..]),
                 };
-                step(&opt, &mut x32, st, &g32, 0.1, 0..p, &layers);
+                step(
+                    &opt,
+                    Step {
+                        x: &mut x32,
+                        state: st,
+                        g: &g32,
+                        lr: 0.1,
+                        block: 0..p,
+                        layers: &layers,
+                    },
+                );
             }
             for k in 0..p {
                 let d = (x[k] - f64::from(x32[k])).abs();

@@ -18,11 +18,9 @@
 //! The burn store's rows queue SGD steps and apply them later, several in one pass, and run this
 //! loop compiled for AVX2 where the CPU has it (`dasim_models::rows`); the bits are the same.
 
-use std::ops::Range;
-
 use super::decay::l2;
 use super::momentum::{heavy_ball, nesterov as look_ahead};
-use super::{Buffers, Count, Float, Rule, State};
+use super::{Buffers, Count, Float, Rule, Step};
 use crate::store::OptimizerConfig;
 
 /// SGD's settings, in the type it computes in.
@@ -100,16 +98,8 @@ impl Rule for Sgd {
         }
     }
 
-    fn step<F: Float, C: Count>(
-        opt: &OptimizerConfig,
-        x: &mut [F],
-        state: State<'_, F, C>,
-        g: &[F],
-        lr: f64,
-        _block: Range<usize>,
-        _layers: &[Range<usize>],
-    ) {
-        Sgd::<F>::of(opt).apply(x, state.first, g, F::from_f64(lr));
+    fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
+        Sgd::<F>::of(opt).apply(s.x, s.state.first, s.g, F::from_f64(s.lr));
     }
 }
 
