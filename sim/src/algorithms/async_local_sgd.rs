@@ -92,6 +92,7 @@ use crate::engine::SimTime;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::record::Activity;
+use crate::store::optim::outer::{self, delayed_nesterov::DelayedNesterov};
 use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 fn default_inner_steps() -> u32 {
@@ -156,6 +157,16 @@ impl Default for AsyncLocalSgdConfig {
 }
 
 impl AsyncLocalSgdConfig {
+    /// The outer update these options set.
+    pub fn delayed_nesterov(&self) -> DelayedNesterov {
+        DelayedNesterov {
+            lr: self.outer_lr,
+            momentum: self.outer_momentum,
+            nesterov: self.nesterov,
+            every: self.momentum_every,
+        }
+    }
+
     fn check(&self, path: &str) -> Result<(), ConfigError> {
         if self.inner_steps == 0 {
             return Err(ConfigError::new(
@@ -164,26 +175,18 @@ impl AsyncLocalSgdConfig {
             )
             .hint("inner_steps is H, the inner optimizer steps of a round between two pushes (the paper's 50)"));
         }
-        if !(self.outer_lr.is_finite() && self.outer_lr > 0.0) {
-            return Err(ConfigError::new(
-                &format!("{path}.outer_lr"),
-                format!(
-                    "outer_lr must be positive and finite, not {}",
-                    self.outer_lr
-                ),
-            )
-            .hint("DiLoCo's outer learning rate is 0.7; 1.0 with outer_momentum = 0 applies each outer gradient whole"));
-        }
-        if !(0.0..1.0).contains(&self.outer_momentum) {
-            return Err(ConfigError::new(
-                &format!("{path}.outer_momentum"),
-                format!(
-                    "outer_momentum must be in [0, 1), not {}",
-                    self.outer_momentum
-                ),
-            )
-            .hint("DiLoCo's outer momentum is 0.9; 0 is outer SGD without momentum"));
-        }
+        outer::check_rate(
+            path,
+            "outer_lr",
+            self.outer_lr,
+            "DiLoCo's outer learning rate is 0.7; 1.0 with outer_momentum = 0 applies each outer gradient whole",
+        )?;
+        outer::check_momentum(
+            path,
+            "outer_momentum",
+            self.outer_momentum,
+            "DiLoCo's outer momentum is 0.9; 0 is outer SGD without momentum",
+        )?;
         if self.momentum_every == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.momentum_every"),
@@ -482,67 +485,24 @@ impl AsyncLocalSgd {
         cx.activity(w, Activity::Communicate);
     }
 
-    /// The outer update with `g = start − model` (see the module's documentation).
+    /// The outer update with `g = start − model` ([`DelayedNesterov`]; see the module's
+    /// documentation).
     fn outer_update(&mut self, w: usize, start: MsgId, model: MsgId, cx: &mut Ctx<'_, '_, Event>) {
-        let (g, m, d) = (self.global, self.momentum_row(), self.buffer_row());
-        let (eta, mu) = (self.cfg.outer_lr, self.cfg.outer_momentum);
-        let n = f64::from(self.cfg.momentum_every);
+        let rows = [self.global, self.momentum_row(), self.buffer_row()];
         let store = &mut cx.world.store;
         self.updates += 1;
         let (a, x) = (Slot::Msg(start), Slot::Msg(model));
-        // θ − η·g/N, the gradient's part of every update.
-        let step = [(Slot::Row(g), 1.0), (a, -eta / n), (x, eta / n)];
-        if self.cfg.momentum_every == 1 {
-            // m ← μ·m + g.
-            let momentum = [(Slot::Row(m), mu), (a, 1.0), (x, -1.0)];
-            self.apply_momentum(&step, &momentum, store);
-        } else if self
-            .updates
-            .is_multiple_of(u64::from(self.cfg.momentum_every))
-        {
-            // m ← μ·m + (Δ + g)/N; Δ ← 0.
-            let momentum = [
-                (Slot::Row(m), mu),
-                (Slot::Row(d), 1.0 / n),
-                (a, 1.0 / n),
-                (x, -1.0 / n),
-            ];
-            self.apply_momentum(&step, &momentum, store);
-            store.mix(d, &[(Slot::Row(d), 0.0)]);
-        } else {
-            // Δ ← Δ + g; θ ← θ − η·g/N.
-            store.mix(d, &[(Slot::Row(d), 1.0), (a, 1.0), (x, -1.0)]);
-            store.mix(g, &step);
-        }
+        self.cfg
+            .delayed_nesterov()
+            .step(store, rows, [a, x], self.updates);
         // Running statistics are the pushing worker's, not extrapolated.
         let state = store.state();
         if !state.is_empty() {
             let s = self.scratch_row();
             store.mix(s, &[(x, 1.0)]);
-            store.copy_block(g, s, state);
+            store.copy_block(self.global, s, state);
         }
         self.last = Some(w);
-    }
-
-    /// A momentum update `momentum` (the new `m`) and the step `θ − η·g/N` with the momentum
-    /// term: the new `m` with Nesterov, the old one without.
-    fn apply_momentum(
-        &self,
-        step: &[(Slot, f64)],
-        momentum: &[(Slot, f64)],
-        store: &mut crate::store::tracked::Tracked<'_>,
-    ) {
-        let (g, m) = (self.global, self.momentum_row());
-        let term = -self.cfg.outer_lr * self.cfg.outer_momentum;
-        let mut terms = step.to_vec();
-        terms.push((Slot::Row(m), term));
-        if self.cfg.nesterov {
-            store.mix(m, momentum);
-            store.mix(g, &terms);
-        } else {
-            store.mix(g, &terms);
-            store.mix(m, momentum);
-        }
     }
 
     /// `Push`: applied at once, and answered with the model.

@@ -44,13 +44,13 @@
 //! **Invariant**: after every outer step every worker's row equals the global model.
 
 use serde::{Deserialize, Serialize};
-use std::ops::Range;
 
 use super::ring::{RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::store::optim::outer::{self, sgd::OuterSgd};
 use crate::store::tracked::Tracked;
 use crate::store::{GradId, ReplicaStore, Slot};
 
@@ -100,6 +100,15 @@ impl Default for DilocoConfig {
 }
 
 impl DilocoConfig {
+    /// The outer optimizer these options set.
+    pub fn outer_sgd(&self) -> OuterSgd {
+        OuterSgd {
+            lr: self.outer_lr,
+            momentum: self.outer_momentum,
+            nesterov: self.nesterov,
+        }
+    }
+
     /// Checks the options; `path` is the entry's (`algorithms[0]`). Streaming DiLoCo checks its
     /// own copies of them with it ([`super::streaming_diloco`]).
     pub(crate) fn check(&self, path: &str) -> Result<(), ConfigError> {
@@ -112,78 +121,19 @@ impl DilocoConfig {
                 "inner_steps is H, the inner optimizer steps between outer steps (the paper's 500)",
             ));
         }
-        if !(self.outer_lr.is_finite() && self.outer_lr > 0.0) {
-            return Err(ConfigError::new(
-                &format!("{path}.outer_lr"),
-                format!(
-                    "outer_lr must be positive and finite, not {}",
-                    self.outer_lr
-                ),
-            )
-            .hint(
-                "the paper's outer learning rate is 0.7; 1.0 with outer_momentum = 0 is local SGD",
-            ));
-        }
-        if !(0.0..1.0).contains(&self.outer_momentum) {
-            return Err(ConfigError::new(
-                &format!("{path}.outer_momentum"),
-                format!(
-                    "outer_momentum must be in [0, 1), not {}",
-                    self.outer_momentum
-                ),
-            )
-            .hint("the paper's outer momentum is 0.9"));
-        }
+        outer::check_rate(
+            path,
+            "outer_lr",
+            self.outer_lr,
+            "the paper's outer learning rate is 0.7; 1.0 with outer_momentum = 0 is local SGD",
+        )?;
+        outer::check_momentum(
+            path,
+            "outer_momentum",
+            self.outer_momentum,
+            "the paper's outer momentum is 0.9",
+        )?;
         Ok(())
-    }
-}
-
-/// The outer optimizer's step, torch's `SGD(lr = η, momentum = μ, nesterov)`, on the rows
-/// `[θ, m, a]` (the global model, the outer momentum, the workers' average): `m ← μ·m + Δ` with
-/// `Δ = θ − a`, then `θ ← θ − η·(Δ + μ·m)` (Nesterov) or `θ ← θ − η·m`. With `fragment = None`
-/// the rows are updated in place; with `Some((t, blocks))` each new row is formed in the scratch
-/// row `t` and only its coordinates `blocks` are copied back, so the rest of `θ` and `m` is
-/// unchanged (Streaming DiLoCo's outer step on one fragment, [`super::streaming_diloco`]).
-pub(crate) fn outer_sgd(
-    store: &mut Tracked<'_>,
-    cfg: &DilocoConfig,
-    [g, m, a]: [usize; 3],
-    fragment: Option<(usize, &[Range<usize>])>,
-) {
-    let write = |store: &mut Tracked<'_>, dst: usize, terms: &[(Slot, f64)]| match fragment {
-        None => store.mix(dst, terms),
-        Some((t, blocks)) => {
-            store.mix(t, terms);
-            for b in blocks {
-                store.copy_block(dst, t, b.clone());
-            }
-        }
-    };
-    let (eta, mu) = (cfg.outer_lr, cfg.outer_momentum);
-    // m ← μ·m + Δ, with Δ = θ − a.
-    write(
-        store,
-        m,
-        &[
-            (Slot::Row(m), mu),
-            (Slot::Row(g), 1.0),
-            (Slot::Row(a), -1.0),
-        ],
-    );
-    if cfg.nesterov {
-        // θ ← θ − η·(Δ + μ·m) = (1 − η)·θ + η·a − η·μ·m.
-        write(
-            store,
-            g,
-            &[
-                (Slot::Row(g), 1.0 - eta),
-                (Slot::Row(a), eta),
-                (Slot::Row(m), -eta * mu),
-            ],
-        );
-    } else {
-        // θ ← θ − η·m.
-        write(store, g, &[(Slot::Row(g), 1.0), (Slot::Row(m), -eta)]);
     }
 }
 
@@ -269,7 +219,7 @@ impl Diloco {
         let share = 1.0 / n as f64;
         let workers: Vec<(Slot, f64)> = (0..n).map(|i| (Slot::Row(i), share)).collect();
         store.mix(a, &workers);
-        outer_sgd(store, &self.cfg, [g, m, a], None);
+        self.cfg.outer_sgd().step(store, [g, m, a], None);
         // Running statistics are averaged, not extrapolated.
         let state = store.state();
         if !state.is_empty() {

@@ -93,6 +93,7 @@ use crate::algorithms::{AlgorithmSpec, Runnable, Setup, Sgp};
 use crate::clock::EventQueue;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::store::optim::outer::{self, slow_momentum::SlowMomentum};
 use crate::store::tracked::Tracked;
 use crate::store::{GradId, ReplicaStore, Slot};
 
@@ -170,23 +171,18 @@ impl SlowmoConfig {
                 ),
             );
         }
-        if !(0.0..1.0).contains(&self.slow_momentum) {
-            return Err(ConfigError::new(
-                &format!("{path}.slow_momentum"),
-                format!(
-                    "slow_momentum must be in [0, 1), not {}",
-                    self.slow_momentum
-                ),
-            )
-            .hint("β = 0.5 is fairscale's default; 0 with slow_lr = 1 is the base algorithm with an exact average every tau iterations"));
-        }
-        if !(self.slow_lr.is_finite() && self.slow_lr > 0.0) {
-            return Err(ConfigError::new(
-                &format!("{path}.slow_lr"),
-                format!("slow_lr must be positive and finite, not {}", self.slow_lr),
-            )
-            .hint("α = 1.0 is the paper's and fairscale's default"));
-        }
+        outer::check_momentum(
+            path,
+            "slow_momentum",
+            self.slow_momentum,
+            "β = 0.5 is fairscale's default; 0 with slow_lr = 1 is the base algorithm with an exact average every tau iterations",
+        )?;
+        outer::check_rate(
+            path,
+            "slow_lr",
+            self.slow_lr,
+            "α = 1.0 is the paper's and fairscale's default",
+        )?;
         Ok(())
     }
 }
@@ -438,29 +434,15 @@ impl Slowmo {
         self.begin(w, cx);
     }
 
-    /// The slow momentum step, from the anchor `A`, the momentum `U` and the mean `M` (its row
-    /// holds `x_{t,τ}`; so does row `out`): `out ← A − α·γ·(β·U + (A − M)/γ)`, computed as
-    /// `(1 − α)·A + α·M − α·γ·β·U`, then `U ← β·U + (A − M)/γ` and `A ← out`. Zero terms are
-    /// left out, so with `α = 1`, `β = 0` the model is `M` exactly.
+    /// The slow momentum step ([`SlowMomentum::step`]) from the anchor `A`, the momentum `U`
+    /// and the mean `M` (its row holds `x_{t,τ}`; so does row `out`), then `A ← out`.
     fn slow_step(&mut self, store: &mut Tracked<'_>, out: usize, gamma: f64) {
         let (a, u, m) = (self.anchor, self.momentum_row(), self.mean_row());
-        let (alpha, beta) = (self.slow_lr, self.slow_momentum);
-        let terms = |list: &[(usize, f64)]| -> Vec<(Slot, f64)> {
-            list.iter()
-                .filter(|&&(_, c)| c != 0.0)
-                .map(|&(r, c)| (Slot::Row(r), c))
-                .collect()
+        let slow = SlowMomentum {
+            lr: self.slow_lr,
+            momentum: self.slow_momentum,
         };
-        if gamma != 0.0 {
-            let model = terms(&[(a, 1.0 - alpha), (m, alpha), (u, -alpha * gamma * beta)]);
-            store.mix(out, &model);
-            let momentum = terms(&[(u, beta), (a, 1.0 / gamma), (m, -1.0 / gamma)]);
-            store.mix(u, &momentum);
-        } else {
-            // No rate: the limit of the step as γ → 0.
-            store.mix(out, &[(Slot::Row(m), 1.0)]);
-            store.mix(u, &[(Slot::Row(u), beta)]);
-        }
+        slow.step(store, [a, u, m], out, gamma);
         // Running statistics are averaged, not extrapolated.
         let state = store.state();
         if !state.is_empty() {

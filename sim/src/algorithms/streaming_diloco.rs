@@ -97,7 +97,6 @@ use std::ops::Range;
 
 use super::diloco::{
     DilocoConfig, default_inner_steps, default_nesterov, default_outer_lr, default_outer_momentum,
-    outer_sgd,
 };
 use super::ring::{
     Barrier, Done, RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support,
@@ -668,12 +667,12 @@ impl StreamingDiloco {
         for m in msgs {
             store.release_msg(m);
         }
-        let outer = self.cfg.outer();
+        let outer = self.cfg.outer().outer_sgd();
         let rows = [g, self.momentum_row(), a];
         if self.whole(f, store.num_params()) {
-            outer_sgd(store, &outer, rows, None);
+            outer.step(store, rows, None);
         } else {
-            outer_sgd(store, &outer, rows, Some((t, &self.fragments[f])));
+            outer.step(store, rows, Some((t, &self.fragments[f])));
         }
         // Running statistics are averaged, not extrapolated.
         if self.holds_state(f, &state) {

@@ -7,6 +7,9 @@
 //! | `adamw` | [`adamw`] | Adam's |
 //! | `lars` | [`lars`] | a momentum buffer, with `momentum > 0` |
 //!
+//! The outer optimizers of the local-update family (DiLoCo's outer SGD, SlowMo's slow
+//! momentum, Delayed Nesterov) run on whole rows instead and are in [`outer`], one file each.
+//!
 //! Shared parts: [`momentum`] (heavy-ball and Nesterov), [`decay`] (the L2 term and the
 //! decoupled decay), [`clip`] (clipping by global norm, applied by the store before any rule).
 //!
@@ -49,6 +52,7 @@ mod example;
 mod float;
 pub mod lars;
 pub mod momentum;
+pub mod outer;
 pub mod sgd;
 
 use std::ops::Range;
