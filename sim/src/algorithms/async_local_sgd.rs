@@ -31,8 +31,11 @@
 //! ```
 //!
 //! Over `N` consecutive updates θ moves by `−η·(Δ/N + μ·m)`, DiLoCo's Nesterov step on the mean
-//! of `N` outer gradients; `N = 1` (the default) is the plain Nesterov step on every gradient,
-//! `m ← μ·m + g_t`, `θ ← θ − η·(g_t + μ·m)`. Without Nesterov (`nesterov = false`; the paper
+//! of `N` outer gradients. `N` defaults to the number of workers (`momentum_every = "workers"`,
+//! the paper's); `N = 1` is the plain Nesterov step on every gradient, `m ← μ·m + g_t`,
+//! `θ ← θ − η·(g_t + μ·m)`. The paper's momentum activation `c` (`momentum_activation`, default
+//! 0) moves a share `c·μ·m` of the momentum term onto the updates in between
+//! ([`crate::store::optim::outer::delayed_nesterov`]). Without Nesterov (`nesterov = false`; the paper
 //! defines DN for Nesterov only) dasim applies the heavy-ball term of the momentum *before* the
 //! update, `θ ← θ − η·(g_t/N + μ·m_old)`, so that the `N` updates again sum to the synchronous
 //! step on the mean (`θ ← θ − η·m`, and with `N = 1` exactly torch's `SGD(nesterov = false)`).
@@ -111,8 +114,76 @@ fn yes() -> bool {
     true
 }
 
-fn one() -> u32 {
-    1
+/// `N` of Delayed Nesterov (`momentum_every`): a count, or `"workers"`, the number of workers
+/// of the run (the default, the paper's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MomentumEvery {
+    /// The number of workers.
+    #[default]
+    Workers,
+    /// This many outer gradients, `N ≥ 1`.
+    Count(u32),
+}
+
+impl MomentumEvery {
+    /// `N` for a run of `workers` workers.
+    pub fn of(self, workers: usize) -> u32 {
+        match self {
+            MomentumEvery::Workers => u32::try_from(workers.max(1)).unwrap_or(u32::MAX),
+            MomentumEvery::Count(n) => n,
+        }
+    }
+}
+
+/// In a scenario (TOML, JSON) `"workers"` or the integer; in a checkpoint's binary encoding,
+/// which cannot tell a string from an integer, an `Option<u32>` (`None` for `"workers"`).
+impl Serialize for MomentumEvery {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let count = match self {
+            MomentumEvery::Workers => None,
+            MomentumEvery::Count(n) => Some(*n),
+        };
+        match count {
+            _ if !s.is_human_readable() => count.serialize(s),
+            None => s.serialize_str("workers"),
+            Some(n) => s.serialize_u32(n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MomentumEvery {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = MomentumEvery;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer N ≥ 1 or \"workers\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<MomentumEvery, E> {
+                u32::try_from(v)
+                    .map(MomentumEvery::Count)
+                    .map_err(|_| E::custom(format!("momentum_every = {v} is too large")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<MomentumEvery, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::custom(format!("momentum_every must be at least 1, not {v}")))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MomentumEvery, E> {
+                match v {
+                    "workers" => Ok(MomentumEvery::Workers),
+                    _ => Err(E::custom(format!(
+                        "momentum_every is an integer N ≥ 1 or \"workers\", not \"{v}\""
+                    ))),
+                }
+            }
+        }
+        if !d.is_human_readable() {
+            let count = Option::<u32>::deserialize(d)?;
+            return Ok(count.map_or(MomentumEvery::Workers, MomentumEvery::Count));
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 /// Options of asynchronous Local-SGD.
@@ -133,10 +204,15 @@ pub struct AsyncLocalSgdConfig {
     #[serde(default = "yes")]
     pub nesterov: bool,
     /// Delayed Nesterov: the momentum is updated, and its term applied, on every `N`-th outer
-    /// gradient only, `N ≥ 1` (default 1: plain Nesterov; the paper's DN uses the number of
-    /// workers).
-    #[serde(default = "one")]
-    pub momentum_every: u32,
+    /// gradient only, `N ≥ 1` or `"workers"` (the default, the paper's: the number of workers;
+    /// `1` is plain Nesterov on every outer gradient).
+    #[serde(default)]
+    pub momentum_every: MomentumEvery,
+    /// The paper's momentum activation `c ∈ [0, 1/N]`: between two momentum updates each outer
+    /// gradient also applies `c·μ·m`, and an `N`-th one `(1 − c·N + c)·μ·m`, so the momentum's
+    /// share over `N` updates is the same (default 0, the paper's).
+    #[serde(default)]
+    pub momentum_activation: f64,
     /// Dynamic local updates: each worker takes `max(1, ⌊H · v_w / v_max⌋)` inner steps, in
     /// proportion to its measured speed (default false: `H` each).
     #[serde(default)]
@@ -150,24 +226,26 @@ impl Default for AsyncLocalSgdConfig {
             outer_lr: default_outer_lr(),
             outer_momentum: default_outer_momentum(),
             nesterov: true,
-            momentum_every: 1,
+            momentum_every: MomentumEvery::Workers,
+            momentum_activation: 0.0,
             dynamic_local_steps: false,
         }
     }
 }
 
 impl AsyncLocalSgdConfig {
-    /// The outer update these options set.
-    pub fn delayed_nesterov(&self) -> DelayedNesterov {
+    /// The outer update these options set for a run of `workers` workers.
+    pub fn delayed_nesterov(&self, workers: usize) -> DelayedNesterov {
         DelayedNesterov {
             lr: self.outer_lr,
             momentum: self.outer_momentum,
             nesterov: self.nesterov,
-            every: self.momentum_every,
+            every: self.momentum_every.of(workers),
+            activation: self.momentum_activation,
         }
     }
 
-    fn check(&self, path: &str) -> Result<(), ConfigError> {
+    fn check(&self, path: &str, workers: usize) -> Result<(), ConfigError> {
         if self.inner_steps == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.inner_steps"),
@@ -187,12 +265,21 @@ impl AsyncLocalSgdConfig {
             self.outer_momentum,
             "DiLoCo's outer momentum is 0.9; 0 is outer SGD without momentum",
         )?;
-        if self.momentum_every == 0 {
+        if self.momentum_every == MomentumEvery::Count(0) {
             return Err(ConfigError::new(
                 &format!("{path}.momentum_every"),
                 "momentum_every must be at least 1",
             )
-            .hint("momentum_every = 1 is plain Nesterov on every outer gradient; the paper's Delayed Nesterov uses the number of workers"));
+            .hint("momentum_every = 1 is plain Nesterov on every outer gradient; the paper's Delayed Nesterov uses the number of workers (\"workers\", the default)"));
+        }
+        let n = self.momentum_every.of(workers);
+        let (c, most) = (self.momentum_activation, 1.0 / f64::from(n.max(1)));
+        if !(c.is_finite() && (0.0..=most).contains(&c)) {
+            return Err(ConfigError::new(
+                &format!("{path}.momentum_activation"),
+                format!("momentum_activation must be in [0, 1/N] = [0, {most}] with N = {n}, not {c}"),
+            )
+            .hint("c = 0 (the default, the paper's) applies the momentum on every N-th outer gradient only; c = 1/N spreads it evenly over the N"));
         }
         Ok(())
     }
@@ -492,9 +579,8 @@ impl AsyncLocalSgd {
         let store = &mut cx.world.store;
         self.updates += 1;
         let (a, x) = (Slot::Msg(start), Slot::Msg(model));
-        self.cfg
-            .delayed_nesterov()
-            .step(store, rows, [a, x], self.updates);
+        let outer = self.cfg.delayed_nesterov(self.workers.len());
+        outer.step(store, rows, [a, x], self.updates);
         // Running statistics are the pushing worker's, not extrapolated.
         let state = store.state();
         if !state.is_empty() {
@@ -749,7 +835,7 @@ impl Algorithm for AsyncLocalSgd {
 
 impl AlgorithmSpec for AsyncLocalSgdConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
-        self.check(setup.path)
+        self.check(setup.path, setup.topology.len())
     }
 
     fn extra_nodes(&self) -> usize {

@@ -97,8 +97,9 @@
 //!
 //! With `step_rule = "delay-adaptive"` a gradient whose delay at shard `s` is `δ` (the shard's
 //! updates between serving the worker's pull and applying this push, the staleness below) is
-//! applied at rate `γ · n / max(n, δ)`, `n` the number of workers: the full rate up to the
-//! concurrency `n`, shrinking as `1/δ` beyond it. This is the delay-adaptive stepsize of
+//! applied at rate `γ · n / max(n, δ)`, `n` the number of workers up at that instant (all of
+//! them without faults; a crashed worker computes nothing, so it does not count towards the
+//! concurrency): the full rate up to the concurrency `n`, shrinking as `1/δ` beyond it. This is the delay-adaptive stepsize of
 //! Mishchenko, Bach, Even & Woodworth (NeurIPS 2022) as their reference code sets it
 //! (`lr * num_workers / max(num_workers, delay)`), the rule Koloskova, Stich & Jaggi (NeurIPS
 //! 2022) also analyse: constant-step asynchronous SGD must take its step below `1/(L·τ_max)` for
@@ -482,6 +483,17 @@ impl ParameterServer {
         if let Some(lost) = self.retransmit.post(src, dst, bytes, event, cx) {
             self.lost_for_good(lost.src, lost.dst, lost.event, cx);
         }
+    }
+
+    /// The concurrency `n` of the delay-adaptive rule: the workers up now. A crashed worker has
+    /// no gradient in flight, so the delays a live worker's gradient can see are bounded by the
+    /// live count, the concurrency the rule's `n` stands for; it is at least 1, the pusher's
+    /// own.
+    fn concurrency(workers: usize, cx: &Ctx<'_, '_, Event>) -> usize {
+        if !cx.faults_configured() {
+            return workers;
+        }
+        (0..workers).filter(|&w| !cx.is_down(w)).count().max(1)
     }
 
     /// A message that can never be delivered: a push's block is lost for its shard; a pull or
@@ -925,7 +937,7 @@ impl Algorithm for ParameterServer {
                 grad,
             } => {
                 self.follow_statistics(shard, worker, cx);
-                let n = self.workers.len();
+                let n = Self::concurrency(self.workers.len(), cx);
                 let sh = &mut self.shards[shard];
                 let delay = sh.version - sh.read[worker];
                 let lr = self.step_rule.rate(cx.lr(), delay, n);

@@ -34,9 +34,10 @@ use crate::engine::error::{Error, Result};
 /// The first bytes of every checkpoint of the engine.
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
-/// The format version; bumped whenever the encoded state changes shape (10: the ring family's
-/// rings, crashed workers and round means sit in the shared `RingRound` and `RoundMean`).
-pub const VERSION: u32 = 10;
+/// The format version; bumped whenever the encoded state changes shape (11: asynchronous
+/// Local-SGD's options gain `momentum_activation`, and `momentum_every` may be the number of
+/// workers).
+pub const VERSION: u32 = 11;
 
 /// When to take checkpoints, and what to continue from.
 #[derive(Clone, Copy, Debug, Default)]

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::*;
-use dasim_sim::algorithms::async_local_sgd::dylu_steps;
+use dasim_sim::algorithms::async_local_sgd::{MomentumEvery, dylu_steps};
 use dasim_sim::algorithms::{AsyncLocalSgd, AsyncLocalSgdConfig};
 use dasim_sim::engine::run_inspect;
 use dasim_sim::fault::{FaultConfig, Faults};
@@ -125,8 +125,11 @@ type Server = (u64, Vec<f64>, Vec<f64>, Vec<f64>);
 /// momentum updates.
 fn check_every_update(cfg: &AsyncLocalSgdConfig, n: usize) -> (u64, u64) {
     let (eta, mu) = (cfg.outer_lr, cfg.outer_momentum);
-    let every = u64::from(cfg.momentum_every);
-    let nf = cfg.momentum_every as f64;
+    let every = u64::from(cfg.momentum_every.of(n));
+    let nf = every as f64;
+    // The momentum activation c: between momentum updates c·μ·m, at one (1 − c·N + c)·μ·m
+    // (HALoS's `DelayedNesterovOptimizer`, the paper's Algorithm 3).
+    let c = cfg.momentum_activation;
     // Before each event: updates so far, the server's model, momentum and DN buffer.
     let mut before: Option<Server> = None;
     // The model each worker's round started from, the model the server last sent each worker,
@@ -170,10 +173,11 @@ fn check_every_update(cfg: &AsyncLocalSgdConfig, n: usize) -> (u64, u64) {
                         momentum_updates += 1;
                         let m1 = axpy(&[(mu, m0), (1.0 / nf, d0), (1.0 / nf, &grad)]);
                         let term = if cfg.nesterov { &m1 } else { m0 };
-                        let g1 = axpy(&[(1.0, g0), (-eta / nf, &grad), (-eta * mu, term)]);
+                        let share = 1.0 - c * nf + c;
+                        let g1 = axpy(&[(1.0, g0), (-eta / nf, &grad), (-eta * mu * share, term)]);
                         (g1, m1, vec![0.0; d0.len()])
                     } else {
-                        let g1 = axpy(&[(1.0, g0), (-eta / nf, &grad)]);
+                        let g1 = axpy(&[(1.0, g0), (-eta / nf, &grad), (-eta * c * mu, m0)]);
                         (g1, m0.clone(), axpy(&[(1.0, d0), (1.0, &grad)]))
                     };
                     assert_close(&now.1, &g1, &format!("server model after update {t}"));
@@ -219,13 +223,22 @@ fn check_every_update(cfg: &AsyncLocalSgdConfig, n: usize) -> (u64, u64) {
 
 #[test]
 fn every_outer_update_is_the_delayed_nesterov_step_recomputed_from_the_rows() {
-    for (nesterov, every) in [(true, 1), (false, 1), (true, 4), (false, 3)] {
+    let cases = [
+        (true, 1, 0.0),
+        (false, 1, 0.0),
+        (true, 4, 0.0),
+        (false, 3, 0.0),
+        (true, 4, 0.25),
+        (false, 3, 0.2),
+    ];
+    for (nesterov, every, c) in cases {
         let cfg = AsyncLocalSgdConfig {
             inner_steps: 5,
             outer_lr: 0.25,
             outer_momentum: 0.5,
             nesterov,
-            momentum_every: every,
+            momentum_every: MomentumEvery::Count(every),
+            momentum_activation: c,
             dynamic_local_steps: false,
         };
         let (checked, momentum) = check_every_update(&cfg, 4);
@@ -235,7 +248,7 @@ fn every_outer_update_is_the_delayed_nesterov_step_recomputed_from_the_rows() {
     // With DyLU too (the steps differ, the update does not).
     let cfg = AsyncLocalSgdConfig {
         inner_steps: 8,
-        momentum_every: 4,
+        momentum_every: MomentumEvery::Count(4),
         dynamic_local_steps: true,
         ..Default::default()
     };
@@ -251,7 +264,7 @@ fn delayed_nesterov_trains_where_nesterov_on_every_stale_gradient_diverges() {
     let final_loss = |every: u32| {
         let cfg = AsyncLocalSgdConfig {
             inner_steps: 5,
-            momentum_every: every,
+            momentum_every: MomentumEvery::Count(every),
             ..Default::default()
         };
         let (_, seen, _) = run_async(
@@ -290,6 +303,8 @@ fn one_worker_with_unit_outer_rate_and_no_momentum_is_plain_local_training() {
         inner_steps: 4,
         outer_lr: 1.0,
         outer_momentum: 0.0,
+        // Every outer gradient whole (the default N is the number of workers, 2 here).
+        momentum_every: MomentumEvery::Count(1),
         ..Default::default()
     };
     // The cluster has two workers at least: the second takes 100 s a step, so within the run
@@ -523,6 +538,33 @@ fn lost_messages_are_posted_again_and_the_run_goes_on() {
 }
 
 #[test]
+fn delayed_nesterov_waits_for_as_many_gradients_as_workers_by_default() {
+    // The paper's Delayed Nesterov: N is the number of workers unless a count is given, and the
+    // resolved scenario writes the default out as the word.
+    let cfg = AsyncLocalSgdConfig::default();
+    assert_eq!(cfg.momentum_every, MomentumEvery::Workers);
+    assert_eq!(cfg.delayed_nesterov(6).every, 6);
+    assert_eq!(cfg.delayed_nesterov(6).activation, 0.0);
+    let written = toml::to_string(&cfg).unwrap();
+    assert!(
+        written.contains("momentum_every = \"workers\""),
+        "{written}"
+    );
+    let back: AsyncLocalSgdConfig = toml::from_str(&written).unwrap();
+    assert_eq!(back, cfg);
+    let three: AsyncLocalSgdConfig = toml::from_str("momentum_every = 3").unwrap();
+    assert_eq!(three.delayed_nesterov(6).every, 3);
+    // On four workers by default: a momentum update on every fourth outer gradient.
+    let cfg = AsyncLocalSgdConfig {
+        inner_steps: 5,
+        ..Default::default()
+    };
+    let (checked, momentum) = check_every_update(&cfg, 4);
+    assert!(checked >= 40, "{checked} updates checked");
+    assert_eq!(momentum, checked / 4);
+}
+
+#[test]
 fn bad_options_are_refused_at_their_field_with_a_hint() {
     let topology = Topology::build(&TopologyConfig::Ring {}, 4, &BuildEnv::new(1)).unwrap();
     for (options, field) in [
@@ -532,6 +574,13 @@ fn bad_options_are_refused_at_their_field_with_a_hint() {
         ("outer_momentum = -0.1", "outer_momentum"),
         ("outer_lr = 0.0", "outer_lr"),
         ("outer_lr = -0.5", "outer_lr"),
+        // c ≤ 1/N, with N the four workers by default, or the given N.
+        ("momentum_activation = 0.3", "momentum_activation"),
+        (
+            "momentum_every = 2\nmomentum_activation = 0.6",
+            "momentum_activation",
+        ),
+        ("momentum_activation = -0.1", "momentum_activation"),
     ] {
         let entry: AlgorithmConfig =
             toml::from_str(&format!("kind = \"async-local-sgd\"\n{options}"))
@@ -549,5 +598,14 @@ fn bad_options_are_refused_at_their_field_with_a_hint() {
     // Every option has a default, and the defaults are accepted.
     let entry: AlgorithmConfig = toml::from_str("kind = \"async-local-sgd\"").unwrap();
     entry.validate(&topology, "algorithms[0]", None).unwrap();
+    // c = 1/N is the largest accepted.
+    let entry: AlgorithmConfig =
+        toml::from_str("kind = \"async-local-sgd\"\nmomentum_activation = 0.25").unwrap();
+    entry.validate(&topology, "algorithms[0]", None).unwrap();
+    // A word other than "workers" is refused when the scenario is read, naming both forms.
+    let err =
+        toml::from_str::<AlgorithmConfig>("kind = \"async-local-sgd\"\nmomentum_every = \"all\"")
+            .expect_err("an unknown word");
+    assert!(err.to_string().contains("\"workers\""), "{err}");
     assert_eq!(entry.extra_nodes(), 1, "the server's node");
 }

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::*;
-use dasim_sim::algorithms::StepRule;
+use dasim_sim::algorithms::{PsConfig, StepRule};
 use dasim_sim::engine::{Collect, run_inspect};
 use dasim_sim::prelude::*;
 use dasim_sim::store::reference::Quadratic;
@@ -447,4 +447,101 @@ fn delay_adaptive_steps_scale_each_gradient_by_its_delay() {
             }
         }
     }
+}
+
+/// The parameter server with the delay-adaptive rule on four workers, worker 3 20× slower, and
+/// worker 0 crashed at 1 s for good: every application's rate is recomputed from the
+/// gradient's actual delay and the workers up at that instant, independently of the server's own
+/// bookkeeping. The delay is read off the server's models: the gradient was computed at the
+/// model of some version `v` (the worker's row is the reply's copy of it, bit for bit), and it
+/// is the `k`-th application, so `δ = k − v`. Returns the applications checked before and after
+/// the crash whose delay exceeded the live count (where `n` decides the rate).
+fn check_delay_adaptive_rates() -> (usize, usize) {
+    use dasim_sim::algorithms::ParameterServer;
+    use dasim_sim::fault::Faults;
+    let n = 4;
+    let cfg = PsConfig {
+        step_rule: StepRule::DelayAdaptive,
+        ..Default::default()
+    };
+    let entry = AlgorithmConfig::from(AlgorithmKind::Ps(cfg.clone()));
+    let mut store = Checked::new(exact_store(n));
+    let shared = store.shared();
+    let opt = optimizer(LR, 0.0);
+    let crash = faults("[[faults]]\nkind = \"crash\"\nworkers = [0]\nat_s = 1.0\n");
+    // The server's models in order, each with the time it took effect.
+    let mut versions: Vec<(f64, Vec<f64>)> = Vec::new();
+    {
+        let mut world = world(
+            &entry,
+            &cluster(n, &[(3, 20.0)]),
+            &net(10.0, 5.0),
+            TopologyConfig::Ring {},
+            &mut store,
+            &opt,
+            SEED,
+        );
+        world.set_faults(Faults::new(&crash, n, &BuildEnv::new(SEED)).unwrap());
+        let mut alg = ParameterServer::new(&cfg, n).with_retransmit(cfg.retransmit(&world));
+        run_inspect(
+            &mut alg,
+            &mut world,
+            &stop_at(2.0),
+            &mut Collect::default(),
+            &mut |a: &ParameterServer, _: &World<'_>, t: SimTime| {
+                let x = shared.borrow().params(a.server_row()).to_vec();
+                if versions.last().is_none_or(|(_, last)| *last != x) {
+                    versions.push((t.as_secs_f64(), x));
+                }
+            },
+        )
+        .unwrap();
+    }
+    // The point each gradient was computed at, by gradient.
+    let mut count = vec![0usize; n];
+    let mut read = std::collections::BTreeMap::new();
+    for op in &store.log {
+        if let Op::Request { worker, grad } = *op {
+            read.insert(grad, store.reads[worker][count[worker]].clone());
+            count[worker] += 1;
+        }
+    }
+    assert_eq!(
+        versions.len(),
+        store.applications.len() + 1,
+        "one version per application"
+    );
+    let (mut before, mut after) = (0, 0);
+    for (k, ((_, grad, _), &rate)) in store.applications.iter().zip(&store.rates).enumerate() {
+        let at = &read[grad];
+        let v = (0..=k)
+            .rev()
+            .find(|&v| versions[v].1 == *at)
+            .unwrap_or_else(|| panic!("application {k}: its point is no model of the server"));
+        let delay = (k - v) as f64;
+        let t = versions[k + 1].0;
+        let live = if t < 1.0 { n } else { n - 1 } as f64;
+        let want = LR * live / live.max(delay);
+        assert!(
+            (rate - want).abs() <= 1e-12 * want,
+            "application {k} at {t} s, delay {delay}, {live} workers up: rate {rate}, want {want}"
+        );
+        match (delay > live, t < 1.0) {
+            (true, true) => before += 1,
+            (true, false) => after += 1,
+            _ => {}
+        }
+    }
+    (before, after)
+}
+
+#[test]
+fn delay_adaptive_steps_count_only_the_live_workers() {
+    let (before, after) = check_delay_adaptive_rates();
+    // The slow worker's gradients are many updates old on both sides of the crash, so the
+    // count of workers up decides their rates.
+    assert!(
+        before >= 3 && after >= 3,
+        "{before} and {after} stale gradients"
+    );
 }

@@ -3,11 +3,15 @@
 //! updates the momentum with the mean of the last `N` gradients, applying its term, only on every
 //! `N`-th update:
 //!
-//! - on an `N`-th update: `m ← μ·m + (Δ + g)/N`, `Δ ← 0`, and `θ ← θ − η·g/N − η·μ·m` (the new
-//!   `m` with Nesterov, the old one without);
-//! - otherwise: `Δ ← Δ + g`, `θ ← θ − η·g/N`.
+//! - on an `N`-th update: `m ← μ·m + (Δ + g)/N`, `Δ ← 0`, and
+//!   `θ ← θ − η·g/N − η·(1 − c·N + c)·μ·m` (the new `m` with Nesterov, the old one without);
+//! - otherwise: `Δ ← Δ + g`, `θ ← θ − η·g/N − η·c·μ·m`.
 //!
-//! With `N = 1` it is plain Nesterov on every outer gradient: `m ← μ·m + g`.
+//! `c ∈ [0, 1/N]` is the paper's momentum activation (0 by default: the momentum term only on
+//! every `N`-th update); over `N` updates the momentum's share is `μ·m` whatever `c`. With
+//! `N = 1` it is plain Nesterov on every outer gradient: `m ← μ·m + g`. The reference followed:
+//! HALoS's `DelayedNesterovOptimizer` (utnslab/halos, `src/halos/opt.py`), which implements the
+//! paper's Algorithm 3 with `c` and `buffer_size = N`.
 
 use crate::store::tracked::Tracked;
 use crate::store::{ReplicaStore, Slot};
@@ -23,6 +27,8 @@ pub struct DelayedNesterov {
     pub nesterov: bool,
     /// `N ≥ 1`.
     pub every: u32,
+    /// The momentum activation `c ∈ [0, 1/N]`.
+    pub activation: f64,
 }
 
 impl DelayedNesterov {
@@ -54,14 +60,21 @@ impl DelayedNesterov {
             self.apply_momentum(store, [g, m], &step, &momentum);
             store.mix(d, &[(Slot::Row(d), 0.0)]);
         } else {
-            // Δ ← Δ + g; θ ← θ − η·g/N.
+            // Δ ← Δ + g; θ ← θ − η·g/N − η·c·μ·m.
             store.mix(d, &[(Slot::Row(d), 1.0), (a, 1.0), (x, -1.0)]);
-            store.mix(g, &step);
+            let c = self.activation;
+            if c == 0.0 {
+                store.mix(g, &step);
+            } else {
+                let mut terms = step.to_vec();
+                terms.push((Slot::Row(m), -eta * c * mu));
+                store.mix(g, &terms);
+            }
         }
     }
 
     /// A momentum update `momentum` (the new `m`) and the step `θ − η·g/N` with the momentum
-    /// term: the new `m` with Nesterov, the old one without.
+    /// term `η·(1 − c·N + c)·μ·m`: the new `m` with Nesterov, the old one without.
     fn apply_momentum(
         self,
         store: &mut Tracked<'_>,
@@ -70,7 +83,9 @@ impl DelayedNesterov {
         momentum: &[(Slot, f64)],
     ) {
         let mut terms = step.to_vec();
-        terms.push((Slot::Row(m), -self.lr * self.momentum));
+        let c = self.activation;
+        let share = 1.0 - c * f64::from(self.every) + c;
+        terms.push((Slot::Row(m), -self.lr * self.momentum * share));
         if self.nesterov {
             store.mix(m, momentum);
             store.mix(g, &terms);
