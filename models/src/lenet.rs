@@ -250,6 +250,13 @@ impl NeuralNet for LeNet {
         m
     }
 
+    /// Each convolution's weight and bias, then each dense layer's.
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        let mut t: Vec<_> = self.conv1.blocks().chain(self.conv2.blocks()).collect();
+        t.extend(self.fc.iter().flat_map(Linear::blocks));
+        t
+    }
+
     /// Multiply-adds × 2 of one forward pass for one sample (see the module doc).
     fn forward_flops(&self) -> u64 {
         self.conv1.flops(self.maps[0])

@@ -188,6 +188,19 @@ impl NeuralNet for Mlp {
             .collect()
     }
 
+    /// Each layer's weight, then its bias.
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.layers
+            .iter()
+            .flat_map(|l| {
+                [
+                    l.weight..l.weight + l.fan_in * l.fan_out,
+                    l.bias..l.bias + l.fan_out,
+                ]
+            })
+            .collect()
+    }
+
     /// Multiply-adds of one forward pass, times two (FLOPs), for one sample.
     fn forward_flops(&self) -> u64 {
         self.layers

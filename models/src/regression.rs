@@ -180,6 +180,10 @@ impl NeuralNet for Regression {
         self.layer.matrices()
     }
 
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.layer.tensors()
+    }
+
     fn forward_flops(&self) -> u64 {
         self.layer.forward_flops()
     }

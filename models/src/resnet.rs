@@ -394,6 +394,22 @@ impl NeuralNet for ResNet {
         m
     }
 
+    /// In forward order: each convolution's weight, each batch norm's gain and shift, the linear
+    /// layer's weight and bias. The running statistics are state, not tensors.
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        let mut t: Vec<_> = self
+            .stem
+            .blocks()
+            .chain(self.stem_bn.affine_blocks())
+            .collect();
+        for b in &self.blocks {
+            t.extend(b.conv1.blocks().chain(b.bn1.affine_blocks()));
+            t.extend(b.conv2.blocks().chain(b.bn2.affine_blocks()));
+        }
+        t.extend(self.fc.blocks());
+        t
+    }
+
     /// Multiply-adds × 2 of one forward pass for one sample (see the module doc).
     fn forward_flops(&self) -> u64 {
         let mut flops = self.stem.flops([self.shape.height, self.shape.width]);

@@ -189,6 +189,10 @@ pub trait NeuralNet: Send + Sync + Debug {
     /// The weight matrices, in row order ([`Model::matrices`]).
     fn matrices(&self) -> Vec<dasim_sim::store::Matrix>;
 
+    /// The parameter tensors (each weight, bias, normalization gain and shift), in row order
+    /// ([`Model::tensors`]).
+    fn tensors(&self) -> Vec<Range<usize>>;
+
     /// FLOPs (two per multiply-add) of one forward pass on one sample.
     fn forward_flops(&self) -> u64;
 
@@ -311,6 +315,18 @@ impl Model {
         match self {
             Model::Net(n) => n.matrices(),
             Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
+        }
+    }
+
+    /// The parameter tensors in row order, for compressors that work tensor by tensor
+    /// ([`ReplicaStore::tensors`](dasim_sim::store::ReplicaStore::tensors)): each layer's
+    /// weight, bias, normalization gain and shift as its module holds them, disjoint and covering
+    /// the trainable coordinates [`Model::trainable`] (the running statistics are not parameters).
+    /// The quadratic and a timing model are one vector.
+    pub fn tensors(&self) -> Vec<Range<usize>> {
+        match self {
+            Model::Net(n) => n.tensors(),
+            Model::Quadratic(_) | Model::Timing(_) => vec![self.trainable()],
         }
     }
 
@@ -480,5 +496,56 @@ impl Model {
         train: bool,
     ) -> (Tensor<3>, Option<Tensor<2>>) {
         self.neural_net().forward(params, x, train)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transformer::{Transformer, TransformerShape};
+    use crate::{Activation, LeNet, Mlp, Regression, ResNet};
+
+    /// Every model's tensors tile its trainable coordinates in row order (none empty, none in the
+    /// running statistics), and each weight matrix is one of them: what CHOCO-SGD's per-tensor
+    /// compression relies on.
+    #[test]
+    fn every_models_tensors_tile_its_trainable_coordinates_and_hold_its_matrices() {
+        let image = |channels, side| ImageShape {
+            channels,
+            height: side,
+            width: side,
+        };
+        let shape = TransformerShape {
+            vocab: 40,
+            context: 8,
+            d_model: 16,
+            heads: 2,
+            d_ff: 32,
+            layers: 2,
+        };
+        for (model, count) in [
+            // Per layer a weight and a bias.
+            (Model::net(Mlp::new(&[64, 32, 16, 10], Activation::Relu)), 6),
+            (Model::net(Regression::softmax(64, 10, 0.0)), 2),
+            // Two convolutions and three dense layers, each with a bias.
+            (Model::net(LeNet::new(image(1, 28), 10)), 10),
+            // Seven convolutions, seven batch norms (gain, shift), the dense layer.
+            (Model::net(ResNet::new(image(3, 32), 10, 8, 4)), 7 + 14 + 2),
+            // Two embeddings; per block two layer norms and four linear layers; the final norm.
+            (Model::net(Transformer::new(shape)), 2 + 2 * (4 + 8) + 2),
+        ] {
+            let tensors = model.tensors();
+            let name = model.name();
+            assert_eq!(tensors.len(), count, "{name}: {tensors:?}");
+            let mut end = 0;
+            for t in &tensors {
+                assert!(t.start == end && t.end > t.start, "{name}: {tensors:?}");
+                end = t.end;
+            }
+            assert_eq!(end, model.trainable().end, "{name}");
+            for m in model.matrices() {
+                assert!(tensors.contains(&m.range()), "{name}: matrix {m:?}");
+            }
+        }
     }
 }

@@ -432,6 +432,20 @@ impl NeuralNet for Transformer {
         m
     }
 
+    /// In row order: the two embeddings, each block's normalizations and linear layers (weight,
+    /// then bias), the final normalization.
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        let mut t = vec![self.wte.block(), self.wpe.block()];
+        for b in &self.blocks {
+            t.extend(b.ln1.blocks());
+            t.extend(b.attn.qkv.blocks().into_iter().chain(b.attn.proj.blocks()));
+            t.extend(b.ln2.blocks());
+            t.extend(b.fc1.blocks().into_iter().chain(b.fc2.blocks()));
+        }
+        t.extend(self.ln_f.blocks());
+        t
+    }
+
     /// FLOPs (two per multiply-add) of one forward pass on one window of `context` positions:
     /// every block's projections and attention, and the tied output layer. The embedding
     /// lookups and the normalizations are not counted (no multiply-adds of note).

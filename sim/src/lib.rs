@@ -442,11 +442,11 @@ pub mod prelude {
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, AsyncLocalSgd, AsyncLocalSgdConfig, Averaging, Bound, Broadcast, Choco,
-        ChocoConfig, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd, DpsgdConfig, FragmentPattern,
-        LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig,
-        ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster, RingmasterConfig,
-        SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, StepRule, StreamingDiloco,
-        StreamingDilocoConfig, UpdateOrder,
+        ChocoConfig, ChocoScope, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd, DpsgdConfig,
+        FragmentPattern, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
+        OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster,
+        RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, StepRule,
+        StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};

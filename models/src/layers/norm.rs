@@ -2,6 +2,8 @@
 //! ([`NormHost`]), with PyTorch's conventions (ε = 1e-5, momentum 0.1, biased variance to
 //! normalize, unbiased variance in the running statistics).
 
+use std::ops::Range;
+
 use burn::tensor::Tensor;
 use burn::tensor::module::{batch_norm, batch_norm_train};
 
@@ -27,6 +29,12 @@ pub(crate) struct Norm {
 }
 
 impl Norm {
+    /// Its two parameter tensors: the weight (gain) `[C]`, then the bias (shift) `[C]`.
+    pub fn affine_blocks(&self) -> [Range<usize>; 2] {
+        let (a, c) = (self.affine, self.channels);
+        [a..a + c, a + c..a + 2 * c]
+    }
+
     /// Batch norm of `[B, R·C, H, W]`, channel `(r, c)` with row `r`'s parameters, on burn.
     /// In training mode (`state` given) each replica's minibatch statistics normalize, and the
     /// updated running statistics `[R, 2C]` (a plain tensor) are pushed onto `state`; in

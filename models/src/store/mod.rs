@@ -532,6 +532,10 @@ impl ReplicaStore for BurnStore {
         self.model.matrices()
     }
 
+    fn tensors(&self) -> Vec<Range<usize>> {
+        self.model.tensors()
+    }
+
     fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
         self.slot(Slot::Msg(msg))
             .iter()

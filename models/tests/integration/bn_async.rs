@@ -165,3 +165,70 @@ fn the_sharded_aggregating_parameter_server_keeps_running_statistics_bounded() {
         20,
     );
 }
+
+/// CHOCO-SGD gossips parameters only, as its reference code (`parallel_choco.py` compresses the
+/// tensors of `param_groups`, not the buffers): per tensor (the default scope), no difference a
+/// worker sends ever holds a running statistic, so every public copy stays zero there, while
+/// each replica's own statistics move with its passes. Compressing the whole row (`scope =
+/// "model"`) sends them: the public copies then hold some.
+#[test]
+fn choco_never_sends_running_statistics_per_tensor() {
+    use dasim_sim::algorithms::choco::Choco;
+    let (workers, seed) = (4, 11);
+    let model = ModelConfig::Resnet(ResnetConfig { depth: 8, width: 4 });
+    let pb = Problem::load(&model, &DataConfig::default(), Path::new("."), seed).unwrap();
+    let (p, s) = (pb.model.num_params(), pb.model.state_len());
+    let opt = OptimizerConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    for scope in ["tensor", "model"] {
+        let mut store = pb.store(Device::flex(), workers, 16, opt.clone(), seed);
+        let text = format!(
+            "kind = \"choco\"\nconsensus_lr = 0.3\nscope = \"{scope}\"\n\
+             compression = {{ kind = \"top-k\", fraction = 0.1 }}"
+        );
+        let alg_cfg: AlgorithmConfig = toml::from_str(&text).unwrap();
+        let AlgorithmKind::Choco(cfg) = &alg_cfg.algorithm else {
+            unreachable!()
+        };
+        let env = BuildEnv::new(seed).with_batch_size(16);
+        let cluster = ClusterConfig::new(workers).with_step_time_ms(10.0);
+        let topology = Topology::build(&TopologyConfig::Ring {}, workers, &env).unwrap();
+        let mut alg = Choco::new(cfg, &topology, seed);
+        {
+            let mut world = World::new(
+                Cluster::new(&cluster, &env).unwrap(),
+                Network::new(&NetworkConfig::uniform(10.0, 5.0), workers, &env).unwrap(),
+                topology,
+                &mut store,
+                &opt,
+                seed,
+            );
+            let stop = RunConfig {
+                sim_time_s: None,
+                epochs: None,
+                worker_steps: Some(8 * workers as u64),
+                eval_every_s: 1.0,
+                eval_every_steps: None,
+                divergence_loss: Some(f64::MAX),
+            };
+            dasim_sim::engine::run(&mut alg, &mut world, &stop, &mut Collect::default()).unwrap();
+        }
+        let all = store.params_host();
+        for w in 0..workers {
+            let hat = store.msg_values(alg.public_copy(w));
+            let sent_stats = hat[p - s..].iter().filter(|v| **v != 0.0).count();
+            let sent_params = hat[..p - s].iter().filter(|v| **v != 0.0).count();
+            assert!(sent_params > 0, "{scope}: worker {w} sent nothing");
+            match scope {
+                "tensor" => assert_eq!(sent_stats, 0, "worker {w}'s public copy holds statistics"),
+                _ => assert!(sent_stats > 0, "worker {w}: {sent_stats}"),
+            }
+            // The replica's own running statistics moved from their start (means 0, variances 1).
+            let row = &all[w * p..(w + 1) * p];
+            assert!(row[p - s..].iter().any(|v| *v != 0.0 && *v != 1.0));
+        }
+    }
+}

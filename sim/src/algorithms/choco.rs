@@ -19,6 +19,17 @@
 //!         x_i ← x_i + γ (s_i − x̂_i)                                    (= x_i + γ Σ_j W_ij (x̂_j − x̂_i))
 //! ```
 //!
+//! `Q` compresses each parameter tensor on its own ([`ChocoScope::Tensor`], the default, as
+//! the reference's `dl_code/pcode/optim/parallel_choco.py` does; the store's
+//! [`ReplicaStore::tensors`]) and never sends running statistics, or the whole row
+//! ([`ChocoScope::Model`]).
+//!
+//! **Schedules.** The loop above is the paper's: a step waits for its own exchange. With
+//! `overlap` it is the reference's `ParallelCHOCO`: `q_i` is computed and sent as iteration `t`
+//! begins, from the model its gradient is computed at, and the gossip step waits for the
+//! neighbours' `q_j` of `t` once the optimizer step is taken, so the exchange runs beside the
+//! gradient (D-PSGD combine-then-adapt's synchrony, [`SendsAt::Begin`]).
+//!
 //! Every node adds the same `q_j` to its view of `x̂_j`, so all views of a public copy agree
 //! iteration by iteration, and `s_i` is `Σ_j W_ij x̂_j` over the copies of the iteration `i` has
 //! gossiped. A message carries `q_i` only: its size is the compressor's on the wire, whatever the
@@ -37,6 +48,8 @@
 //!
 //! **Activities** ([`crate::record`]): computing, then blocked while a neighbour's message of the
 //! iteration is not sent yet (the wait attributed to that neighbour), then communicating.
+
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +75,29 @@ pub struct ChocoConfig {
     /// `metropolis` (default) or `uniform`, as D-PSGD's.
     #[serde(default)]
     pub weights: MixingWeights,
+    /// What `Q` compresses: each parameter tensor on its own (`"tensor"`, the default, as the
+    /// reference code does) or the whole row as one vector (`"model"`).
+    #[serde(default)]
+    pub scope: ChocoScope,
+    /// `false` (default): the paper's Algorithm 1, a step waits for its own exchange
+    /// (compute + communication). `true`: the reference code's `ParallelCHOCO`, whose exchange
+    /// overlaps the next gradient (about max(compute, communication)).
+    #[serde(default)]
+    pub overlap: bool,
+}
+
+/// What CHOCO-SGD's compressor sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChocoScope {
+    /// Each parameter tensor on its own, with its own `k`, norm or scale; the running statistics
+    /// are not gossiped (the reference's `parallel_choco.py` compresses each tensor of
+    /// `param_groups`, which holds parameters, not buffers).
+    #[default]
+    Tensor,
+    /// The whole row as one vector, running statistics included (the reference's convex code,
+    /// and dasim before it compressed per tensor).
+    Model,
 }
 
 impl ChocoConfig {
@@ -137,6 +173,11 @@ pub struct Choco {
     s: Vec<Option<MsgId>>,
     /// Each node's stream, for random compressors.
     rngs: Vec<Stream>,
+    /// The tensors `Q` compresses one by one (`scope = "tensor"`; read from the store at the
+    /// start); `None`: the whole row.
+    tensors: Option<Vec<Range<usize>>>,
+    /// The reference's schedule: a message goes out as the gradient it overlaps begins.
+    overlap: bool,
     /// Payload bytes of one message.
     bytes: u64,
 }
@@ -151,13 +192,19 @@ impl Choco {
             weights: mixing_weights(cfg.weights, topology),
             exchange: Exchange::new(
                 (0..n).map(|i| topology.neighbors(i).to_vec()).collect(),
-                SendsAt::Ready,
+                if cfg.overlap {
+                    SendsAt::Begin
+                } else {
+                    SendsAt::Ready
+                },
             ),
             hat: vec![None; n],
             s: vec![None; n],
             rngs: (0..n)
                 .map(|i| stream(seed, StreamKind::Algorithm, i as u64))
                 .collect(),
+            tensors: (cfg.scope == ChocoScope::Tensor).then(Vec::new),
+            overlap: cfg.overlap,
             bytes: 0,
         }
     }
@@ -182,8 +229,15 @@ impl Choco {
         self.exchange.iteration(i)
     }
 
-    /// Whether node `i` has stepped and sent its difference of its current iteration.
+    /// Whether node `i` has sent its difference of its current iteration: once stepped, or
+    /// (`overlap`) as the iteration begins.
     pub fn has_sent(&self, i: usize) -> bool {
+        self.overlap || self.exchange.is_ready(i)
+    }
+
+    /// Whether node `i` has taken the optimizer step of its current iteration (it then waits
+    /// for its neighbours' differences).
+    pub fn has_stepped(&self, i: usize) -> bool {
         self.exchange.is_ready(i)
     }
 
@@ -212,16 +266,25 @@ impl Choco {
         }
         let mut values = cx.world.store.msg_values(diff);
         cx.world.store.release_msg(diff);
-        self.compression.apply(&mut values, &mut self.rngs[w]);
+        let rng = &mut self.rngs[w];
+        match &self.tensors {
+            Some(tensors) => self.compression.apply_to_tensors(&mut values, tensors, rng),
+            None => self.compression.apply(&mut values, rng),
+        }
         cx.world.store.msg_from_values(&values)
     }
 
-    fn step_and_send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+    /// The optimizer step of `w`'s iteration, with the gradient it computed.
+    fn step(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let g = self.exchange.take_gradient(w);
         let lr = cx.lr_for(w);
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
         cx.step_done(w);
+    }
+
+    /// `q_w ← Q(x_w − x̂_w)`, into `x̂_w` and `s_w`, and sent to every neighbour.
+    fn send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let q = self.compress(w, cx);
         let hat = self.public_copy(w);
         Self::update(
@@ -236,7 +299,6 @@ impl Choco {
             &[(Slot::Msg(s), 1.0), (Slot::Msg(q), self_weight)],
             cx,
         );
-        self.exchange.set_ready(w);
         self.exchange.send(w, self.bytes, cx, |j, iter, cx| {
             let msg = cx.world.store.new_msg(&[(Slot::Msg(q), 1.0)]);
             let event = Event::Diff {
@@ -250,7 +312,12 @@ impl Choco {
         cx.world.store.release_msg(q);
     }
 
+    /// `w` begins an iteration: under `overlap` it sends first, from the model its gradient
+    /// is computed at, and the exchange runs beside the computation.
     fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if self.overlap {
+            self.send(w, cx);
+        }
         self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 
@@ -285,10 +352,16 @@ impl Algorithm for Choco {
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let p = cx.world.store.num_params();
-        self.bytes = cx.world.net.scaled_payload(
-            self.compression
-                .payload_bytes(p, cx.world.net.value_bytes()),
-        );
+        let v = cx.world.net.value_bytes();
+        let bytes = match &mut self.tensors {
+            Some(tensors) => {
+                *tensors = cx.world.store.tensors();
+                let sizes: Vec<usize> = tensors.iter().map(|t| t.len()).collect();
+                self.compression.payload_bytes_of(&sizes, v)
+            }
+            None => self.compression.payload_bytes(p, v),
+        };
+        self.bytes = cx.world.net.scaled_payload(bytes);
         for w in 0..self.exchange.len() {
             // x̂_i = s_i = 0, as the paper initializes them.
             self.hat[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
@@ -301,7 +374,13 @@ impl Algorithm for Choco {
         match event {
             Event::ComputeDone(w) if cx.is_down(w) => {}
             Event::ComputeDone(w) => {
-                self.step_and_send(w, cx);
+                self.step(w, cx);
+                // Ready before sending: a neighbour waiting for this message then counts it as
+                // sent.
+                self.exchange.set_ready(w);
+                if !self.overlap {
+                    self.send(w, cx);
+                }
                 self.try_finish(w, cx);
             }
             Event::Diff {

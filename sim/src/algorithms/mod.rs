@@ -85,7 +85,7 @@ use crate::store::{OptimizerConfig, ReplicaStore};
 pub use adpsgd::{AdPsgd, AdPsgdConfig, Averaging, Bound, Partner};
 pub use allreduce::{AllReduceConfig, AllReduceSgd};
 pub use async_local_sgd::{AsyncLocalSgd, AsyncLocalSgdConfig};
-pub use choco::{Choco, ChocoConfig};
+pub use choco::{Choco, ChocoConfig, ChocoScope};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};

@@ -33,6 +33,8 @@
 
 pub mod powersgd;
 
+use std::ops::Range;
+
 use rand::Rng;
 use rand::seq::index;
 use serde::{Deserialize, Serialize};
@@ -151,6 +153,41 @@ impl Compression {
             }
             Compression::PowerSgd { .. } => d64 * value_bytes,
         }
+    }
+
+    /// Payload bytes of one message that compresses each of the tensors of `sizes` coordinates
+    /// on its own and sends them together: each tensor keeps its own `k` (top-k, random-k) or
+    /// carries its own scale (sign, qsgd); the bits of sign and qsgd are packed across tensors
+    /// and random-k's seed is sent once. For one tensor it is [`Compression::payload_bytes`].
+    pub fn payload_bytes_of(&self, sizes: &[usize], value_bytes: u64) -> u64 {
+        let d: usize = sizes.iter().sum();
+        let scales = sizes.len().saturating_sub(1) as u64 * value_bytes;
+        match *self {
+            Compression::TopK { .. } => sizes
+                .iter()
+                .map(|&t| self.payload_bytes(t, value_bytes))
+                .sum(),
+            Compression::RandomK { .. } => {
+                sizes.iter().map(|&t| self.kept(t) as u64).sum::<u64>() * value_bytes + 8
+            }
+            Compression::Sign {} | Compression::Qsgd { .. } => {
+                self.payload_bytes(d, value_bytes) + scales
+            }
+            Compression::PowerSgd { .. } => self.payload_bytes(d, value_bytes),
+        }
+    }
+
+    /// `x ← Q(x)` tensor by tensor: [`Compression::apply`] on each range of `tensors` (disjoint),
+    /// each with its own `k`, norm or scale, its draws from `rng` in tensor order. Coordinates
+    /// outside every tensor (running statistics) are not sent: they decode to zero.
+    pub fn apply_to_tensors(&self, x: &mut [f64], tensors: &[Range<usize>], rng: &mut Stream) {
+        let mut end = 0;
+        for t in tensors {
+            x[end..t.start].fill(0.0);
+            self.apply(&mut x[t.clone()], rng);
+            end = t.end;
+        }
+        x[end..].fill(0.0);
     }
 
     /// `x ← Q(x)`: the value the receiver decodes. Random choices come from `rng`. PowerSGD is
@@ -303,6 +340,53 @@ mod tests {
             Compression::Qsgd { levels: 16 }.payload_bytes(1000, v),
             750 + 4
         );
+    }
+
+    /// Tensor by tensor, each tensor is compressed as a vector of its own (top-k keeps its own
+    /// largest, sign and qsgd take its own norm and `τ` from its own size), and coordinates
+    /// outside every tensor (running statistics) decode to zero; on the whole row, the large
+    /// tensor takes every kept coordinate and sets the one scale.
+    #[test]
+    fn per_tensor_compression_treats_each_tensor_as_its_own_vector() {
+        let x = vec![9.0, -8.0, 7.0, 6.0, 0.3, -0.2, 0.1, 0.4, 5.0, 5.0];
+        let tensors = [0..4, 4..8];
+        let run = |c: &Compression, per_tensor: bool| {
+            let mut q = x.clone();
+            if per_tensor {
+                c.apply_to_tensors(&mut q, &tensors, &mut rng());
+            } else {
+                c.apply(&mut q[..8], &mut rng());
+            }
+            q
+        };
+        let top = Compression::TopK { fraction: 0.5 };
+        assert_eq!(
+            run(&top, true),
+            vec![9.0, -8.0, 0.0, 0.0, 0.3, 0.0, 0.0, 0.4, 0.0, 0.0]
+        );
+        assert_eq!(
+            &run(&top, false)[..8],
+            &[9.0, -8.0, 7.0, 6.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        let sign = run(&Compression::Sign {}, true);
+        assert_eq!(&sign[..4], &[7.5, -7.5, 7.5, 7.5]);
+        for (q, want) in sign[4..8].iter().zip([0.25, -0.25, 0.25, 0.25]) {
+            assert!((q - want).abs() < 1e-12, "{sign:?}");
+        }
+        assert_eq!(&sign[8..], &[0.0, 0.0]);
+        // qsgd: every value is a whole multiple of its own tensor's unit ‖x_t‖₂/(s·τ(d_t)).
+        let levels = 4;
+        let q = run(&Compression::Qsgd { levels }, true);
+        for t in &tensors {
+            let norm = x[t.clone()].iter().map(|v| v * v).sum::<f64>().sqrt();
+            let unit = norm / (f64::from(levels) * Compression::qsgd_tau(t.len(), levels));
+            for v in &q[t.clone()] {
+                let l = v.abs() / unit;
+                assert!((l - l.round()).abs() < 1e-9, "{q:?} in {t:?}");
+            }
+            assert!(q[t.clone()].iter().any(|v| *v != 0.0), "{q:?}");
+        }
+        assert_eq!(&q[8..], &[0.0, 0.0]);
     }
 
     #[test]

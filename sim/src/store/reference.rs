@@ -67,6 +67,7 @@ pub struct ReferenceStore {
     /// The layers' coordinate ranges, as the rules take them.
     ranges: Vec<Range<usize>>,
     matrices: Vec<Matrix>,
+    tensors: Vec<Range<usize>>,
     state: ReferenceState,
 }
 
@@ -101,6 +102,7 @@ impl ReferenceStore {
             }],
             ranges: std::iter::once(0..dim).collect(),
             matrices: Vec::new(),
+            tensors: std::iter::once(0..dim).collect(),
         }
     }
 
@@ -112,6 +114,23 @@ impl ReferenceStore {
             "the matrices lie inside a row"
         );
         self.matrices = matrices;
+        self
+    }
+
+    /// The same store, whose [`ReplicaStore::tensors`] answers `tensors` (by default one tensor
+    /// of every coordinate): for tests of compressors that work tensor by tensor. They must be
+    /// disjoint, increasing and cover `0..dim`; the objective is unchanged.
+    pub fn with_tensors(mut self, tensors: Vec<Range<usize>>) -> Self {
+        let mut end = 0;
+        for t in &tensors {
+            assert!(
+                t.start == end && t.end > t.start,
+                "the tensors tile the row in order"
+            );
+            end = t.end;
+        }
+        assert_eq!(end, self.num_params(), "the tensors cover every coordinate");
+        self.tensors = tensors;
         self
     }
 
@@ -412,6 +431,10 @@ impl ReplicaStore for ReferenceStore {
     /// replicas give exactly 0.
     fn matrices(&self) -> Vec<Matrix> {
         self.matrices.clone()
+    }
+
+    fn tensors(&self) -> Vec<Range<usize>> {
+        self.tensors.clone()
     }
 
     fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {

@@ -142,6 +142,17 @@ pub trait ReplicaStore {
         Vec::new()
     }
 
+    /// The model's parameter tensors in row order, as its modules hold them (each weight, bias,
+    /// normalization gain and shift): disjoint, increasing, and covering the trainable
+    /// coordinates `0..state().start` exactly (the running statistics are no tensor's). For
+    /// compressors that work tensor by tensor, as CHOCO-SGD's reference code does
+    /// ([`crate::compress::Compression::apply_to_tensors`]). Never used for control flow other
+    /// than message sizes. One tensor of every trainable coordinate by default (an analytic
+    /// problem is one vector).
+    fn tensors(&self) -> Vec<Range<usize>> {
+        vec![0..self.state().start]
+    }
+
     /// Appends `count` rows after the existing ones and returns the index of the first. Each new
     /// row is a copy of row 0's current parameters, with a zero optimizer state. Added rows have
     /// no data stream (no gradient is ever requested on them) and are not part of

@@ -875,6 +875,10 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.matrices()
     }
 
+    fn tensors(&self) -> Vec<Range<usize>> {
+        self.inner.tensors()
+    }
+
     fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
         self.inner.msg_values(msg)
     }

@@ -29,6 +29,8 @@ fn choco(compression: Compression, gamma: f64) -> ChocoConfig {
         consensus_lr: gamma,
         compression,
         weights: MixingWeights::Metropolis,
+        scope: ChocoScope::Tensor,
+        overlap: false,
     }
 }
 
@@ -101,11 +103,26 @@ fn compressors_have_the_expectations_and_contraction_the_papers_state() {
     assert!((err - (norm2 - l1 * l1 / d as f64)).abs() < 1e-9 * norm2);
 }
 
-/// Runs CHOCO-SGD on `n` workers of a ring until `steps` worker steps, calling `inspect` after
-/// every event; returns the outcome.
+/// Runs CHOCO-SGD on the workers of `store` on a ring, worker 2 three times slower, until
+/// `stop`, calling `inspect` after every event; returns the outcome.
 fn run_choco<F>(
     cfg: &ChocoConfig,
     store: ReferenceStore,
+    net_cfg: &NetworkConfig,
+    stop: &RunConfig,
+    inspect: F,
+) -> (Outcome, Checked)
+where
+    F: FnMut(&Choco, &ReferenceStore, &[f64]),
+{
+    run_choco_on(cfg, store, &[(2, 3.0)], net_cfg, stop, inspect)
+}
+
+/// [`run_choco`] with the stragglers `stragglers` (worker, factor on the 10 ms step).
+fn run_choco_on<F>(
+    cfg: &ChocoConfig,
+    store: ReferenceStore,
+    stragglers: &[(usize, f64)],
     net_cfg: &NetworkConfig,
     stop: &RunConfig,
     mut inspect: F,
@@ -122,7 +139,7 @@ where
     let outcome = {
         let mut world = world(
             &entry,
-            &cluster(n, &[(2, 3.0)]),
+            &cluster(n, stragglers),
             net_cfg,
             TopologyConfig::Ring {},
             &mut store,
@@ -179,16 +196,104 @@ fn choco_messages_have_the_compressors_sizes_on_the_wire() {
     }
 }
 
+/// Per tensor (the default scope), each tensor keeps its own `k` or carries its own scale: on
+/// tensors of 4 and 8 coordinates, top-25% keeps 1 + 2 values, sign and qsgd send a scale per
+/// tensor, random-k one seed.
+#[test]
+fn choco_messages_per_tensor_carry_each_tensors_share_on_the_wire() {
+    let n = 6;
+    let tensors = || store(n).with_tensors(vec![0..4, 4..DIM]);
+    for (c, bytes) in [
+        (Compression::TopK { fraction: 0.25 }, (1 + 2) * 8),
+        (Compression::RandomK { fraction: 0.25 }, 3 * 4 + 8),
+        (Compression::Sign {}, 2 + 2 * 4),
+        (Compression::Qsgd { levels: 16 }, 9 + 2 * 4),
+        // ⌊0.1·4⌋ = ⌊0.1·8⌋ = 0: at least one per tensor, where the whole row keeps one.
+        (Compression::TopK { fraction: 0.1 }, 2 * 8),
+    ] {
+        let steps = 30;
+        for (scope, store, bytes) in [
+            (ChocoScope::Tensor, tensors(), bytes),
+            (ChocoScope::Model, tensors(), c.payload_bytes(DIM, 4)),
+        ] {
+            let cfg = ChocoConfig {
+                scope,
+                ..choco(c.clone(), 0.3)
+            };
+            let (outcome, _) = run_choco(
+                &cfg,
+                store,
+                &header_free(1.0, 10.0),
+                &stop_after_steps(steps),
+                |_, _, _| {},
+            );
+            let at = format!("{} {scope:?}", c.name());
+            assert_eq!(outcome.network.messages, 2 * steps, "{at}");
+            assert_eq!(outcome.network.bytes, 2 * steps * bytes, "{at}");
+        }
+    }
+}
+
+/// The paper's schedule (Algorithm 1) waits for each exchange after its step: an iteration of
+/// identical workers takes `c + d` (`c` the gradient, `d` from the sends to the last arrival).
+/// The reference's `ParallelCHOCO` (`overlap = true`) sends as the gradient begins and gossips
+/// when both are done: `max(c, d)`. Checked exactly, in nanoseconds, when the gradient is the
+/// longer and when the exchange is.
+#[test]
+fn overlapped_choco_steps_take_the_longer_of_compute_and_exchange_blocking_ones_the_sum() {
+    let n = 4;
+    let c = 10_000_000u64; // the 10 ms step, in ns
+    // Top-25% of 12 coordinates: 24 bytes to each neighbour, both through the sender's uplink.
+    // At 10 Mbit/s with 50 µs of latency the exchange takes about 0.09 ms (gradient bound); at
+    // 20 kbit/s about 19 ms (exchange bound).
+    for bandwidth in [0.01, 0.000_02] {
+        // When the last worker's `k`-th gradient is computed.
+        let done = |overlap: bool, k: u64| {
+            let cfg = ChocoConfig {
+                overlap,
+                ..choco(Compression::TopK { fraction: 0.25 }, 0.3)
+            };
+            let (outcome, _) = run_choco_on(
+                &cfg,
+                store(n),
+                &[],
+                &header_free(bandwidth, 50.0),
+                &stop_after_steps(n as u64 * k),
+                |_, _, _| {},
+            );
+            assert_eq!(outcome.worker_steps, n as u64 * k);
+            outcome.sim_time.as_nanos()
+        };
+        // An iteration in the steady state: from the 20th gradient to the 21st.
+        let period = |overlap| done(overlap, 21) - done(overlap, 20);
+        let blocking = period(false);
+        let d = blocking - c;
+        let overlapped = period(true);
+        assert_eq!(
+            overlapped,
+            c.max(d),
+            "{bandwidth} Gbit/s: blocking iterations of {blocking} ns"
+        );
+        assert!(d > 0 && overlapped < blocking, "{bandwidth} Gbit/s");
+    }
+}
+
 #[test]
 fn choco_keeps_public_copies_and_the_average_as_the_paper_says_at_every_event() {
     let n = 6;
-    for c in [
+    let cases = [
         Compression::TopK { fraction: 0.25 },
         Compression::RandomK { fraction: 0.5 },
         Compression::Qsgd { levels: 2 },
         Compression::Sign {},
-    ] {
-        let cfg = choco(c.clone(), 0.4);
+    ]
+    .into_iter()
+    .flat_map(|c| [false, true].map(|overlap| (c.clone(), overlap)));
+    for (c, overlap) in cases {
+        let cfg = ChocoConfig {
+            overlap,
+            ..choco(c.clone(), 0.4)
+        };
         let gamma = cfg.consensus_lr;
         // history[i][t]: x̂_i after node i sent its difference of iteration t − 1 (t = 0: zero).
         let mut history: Vec<Vec<Vec<f64>>> = vec![vec![vec![0.0; DIM]]; n];
@@ -196,7 +301,7 @@ fn choco_keeps_public_copies_and_the_average_as_the_paper_says_at_every_event() 
         let mut balanced = 0;
         run_choco(
             &cfg,
-            store(n),
+            store(n).with_tensors(vec![0..5, 5..DIM]),
             &net(1.0, 200.0),
             &stop_after_steps(240),
             |a, s, drift| {

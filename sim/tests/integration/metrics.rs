@@ -135,6 +135,8 @@ fn every_kind() -> Vec<AlgorithmConfig> {
             consensus_lr: 0.5,
             compression: Compression::TopK { fraction: 0.5 },
             weights: MixingWeights::Metropolis,
+            scope: ChocoScope::Tensor,
+            overlap: false,
         })),
     ]
 }

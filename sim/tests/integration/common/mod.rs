@@ -249,6 +249,9 @@ impl ReplicaStore for Checked {
     fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         self.inner.borrow().matrices()
     }
+    fn tensors(&self) -> Vec<std::ops::Range<usize>> {
+        self.inner.borrow().tensors()
+    }
     fn msg_values(&mut self, msg: MsgId) -> Vec<f64> {
         self.inner.borrow_mut().msg_values(msg)
     }
