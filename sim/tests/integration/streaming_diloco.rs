@@ -100,6 +100,45 @@ fn combine(terms: &[(f64, &[f64])]) -> Vec<f64> {
     out
 }
 
+/// The quantizer the module documents, written out here from its rule as the oracle of the runs'
+/// checks (not the crate's `quantize`): `b = 32` leaves the values; for `b ≥ 2`, with
+/// `L = 2^(b−1) − 1` and the scale `s = max |x|` over the fragment's coordinates, each value goes
+/// to the nearest of the levels `s·k/L`, `k ∈ {−L, …, L}`, a tie away from zero (an all-zero
+/// fragment stays zero); for `b = 1`, to `+s` (`x ≥ 0`) or `−s`, with `s` the mean `|x|`.
+fn quantized(values: &[f64], fragment: &[Range<usize>], bits: u32) -> Vec<f64> {
+    let mut out = values.to_vec();
+    let idx = coords(fragment);
+    if bits >= 32 || idx.is_empty() {
+        return out;
+    }
+    if bits == 1 {
+        let s = idx.iter().map(|&j| values[j].abs()).sum::<f64>() / idx.len() as f64;
+        for &j in &idx {
+            out[j] = if values[j] < 0.0 { -s } else { s };
+        }
+        return out;
+    }
+    let s = idx.iter().map(|&j| values[j].abs()).fold(0.0, f64::max);
+    if s == 0.0 {
+        return out;
+    }
+    let l = (1_i64 << (bits - 1)) - 1;
+    for &j in &idx {
+        // |x| lies between the levels k and k + 1 (in units of s/L); the nearer one, k + 1 on a
+        // tie.
+        let y = values[j].abs() * l as f64 / s;
+        let below = (y as i64).min(l);
+        let k = if below < l && y - below as f64 >= 0.5 {
+            below + 1
+        } else {
+            below
+        };
+        let level = k as f64 * s / l as f64;
+        out[j] = if values[j] < 0.0 { -level } else { level };
+    }
+    out
+}
+
 /// The state seen after an event.
 #[derive(Clone)]
 struct Seen {
@@ -161,10 +200,11 @@ fn check_every_event(cfg: &StreamingDilocoConfig, gbps: f64) -> (Run, u64) {
                         "worker {w} sent fragment {f} after step {t}"
                     );
                     // The worker's row and the global model as the send read them.
-                    let mut delta = combine(&[(1.0, &now.global), (-1.0, &now.workers[w])]);
-                    if cfg.outer_bits < 32 {
-                        quantize(&mut delta, &a.fragments()[f], cfg.outer_bits);
-                    }
+                    let delta = quantized(
+                        &combine(&[(1.0, &now.global), (-1.0, &now.workers[w])]),
+                        &a.fragments()[f],
+                        cfg.outer_bits,
+                    );
                     assert!(slot.replace(delta).is_none(), "sent twice a round");
                 }
             }
@@ -175,10 +215,7 @@ fn check_every_event(cfg: &StreamingDilocoConfig, gbps: f64) -> (Run, u64) {
                 let share = 1.0 / N as f64;
                 let terms: Vec<(f64, &[f64])> =
                     deltas.iter().map(|d| (share, d.as_slice())).collect();
-                let mut mean = combine(&terms);
-                if cfg.outer_bits < 32 {
-                    quantize(&mut mean, &a.fragments()[f], cfg.outer_bits);
-                }
+                let mean = quantized(&combine(&terms), &a.fragments()[f], cfg.outer_bits);
                 let (g0, m0) = (&b.global, &b.momentum);
                 for j in 0..DIM {
                     if idx.contains(&j) {
@@ -555,6 +592,11 @@ fn quantization_error_is_bounded_by_the_scale_and_levels() {
     for bits in 1..=32 {
         let mut q = values.clone();
         let s = quantize(&mut q, &coords, bits);
+        assert_eq!(
+            q,
+            quantized(&values, &coords, bits),
+            "{bits} bits: the documented rule"
+        );
         for j in 0..values.len() {
             if !inside(j) {
                 assert_eq!(q[j], values[j], "outside the fragment");
