@@ -102,6 +102,13 @@ impl PowerSgd {
         self.rank
     }
 
+    /// The warm-start `Q` of matrix `k` (in the order of the matrices given to [`PowerSgd::new`]),
+    /// `b × r`, row-major: the mean `Q` of the last step, which the next step's `P = M Q` starts
+    /// from (the initial draw before the first step). For tests and inspection.
+    pub fn q(&self, k: usize) -> &[f64] {
+        &self.q[k]
+    }
+
     /// Worker `w`'s error-feedback buffer, once it has one.
     pub fn error(&self, w: usize) -> Option<MsgId> {
         self.errors[w]

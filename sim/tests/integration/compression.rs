@@ -3,7 +3,8 @@
 //! wire; CHOCO-SGD (Koloskova, Stich & Jaggi, 2019) checked at every event against the paper's
 //! public copies and its average-preserving gossip, and reducing to D-PSGD without compression;
 //! all-reduce with PowerSGD (Vogels et al., 2019): two rings by the closed form, exact at full
-//! rank, and error feedback that loses nothing; bad options refused.
+//! rank, error feedback that loses nothing, and each power step warm-started from the last `Q`,
+//! recomputed; bad options refused.
 
 use crate::common;
 
@@ -509,7 +510,9 @@ fn powersgd_at_full_rank_is_allreduce_and_its_error_feedback_loses_nothing() {
 
     // Rank 1: what the workers applied plus what their errors hold is every gradient computed,
     // Σ_k n·u_k + Σ_w e_w = Σ_{w,k} g_{w,k}, since e_w = g_w + e_w(old) − P̂ Q_wᵀ and
-    // mean_w P̂ Q_wᵀ = u_k. With SGD without momentum, Σ_k u_k = (x_0 − x_K)/η.
+    // mean_w P̂ Q_wᵀ = u_k. With SGD without momentum, Σ_k u_k = (x_0 − x_K)/η. (An identity of
+    // error feedback that any decoder satisfies, a cold-started Q included: the power step
+    // itself is checked by `powersgd_warm_starts_each_power_step_from_the_last_q`.)
     let (_, st, alg) = run_allreduce(&powersgd(1), matrix_store(n), &fast, rounds);
     let x = st.params(0);
     let ps = alg.powersgd().expect("compressed");
@@ -535,6 +538,119 @@ fn powersgd_at_full_rank_is_allreduce_and_its_error_feedback_loses_nothing() {
     let e0 = inner.msg(ps.error(0).unwrap());
     assert!(e0[2..11].iter().any(|v| v.abs() > 1e-6));
     assert!(e0[..2].iter().chain(&e0[11..]).all(|v| *v == 0.0));
+}
+
+/// Gram–Schmidt on the `r` columns of the row-major `a × r` matrix `p`, as PowerSGD's reference
+/// code (`epfml/powersgd`, `orthogonalize`): each column divided by its norm `+ 1e-8`, then
+/// removed from the later ones.
+fn gram_schmidt(p: &mut [f64], a: usize, r: usize) {
+    for i in 0..r {
+        let norm = (0..a).map(|k| p[k * r + i].powi(2)).sum::<f64>().sqrt() + 1e-8;
+        for k in 0..a {
+            p[k * r + i] /= norm;
+        }
+        for j in i + 1..r {
+            let dot: f64 = (0..a).map(|k| p[k * r + i] * p[k * r + j]).sum();
+            for k in 0..a {
+                p[k * r + j] -= dot * p[k * r + i];
+            }
+        }
+    }
+}
+
+/// The warm start: step `t + 1`'s power iteration starts from the `Q` step `t` produced.
+/// PowerSGD driven directly on the matrix store (3 workers, rank 2 of a 3 × 3 matrix), its
+/// every step recomputed here as Algorithm 2 of the paper and the reference code do it, from
+/// the workers' gradients, the test's own error buffers and the test's own `Q` chain (only the
+/// initial draw is read from the compressor): `M_w = g_w + e_w`, `P̂ = orth(mean_w M_w Q)`,
+/// `Q_w = M_wᵀ P̂`, `Q ← mean_w Q_w`, `e_w = M_w − P̂ Q_wᵀ`, the update `P̂ Qᵀ`. A `Q` drawn
+/// afresh at every step (a cold start) fails at the second step.
+#[test]
+fn powersgd_warm_starts_each_power_step_from_the_last_q() {
+    let n = 3;
+    let (a, b, r, start) = (3, 3, 2, 2);
+    let mut store = matrix_store(n);
+    let matrices = store.matrices();
+    assert_eq!(
+        (matrices[0].rows, matrices[0].cols, matrices[0].start),
+        (a, b, start)
+    );
+    let mut ps = PowerSgd::new(r, matrices, n, SEED);
+    let close = |x: &[f64], y: &[f64], what: &str| {
+        assert!(rel_diff(x, y) < 1e-12, "{what}: {x:?} vs {y:?}");
+    };
+    let mut q = ps.q(0).to_vec();
+    let mut errors = vec![vec![0.0; a * b]; n];
+    for step in 0..6 {
+        let grads: Vec<GradId> = (0..n)
+            .map(|w| store.request_gradient_scaled(w, 1.0))
+            .collect();
+        let g: Vec<Vec<f64>> = grads.iter().map(|&id| store.gradient_values(id)).collect();
+        let ms: Vec<Vec<f64>> = (0..n)
+            .map(|w| (0..a * b).map(|c| g[w][start + c] + errors[w][c]).collect())
+            .collect();
+        // P = mean_w M_w Q, orthogonalized.
+        let mut p = vec![0.0; a * r];
+        for m in &ms {
+            for i in 0..a {
+                for t in 0..r {
+                    p[i * r + t] += (0..b).map(|j| m[i * b + j] * q[j * r + t]).sum::<f64>();
+                }
+            }
+        }
+        p.iter_mut().for_each(|v| *v /= n as f64);
+        gram_schmidt(&mut p, a, r);
+        // Q_w = M_wᵀ P̂; e_w = M_w − P̂ Q_wᵀ; Q = mean_w Q_w.
+        let mut q_mean = vec![0.0; b * r];
+        for (w, m) in ms.iter().enumerate() {
+            let qw: Vec<f64> = (0..b * r)
+                .map(|jt| {
+                    let (j, t) = (jt / r, jt % r);
+                    (0..a).map(|i| m[i * b + j] * p[i * r + t]).sum::<f64>()
+                })
+                .collect();
+            for i in 0..a {
+                for j in 0..b {
+                    let approx: f64 = (0..r).map(|t| p[i * r + t] * qw[j * r + t]).sum();
+                    errors[w][i * b + j] = m[i * b + j] - approx;
+                }
+            }
+            for (s, v) in q_mean.iter_mut().zip(&qw) {
+                *s += v / n as f64;
+            }
+        }
+        q = q_mean;
+        let mut want: Vec<f64> = (0..DIM)
+            .map(|c| (0..n).map(|w| g[w][c]).sum::<f64>() / n as f64)
+            .collect();
+        for i in 0..a {
+            for j in 0..b {
+                want[start + i * b + j] = (0..r).map(|t| p[i * r + t] * q[j * r + t]).sum();
+            }
+        }
+        let out = ps.aggregate(&mut store, &grads);
+        let got = store.gradient_values(out);
+        close(&got, &want, &format!("step {step}: the decoded update"));
+        close(
+            ps.q(0),
+            &q,
+            &format!("step {step}: the Q the next step starts from"),
+        );
+        for (w, e) in errors.iter().enumerate() {
+            let buffer = store.msg(ps.error(w).expect("an error buffer"));
+            close(
+                &buffer[start..start + a * b],
+                e,
+                &format!("step {step}: worker {w}'s error"),
+            );
+        }
+        store.release_gradient(out);
+    }
+    // Rank 2 of a 3 × 3 matrix did compress: the errors are not zero.
+    assert!(
+        errors.iter().flatten().any(|v| v.abs() > 1e-9),
+        "{errors:?}"
+    );
 }
 
 fn refusal(entry: AlgorithmKind, matrices: &[Matrix]) -> dasim_sim::ConfigError {

@@ -162,9 +162,18 @@ fn cosine_to_zero() -> OptimizerConfig {
     opt
 }
 
+/// The momentum of [`quadratic_store`]'s SGD (heavy ball, no weight decay, no Nesterov).
+const INNER_MOMENTUM: f64 = 0.5;
+
 /// Checks every outer step of a run of `cfg` against Algorithm 1, recomputed from the rows the
 /// hook read before the event that took it; returns how many outer steps had a rate and how
 /// many had none.
+///
+/// The exact average `M` is recomputed without the algorithm's mean row: for `"local-sgd"` and
+/// `"sgp"`, the mean of the workers' (de-biased) rows before the event; for `"allreduce"`, whose
+/// outer step comes in the same event as the round's last base step, the workers' rows before
+/// it (all `x_{t,τ−1}`) minus that step, `γ·v`, with SGD's heavy-ball buffer
+/// `v_k = μ·v_{k−1} + mean_i g_{i,k}` rebuilt from every gradient the workers computed.
 fn check_every_outer_step(
     cfg: &SlowmoConfig,
     topology: TopologyConfig,
@@ -174,9 +183,10 @@ fn check_every_outer_step(
     let tau = u64::from(cfg.tau);
     let allreduce = cfg.base == Base::Allreduce;
     let mut before: Option<Snapshot> = None;
-    let (mut with_rate, mut without) = (0, 0);
     let mut uneven_weights = false;
     let mut rates = Vec::new();
+    // Per outer step: the rows before and after its event, its rate and the mean row.
+    let mut steps: Vec<(Snapshot, Snapshot, f64, Vec<f64>)> = Vec::new();
     let run = run_slowmo(cfg, topology, opt, &stop_at(1.5), |a, world, t, store| {
         let now = snapshot(a, store);
         uneven_weights |= now.weights.iter().any(|&w| w != 1.0);
@@ -185,46 +195,17 @@ fn check_every_outer_step(
         {
             let gamma = a.last_rate();
             rates.push(gamma);
-            let dim = b.anchor.len();
-            // The exact average: of the workers' (de-biased) models before the event; with
-            // all-reduce the replicas are equal and the algorithm's mean row holds it.
-            let mean: Vec<f64> = if allreduce {
-                store.params(a.mean_row()).to_vec()
-            } else {
-                (0..dim)
-                    .map(|j| (0..N).map(|i| b.workers[i][j] / b.weights[i]).sum::<f64>() / N as f64)
-                    .collect()
-            };
-            close(store.params(a.mean_row()), &mean, "the exact average");
             if !allreduce {
                 // The rate in force when the step is taken (no step was counted since).
                 assert_eq!(gamma, world.lr_at(t), "γ of outer step {}", now.outer);
-            }
-            let (u1, x1): (Vec<f64>, Vec<f64>) = if gamma > 0.0 {
-                let u1: Vec<f64> = (0..dim)
-                    .map(|j| beta * b.momentum[j] + (b.anchor[j] - mean[j]) / gamma)
-                    .collect();
-                let x1 = (0..dim)
-                    .map(|j| b.anchor[j] - alpha * gamma * u1[j])
-                    .collect();
-                with_rate += 1;
-                (u1, x1)
-            } else {
-                without += 1;
-                (
-                    (0..dim).map(|j| beta * b.momentum[j]).collect(),
-                    mean.clone(),
-                )
-            };
-            close(&now.momentum, &u1, "the slow momentum");
-            close(&now.anchor, &x1, "the outer iterate");
-            if !allreduce {
                 // Every worker starts the next round from the outer iterate.
                 for (w, x) in now.workers.iter().enumerate() {
                     assert_eq!(x, &now.anchor, "worker {w} after outer step {}", now.outer);
                 }
                 assert!(now.weights.iter().all(|&w| w == 1.0), "{:?}", now.weights);
             }
+            let mean_row = store.params(a.mean_row()).to_vec();
+            steps.push((b.clone(), now.clone(), gamma, mean_row));
         }
         if allreduce {
             // Once every worker has finished the iteration of an outer step, all hold its
@@ -239,6 +220,55 @@ fn check_every_outer_step(
         }
         before = Some(now);
     });
+    // `"allreduce"`: the base optimizer's buffer after every iteration, from the gradients.
+    let mut buffers: Vec<Vec<f64>> = Vec::new();
+    if allreduce {
+        let iterations = (0..N).map(|w| run.store.grads[w].len()).min().unwrap();
+        let mut v = vec![0.0; run.store.params(0).len()];
+        for k in 0..iterations {
+            for (j, vj) in v.iter_mut().enumerate() {
+                let g = (0..N).map(|w| run.store.grads[w][k][j]).sum::<f64>() / N as f64;
+                *vj = INNER_MOMENTUM * *vj + g;
+            }
+            buffers.push(v.clone());
+        }
+    }
+    let (mut with_rate, mut without) = (0, 0);
+    for (b, now, gamma, mean_row) in &steps {
+        let gamma = *gamma;
+        let dim = b.anchor.len();
+        // The workers' (de-biased) mean before the event.
+        let before_mean: Vec<f64> = (0..dim)
+            .map(|j| (0..N).map(|i| b.workers[i][j] / b.weights[i]).sum::<f64>() / N as f64)
+            .collect();
+        let mean: Vec<f64> = if allreduce {
+            // Plus the round's last base step, taken in this event.
+            let last = (now.outer * tau - 1) as usize;
+            let v = &buffers[last];
+            (0..dim).map(|j| before_mean[j] - gamma * v[j]).collect()
+        } else {
+            before_mean
+        };
+        close(mean_row, &mean, "the exact average");
+        let (u1, x1): (Vec<f64>, Vec<f64>) = if gamma > 0.0 {
+            let u1: Vec<f64> = (0..dim)
+                .map(|j| beta * b.momentum[j] + (b.anchor[j] - mean[j]) / gamma)
+                .collect();
+            let x1 = (0..dim)
+                .map(|j| b.anchor[j] - alpha * gamma * u1[j])
+                .collect();
+            with_rate += 1;
+            (u1, x1)
+        } else {
+            without += 1;
+            (
+                (0..dim).map(|j| beta * b.momentum[j]).collect(),
+                mean.clone(),
+            )
+        };
+        close(&now.momentum, &u1, "the slow momentum");
+        close(&now.anchor, &x1, "the outer iterate");
+    }
     if allreduce {
         // γ is the rate of the outer step's last iteration, read once with its mean gradient.
         for (k, gamma) in rates.iter().enumerate() {

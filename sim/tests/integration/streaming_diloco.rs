@@ -100,6 +100,45 @@ fn combine(terms: &[(f64, &[f64])]) -> Vec<f64> {
     out
 }
 
+/// The quantizer the module documents, written out here from its rule as the oracle of the runs'
+/// checks (not the crate's `quantize`): `b = 32` leaves the values; for `b ≥ 2`, with
+/// `L = 2^(b−1) − 1` and the scale `s = max |x|` over the fragment's coordinates, each value goes
+/// to the nearest of the levels `s·k/L`, `k ∈ {−L, …, L}`, a tie away from zero (an all-zero
+/// fragment stays zero); for `b = 1`, to `+s` (`x ≥ 0`) or `−s`, with `s` the mean `|x|`.
+fn quantized(values: &[f64], fragment: &[Range<usize>], bits: u32) -> Vec<f64> {
+    let mut out = values.to_vec();
+    let idx = coords(fragment);
+    if bits >= 32 || idx.is_empty() {
+        return out;
+    }
+    if bits == 1 {
+        let s = idx.iter().map(|&j| values[j].abs()).sum::<f64>() / idx.len() as f64;
+        for &j in &idx {
+            out[j] = if values[j] < 0.0 { -s } else { s };
+        }
+        return out;
+    }
+    let s = idx.iter().map(|&j| values[j].abs()).fold(0.0, f64::max);
+    if s == 0.0 {
+        return out;
+    }
+    let l = (1_i64 << (bits - 1)) - 1;
+    for &j in &idx {
+        // |x| lies between the levels k and k + 1 (in units of s/L); the nearer one, k + 1 on a
+        // tie.
+        let y = values[j].abs() * l as f64 / s;
+        let below = (y as i64).min(l);
+        let k = if below < l && y - below as f64 >= 0.5 {
+            below + 1
+        } else {
+            below
+        };
+        let level = k as f64 * s / l as f64;
+        out[j] = if values[j] < 0.0 { -level } else { level };
+    }
+    out
+}
+
 /// The state seen after an event.
 #[derive(Clone)]
 struct Seen {
@@ -161,10 +200,11 @@ fn check_every_event(cfg: &StreamingDilocoConfig, gbps: f64) -> (Run, u64) {
                         "worker {w} sent fragment {f} after step {t}"
                     );
                     // The worker's row and the global model as the send read them.
-                    let mut delta = combine(&[(1.0, &now.global), (-1.0, &now.workers[w])]);
-                    if cfg.outer_bits < 32 {
-                        quantize(&mut delta, &a.fragments()[f], cfg.outer_bits);
-                    }
+                    let delta = quantized(
+                        &combine(&[(1.0, &now.global), (-1.0, &now.workers[w])]),
+                        &a.fragments()[f],
+                        cfg.outer_bits,
+                    );
                     assert!(slot.replace(delta).is_none(), "sent twice a round");
                 }
             }
@@ -175,10 +215,7 @@ fn check_every_event(cfg: &StreamingDilocoConfig, gbps: f64) -> (Run, u64) {
                 let share = 1.0 / N as f64;
                 let terms: Vec<(f64, &[f64])> =
                     deltas.iter().map(|d| (share, d.as_slice())).collect();
-                let mut mean = combine(&terms);
-                if cfg.outer_bits < 32 {
-                    quantize(&mut mean, &a.fragments()[f], cfg.outer_bits);
-                }
+                let mean = quantized(&combine(&terms), &a.fragments()[f], cfg.outer_bits);
                 let (g0, m0) = (&b.global, &b.momentum);
                 for j in 0..DIM {
                     if idx.contains(&j) {
@@ -278,6 +315,100 @@ fn every_fragment_outer_step_is_nesterov_on_its_coordinates_from_what_was_sent()
         }
         drop(run.store);
     }
+}
+
+/// The rate and momentum of [`run_streaming`]'s inner optimizer (SGD, heavy ball, no weight
+/// decay, no Nesterov).
+const INNER_LR: f64 = 0.05;
+
+/// The overlapped regime (τ ≥ 1): the fragment's ring completes while the worker computes its
+/// τ inner steps, so the merge comes in the event of its inner step `send + τ`, and the
+/// fragment becomes `α·x_t + (1 − α)·θ_p`, with `x_t` the worker's row after that step (the
+/// current local fragment, not the one it sent) and `θ_p` the global fragment. `x_t` is rebuilt
+/// from the row before the event and the store's SGD step, `x_{t−1} − η·v_t` (`v_t` the
+/// worker's heavy-ball buffer after the step, which a merge does not touch); the coordinates
+/// outside the fragment, which only that step moves, check the rebuild. `α = 0.3`, so `α` and
+/// `1 − α` swapped would not pass either.
+#[test]
+fn an_overlapped_merge_mixes_the_current_local_fragment_with_the_global_one() {
+    let cfg = StreamingDilocoConfig {
+        inner_steps: 12,
+        fragments: 3,
+        overlap_steps: 2,
+        mixing: 0.3,
+        ..Default::default()
+    };
+    let alpha = cfg.mixing;
+    let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * (1.0 + y.abs());
+    let mut before: Option<Seen> = None;
+    // Each worker's row when it last sent each fragment.
+    let mut at_send: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
+    // Overlapped merges checked, and those a merge of the row as sent would have missed.
+    let (mut checked, mut told_apart) = (0, 0);
+    // Equal workers: every ring completes within a step, so no worker waits at its merge.
+    run_streaming(&cfg, layered_store(), 1.0, &[], 1.0, |a, store| {
+        let now = seen(a, store);
+        let Some(b) = &before else {
+            before = Some(now);
+            return;
+        };
+        for w in 0..N {
+            for f in 0..a.fragments().len() {
+                if now.sends[w][f] > b.sends[w][f] {
+                    // A merge at the same step comes first: this is the row the send read.
+                    at_send.insert((w, f), now.workers[w].clone());
+                }
+                if now.merges[w][f] == b.merges[w][f] || now.steps[w] == b.steps[w] {
+                    continue;
+                }
+                assert_eq!(
+                    now.steps[w],
+                    b.steps[w] + 1,
+                    "worker {w}: one step per event"
+                );
+                assert!(
+                    now.syncs[f] >= now.merges[w][f],
+                    "merged before the outer step"
+                );
+                let v = store.velocity(w);
+                let x_t: Vec<f64> = (0..DIM)
+                    .map(|j| b.workers[w][j] - INNER_LR * v[j])
+                    .collect();
+                let sent = &at_send[&(w, f)];
+                let idx = coords(&a.fragments()[f]);
+                let mut apart = false;
+                for j in 0..DIM {
+                    let x = now.workers[w][j];
+                    if idx.contains(&j) {
+                        let want = alpha * x_t[j] + (1.0 - alpha) * now.global[j];
+                        assert!(
+                            close(x, want),
+                            "worker {w}, fragment {f}, coordinate {j} after step {}: merged {x}, \
+                             α·x_t + (1 − α)·θ = {want}",
+                            now.steps[w]
+                        );
+                        let as_sent = alpha * sent[j] + (1.0 - alpha) * now.global[j];
+                        apart |= (want - as_sent).abs() > 1e-9 * (1.0 + want.abs());
+                    } else {
+                        assert!(
+                            close(x, x_t[j]),
+                            "worker {w}, coordinate {j} outside fragment {f}: {x} vs the \
+                             step's {}",
+                            x_t[j]
+                        );
+                    }
+                }
+                checked += 1;
+                told_apart += u32::from(apart);
+            }
+        }
+        before = Some(now);
+    });
+    assert!(checked >= 80, "{checked} overlapped merges checked");
+    assert_eq!(
+        told_apart, checked,
+        "the local fragment moved between send and merge"
+    );
 }
 
 /// One fragment, no overlap, no mixing, 32 bits: the same events, messages, activities,
@@ -461,6 +592,11 @@ fn quantization_error_is_bounded_by_the_scale_and_levels() {
     for bits in 1..=32 {
         let mut q = values.clone();
         let s = quantize(&mut q, &coords, bits);
+        assert_eq!(
+            q,
+            quantized(&values, &coords, bits),
+            "{bits} bits: the documented rule"
+        );
         for j in 0..values.len() {
             if !inside(j) {
                 assert_eq!(q[j], values[j], "outside the fragment");
