@@ -34,10 +34,12 @@ use crate::engine::error::{Error, Result};
 /// The first bytes of every checkpoint of the engine.
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
-/// The format version; bumped whenever the encoded state changes shape (11: asynchronous
-/// Local-SGD's options gain `momentum_activation`, and `momentum_every` may be the number of
-/// workers).
-pub const VERSION: u32 = 11;
+/// The format version; bumped whenever the encoded state changes shape (12: PowerSGD gains
+/// `variant`, `start_after` and `min_compression_rate`, in all-reduce SGD's state and in
+/// [`crate::compress::stored`], and the library variant's third ring and event; 11:
+/// asynchronous Local-SGD's options gain `momentum_activation`, and `momentum_every` may be the
+/// number of workers).
+pub const VERSION: u32 = 12;
 
 /// When to take checkpoints, and what to continue from.
 #[derive(Clone, Copy, Debug, Default)]

@@ -316,7 +316,12 @@ fn matrix_store(n: usize) -> ReferenceStore {
 
 fn powersgd(rank: usize) -> AllReduceConfig {
     AllReduceConfig {
-        compression: Some(Compression::PowerSgd { rank }),
+        compression: Some(Compression::PowerSgd {
+            rank,
+            variant: PowerSgdVariant::Paper,
+            start_after: None,
+            min_compression_rate: None,
+        }),
         ..Default::default()
     }
 }
@@ -469,7 +474,7 @@ fn bad_compression_options_are_refused_at_their_field() {
             "(0, 1]",
         ),
         (
-            AlgorithmKind::Choco(choco(Compression::PowerSgd { rank: 1 }, 0.5)),
+            AlgorithmKind::Choco(choco(powersgd(1).compression.expect("compressed"), 0.5)),
             "algorithms[0].compression.kind",
             "all-reduce",
         ),
