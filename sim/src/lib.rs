@@ -450,7 +450,7 @@ pub mod prelude {
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};
-    pub use crate::compress::{Compression, PowerSgd};
+    pub use crate::compress::{Compression, PowerSgd, PowerSgdVariant};
     pub use crate::engine::{
         Collect, EvalPoint, Observer, Outcome, RunConfig, SimTime, run, run_inspect,
     };

@@ -42,6 +42,13 @@
 //! orthogonalization and `M_wᵀ P̂`, a few `a·b·r` multiply-adds) is not charged: it is small
 //! beside the gradient's. Buckets are not combined with PowerSGD (`buckets = 1`).
 //!
+//! With `variant = "library"` (`epfml/powersgd`'s `powersgd/powersgd.py`), a step runs one ring:
+//! of the whole gradient for the first `start_after` steps (as without compression), then, in
+//! turn, of every `Q` (`b·r'` values per compressed matrix) on even compressed steps and of every
+//! `P` (`a·r'`) on odd ones, each with the coordinates left uncompressed. Which ring a step
+//! joins is decided by the worker's step count alone ([`PowerSgd::exchange`]); the three rings'
+//! sizes by the shapes and the options, at the start.
+//!
 //! **Invariant**: all replicas are equal whenever they are read — every worker's `k`-th gradient
 //! is computed on the same parameters — because they start equal and apply the same mean
 //! gradient in the same order.
@@ -56,15 +63,20 @@ use serde::{Deserialize, Serialize};
 use super::ring::{Done, RingRound, RoundMean, bucket_bytes, ring_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
+use crate::compress::powersgd::{Exchange, Options as PowerSgdOptions};
 use crate::compress::{Compression, PowerSgd};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::store::{GradId, ReplicaStore};
 
-/// The ring of the gradients (with PowerSGD: of the `P` factors).
+/// The ring of the gradients (with PowerSGD's paper variant: of the `P` factors; with the
+/// library's: its warm-up's dense gradients).
 const GRADIENTS: usize = 0;
-/// PowerSGD: the ring of the `Q` factors.
+/// PowerSGD: the ring of the `Q` factors (the paper's second all-reduce; the library's even
+/// compressed steps).
 const FACTORS: usize = 1;
+/// PowerSGD's library variant: the ring of the `P` factors of its odd compressed steps.
+const ALTERNATE: usize = 2;
 
 fn one() -> usize {
     1
@@ -89,7 +101,8 @@ pub struct AllReduceConfig {
     /// ready in order (default 0: every bucket is ready at the end of the step).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub backward_fraction: f64,
-    /// Gradient compression: `{ kind = "powersgd", rank = r }` (none by default).
+    /// Gradient compression: `{ kind = "powersgd", rank = r }`, optionally with `variant =
+    /// "library"` and its `start_after` and `min_compression_rate` (none by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compression>,
 }
@@ -140,7 +153,7 @@ impl AllReduceConfig {
             if self.buckets > 1 {
                 return Err(ConfigError::new(
                     &format!("{path}.buckets"),
-                    "buckets are not combined with compression: PowerSGD all-reduces its factors in two rounds",
+                    "buckets are not combined with compression: PowerSGD all-reduces its factors, not buckets of the gradient",
                 )
                 .hint("leave buckets out (1) with powersgd"));
             }
@@ -148,12 +161,9 @@ impl AllReduceConfig {
         Ok(())
     }
 
-    /// The PowerSGD rank, when compressed.
-    fn rank(&self) -> Option<usize> {
-        match self.compression {
-            Some(Compression::PowerSgd { rank }) => Some(rank),
-            _ => None,
-        }
+    /// PowerSGD's options, when compressed.
+    fn powersgd(&self) -> Option<PowerSgdOptions> {
+        self.compression.as_ref()?.powersgd_options()
     }
 }
 
@@ -167,10 +177,15 @@ pub enum Event {
         /// The bucket.
         bucket: usize,
     },
-    /// A worker's ring all-reduce completed (with PowerSGD: the first, of the `P` factors).
+    /// A worker's ring all-reduce completed (with PowerSGD's paper variant: the first, of the
+    /// `P` factors).
     RingDone(Done),
-    /// PowerSGD: a worker's second ring all-reduce, of the `Q` factors, completed.
+    /// PowerSGD: a worker's ring all-reduce of the `Q` factors completed (the paper's second
+    /// one; the library's of an even compressed step).
     FactorsDone(Done),
+    /// PowerSGD's library variant: a worker's ring all-reduce of the `P` factors of an odd
+    /// compressed step completed.
+    AlternateDone(Done),
 }
 
 /// The state machine of all-reduce SGD.
@@ -184,8 +199,8 @@ pub struct AllReduceSgd {
     rounds: RingRound,
     /// The mean gradient of the current iteration and its rate.
     mean: RoundMean<(GradId, f64)>,
-    /// PowerSGD's rank and its state (built at the start).
-    rank: Option<usize>,
+    /// PowerSGD's options and its state (built at the start).
+    options: Option<PowerSgdOptions>,
     powersgd: Option<PowerSgd>,
 }
 
@@ -198,7 +213,7 @@ impl AllReduceSgd {
             grads: vec![None; n],
             rounds: RingRound::default(),
             mean: RoundMean::default(),
-            rank: cfg.rank(),
+            options: cfg.powersgd(),
             powersgd: None,
         }
     }
@@ -218,6 +233,16 @@ impl AllReduceSgd {
         }
     }
 
+    /// The step whose all-reduce `worker` completed as round `round` of its ring: the round
+    /// itself when every step runs that ring (without compression, the paper's PowerSGD); the
+    /// worker's step count with the library's, whose steps take turns on three rings.
+    fn step(&self, worker: usize, round: u64, cx: &Ctx<'_, '_, Event>) -> u64 {
+        match &self.powersgd {
+            Some(p) if p.exchange(0) != Exchange::PThenQ => cx.world.worker_steps_of(worker),
+            _ => round,
+        }
+    }
+
     /// `w`'s all-reduce of iteration `iter` is done: it applies the iteration's mean gradient
     /// and begins the next step.
     fn finish(&mut self, w: usize, iter: u64, cx: &mut Ctx<'_, '_, Event>) {
@@ -228,7 +253,7 @@ impl AllReduceSgd {
                 .map(|g| g.take().expect("every worker contributed a gradient"))
                 .collect();
             let g = match &mut self.powersgd {
-                Some(p) => p.aggregate(&mut cx.world.store, &grads),
+                Some(p) => p.aggregate(&mut cx.world.store, &grads, iter),
                 None => cx.world.store.mean_gradient(&grads),
             };
             // One rate for the whole iteration, read when its mean is formed, so every worker
@@ -249,13 +274,23 @@ impl Algorithm for AllReduceSgd {
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.grads.len();
-        if let Some(rank) = self.rank {
+        if let Some(options) = self.options {
             let matrices = cx.world.store.matrices();
-            let (p, q) = PowerSgd::factor_values(rank, &matrices, cx.world.store.num_params());
+            let params = cx.world.store.num_params();
             let bytes = |values: usize| cx.world.net.payload_bytes(values);
-            self.rounds.add(n, &[bytes(p)]);
-            self.rounds.add(n, &[bytes(q)]);
-            self.powersgd = Some(PowerSgd::new(rank, matrices, n, cx.world.seed));
+            let p = PowerSgd::new(options, matrices.clone(), n, cx.world.seed);
+            if p.exchange(0) == Exchange::PThenQ {
+                let (p, q) = PowerSgd::factor_values(options.rank, &matrices, params);
+                self.rounds.add(n, &[bytes(p)]);
+                self.rounds.add(n, &[bytes(q)]);
+            } else {
+                self.rounds.add(n, &bucket_bytes(cx.world, 1));
+                self.rounds
+                    .add(n, &[bytes(p.exchange_values(Exchange::Q, params))]);
+                self.rounds
+                    .add(n, &[bytes(p.exchange_values(Exchange::P, params))]);
+            }
+            self.powersgd = Some(p);
         } else {
             self.rounds.add(n, &bucket_bytes(cx.world, self.buckets));
         }
@@ -271,26 +306,44 @@ impl Algorithm for AllReduceSgd {
             // a chunk lost on one is lost while no `Done` of the other is due.
             Event::BucketReady { worker, .. } if cx.is_down(worker) => {}
             Event::BucketReady { worker, bucket } => {
-                self.rounds
-                    .join_bucket(GRADIENTS, worker, bucket, cx, Event::RingDone);
+                // The library's compressed steps join the ring of what their step sends, by the
+                // worker's step count (every worker's is the same at its k-th step).
+                let step = cx.world.worker_steps_of(worker);
+                let (ring, wrap): (usize, fn(Done) -> Event) =
+                    match self.powersgd.as_ref().map(|p| p.exchange(step)) {
+                        Some(Exchange::Q) => (FACTORS, Event::FactorsDone),
+                        Some(Exchange::P) => (ALTERNATE, Event::AlternateDone),
+                        _ => (GRADIENTS, Event::RingDone),
+                    };
+                self.rounds.join_bucket(ring, worker, bucket, cx, wrap);
             }
             Event::RingDone(done) => {
                 let Some(iter) = self.rounds.complete(GRADIENTS, done) else {
                     return;
                 };
-                if self.powersgd.is_some() {
+                let paper = self
+                    .powersgd
+                    .as_ref()
+                    .is_some_and(|p| p.exchange(0) == Exchange::PThenQ);
+                if paper {
                     // The `P` factors are in: the `Q` factors' ring follows at once. Every
                     // worker is past the first ring's barrier, so the second's waits are the
                     // network's.
                     self.rounds
                         .join(FACTORS, done.worker, cx, Event::FactorsDone);
                 } else {
-                    self.finish(done.worker, iter, cx);
+                    self.finish(done.worker, self.step(done.worker, iter, cx), cx);
                 }
             }
             Event::FactorsDone(done) => {
                 if let Some(iter) = self.rounds.complete(FACTORS, done) {
-                    self.finish(done.worker, iter, cx);
+                    self.finish(done.worker, self.step(done.worker, iter, cx), cx);
+                }
+            }
+            Event::AlternateDone(done) => {
+                if self.rounds.complete(ALTERNATE, done).is_some() {
+                    let step = cx.world.worker_steps_of(done.worker);
+                    self.finish(done.worker, step, cx);
                 }
             }
         }
@@ -316,15 +369,15 @@ impl Algorithm for AllReduceSgd {
 impl AlgorithmSpec for AllReduceConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)?;
-        if let Some(rank) = self.rank() {
-            PowerSgd::check(rank, setup.matrices, &setup.at("compression.rank"))?;
+        if let Some(options) = self.powersgd() {
+            PowerSgd::check(&options, setup.matrices, &setup.at("compression.rank"))?;
         }
         Ok(())
     }
 
     fn buffers_per_worker(&self) -> usize {
         // PowerSGD's error feedback.
-        usize::from(self.rank().is_some())
+        usize::from(self.powersgd().is_some())
     }
 
     fn uses_topology(&self) -> bool {

@@ -20,7 +20,7 @@
 //! | `random-k` (`fraction` f) | `k` coordinates drawn uniformly without replacement, the rest zero | `(k/d)·x` | `k·v + 8`: values and the 64-bit seed both ends draw the indices from |
 //! | `sign` | `(‖x‖₁/d)·sign(x)` (EF-signSGD's scaled sign; `sign(0) = +1`) | — (biased) | `⌈d/8⌉ + v`: one bit per coordinate and the scale |
 //! | `qsgd` (`levels` s) | `sign(x_i)·‖x‖₂/(s·τ)·⌊s·|x_i|/‖x‖₂ + ξ_i⌋`, `ξ_i ~ U[0, 1)`, `τ = 1 + min(d/s², √d/s)` | `x/τ` | `⌈d·b/8⌉ + v`, `b = 1 + ⌈log₂(s + 1)⌉` bits per coordinate, and the norm |
-//! | `powersgd` (`rank` r) | rank-`r` power iteration per weight matrix ([`powersgd`]) | — (biased) | two all-reduces of the factors |
+//! | `powersgd` (`rank` r) | rank-`r` power iteration per weight matrix ([`powersgd`]) | — (biased) | all-reduces of the factors: two per step (`variant = "paper"`), or one, alternating (`"library"`) |
 //!
 //! `v` is the bytes of one value (`[network] dtype`: 4 for fp32). `qsgd` is the QSGD quantizer
 //! of Alistarh et al. (NeurIPS 2017), which is unbiased, divided by `τ` as CHOCO's paper does so
@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::rng::Stream;
 use crate::error::ConfigError;
 
-pub use powersgd::PowerSgd;
+pub use powersgd::{PowerSgd, Variant as PowerSgdVariant};
 
 /// The `compression` table of an algorithm entry.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -75,6 +75,17 @@ pub enum Compression {
     PowerSgd {
         /// The rank `r ≥ 1` of the approximation.
         rank: usize,
+        /// Which reference code it follows: `"paper"` (default) or `"library"`.
+        #[serde(default)]
+        variant: PowerSgdVariant,
+        /// Library variant: steps all-reduced uncompressed first (default
+        /// [`powersgd::LIBRARY_START_AFTER`], 100).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_after: Option<u64>,
+        /// Library variant: a matrix is compressed only above this compression rate (default
+        /// [`powersgd::LIBRARY_MIN_COMPRESSION_RATE`], 2).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_compression_rate: Option<f64>,
     },
 }
 
@@ -107,13 +118,49 @@ impl Compression {
                     "QSGD with s levels sends 1 + ⌈log₂(s + 1)⌉ bits per coordinate; s = 16 is 6 bits",
                 )
             }
-            Compression::PowerSgd { rank: 0 } => {
-                ConfigError::new(&format!("{path}.rank"), "rank must be at least 1")
-                    .hint("PowerSGD's paper uses rank 1, 2 or 4")
+            Compression::PowerSgd {
+                rank,
+                variant,
+                start_after,
+                min_compression_rate,
+            } => {
+                return powersgd::check_options(
+                    rank,
+                    variant,
+                    start_after,
+                    min_compression_rate,
+                    path,
+                );
             }
             _ => return Ok(()),
         };
         Err(error)
+    }
+
+    /// PowerSGD's options with every default filled in (`None` for the other kinds): the
+    /// library's `start_after` and `min_compression_rate` default to its `Config`'s 100 and 2;
+    /// the paper's variant has no warm-up.
+    pub fn powersgd_options(&self) -> Option<powersgd::Options> {
+        match *self {
+            Compression::PowerSgd {
+                rank,
+                variant,
+                start_after,
+                min_compression_rate,
+            } => Some(powersgd::Options {
+                rank,
+                variant,
+                start_after: match variant {
+                    PowerSgdVariant::Paper => 0,
+                    PowerSgdVariant::Library => {
+                        start_after.unwrap_or(powersgd::LIBRARY_START_AFTER)
+                    }
+                },
+                min_compression_rate: min_compression_rate
+                    .unwrap_or(powersgd::LIBRARY_MIN_COMPRESSION_RATE),
+            }),
+            _ => None,
+        }
     }
 
     /// Coordinates a sparsifier keeps of `d`: `max(1, ⌊fraction·d⌋)`, at most `d`; `d` for the
@@ -256,7 +303,7 @@ pub(crate) mod stored {
         RandomK(f64),
         Sign,
         Qsgd(u32),
-        PowerSgd(usize),
+        PowerSgd(usize, super::PowerSgdVariant, Option<u64>, Option<f64>),
     }
 
     pub fn serialize<S: Serializer>(c: &Compression, s: S) -> Result<S::Ok, S::Error> {
@@ -265,7 +312,12 @@ pub(crate) mod stored {
             Compression::RandomK { fraction } => Stored::RandomK(fraction),
             Compression::Sign {} => Stored::Sign,
             Compression::Qsgd { levels } => Stored::Qsgd(levels),
-            Compression::PowerSgd { rank } => Stored::PowerSgd(rank),
+            Compression::PowerSgd {
+                rank,
+                variant,
+                start_after,
+                min_compression_rate,
+            } => Stored::PowerSgd(rank, variant, start_after, min_compression_rate),
         }
         .serialize(s)
     }
@@ -276,7 +328,14 @@ pub(crate) mod stored {
             Stored::RandomK(fraction) => Compression::RandomK { fraction },
             Stored::Sign => Compression::Sign {},
             Stored::Qsgd(levels) => Compression::Qsgd { levels },
-            Stored::PowerSgd(rank) => Compression::PowerSgd { rank },
+            Stored::PowerSgd(rank, variant, start_after, min_compression_rate) => {
+                Compression::PowerSgd {
+                    rank,
+                    variant,
+                    start_after,
+                    min_compression_rate,
+                }
+            }
         })
     }
 }
@@ -387,6 +446,30 @@ mod tests {
             assert!(q[t.clone()].iter().any(|v| *v != 0.0), "{q:?}");
         }
         assert_eq!(&q[8..], &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn the_checkpoint_encoding_keeps_powersgds_options() {
+        #[derive(Serialize, Deserialize)]
+        struct Held(#[serde(with = "stored")] Compression);
+        for c in [
+            Compression::PowerSgd {
+                rank: 3,
+                variant: PowerSgdVariant::Library,
+                start_after: Some(7),
+                min_compression_rate: Some(1.5),
+            },
+            Compression::PowerSgd {
+                rank: 2,
+                variant: PowerSgdVariant::Paper,
+                start_after: None,
+                min_compression_rate: None,
+            },
+        ] {
+            let bytes = postcard::to_stdvec(&Held(c.clone())).unwrap();
+            let back: Held = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(back.0, c);
+        }
     }
 
     #[test]

@@ -303,6 +303,16 @@ fn choco_and_powersgd_resume_exactly() {
         "kind = \"allreduce\"\ncompression = { kind = \"powersgd\", rank = 2 }",
         false,
     );
+    // The library's variant: its warm-up, then P and Q in turn (rank 1 of the 2 × 3 matrix;
+    // rank 4, clamped to 2, below the default rate and so with a lower one).
+    check(
+        "kind = \"allreduce\"\ncompression = { kind = \"powersgd\", rank = 1, variant = \"library\", start_after = 3 }",
+        false,
+    );
+    check(
+        "kind = \"allreduce\"\ncompression = { kind = \"powersgd\", rank = 4, variant = \"library\", start_after = 2, min_compression_rate = 1.0 }",
+        false,
+    );
 }
 
 #[test]

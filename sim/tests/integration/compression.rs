@@ -4,7 +4,8 @@
 //! public copies and its average-preserving gossip, and reducing to D-PSGD without compression;
 //! all-reduce with PowerSGD (Vogels et al., 2019): two rings by the closed form, exact at full
 //! rank, error feedback that loses nothing, and each power step warm-started from the last `Q`,
-//! recomputed; bad options refused.
+//! recomputed; its library variant's one ring per step, its warm-up, skipped matrices and rank
+//! clamp; bad options refused.
 
 use crate::common;
 
@@ -422,7 +423,12 @@ fn matrix_store(n: usize) -> ReferenceStore {
 
 fn powersgd(rank: usize) -> AllReduceConfig {
     AllReduceConfig {
-        compression: Some(Compression::PowerSgd { rank }),
+        compression: Some(Compression::PowerSgd {
+            rank,
+            variant: PowerSgdVariant::Paper,
+            start_after: None,
+            min_compression_rate: None,
+        }),
         ..Default::default()
     }
 }
@@ -575,11 +581,12 @@ fn powersgd_warm_starts_each_power_step_from_the_last_q() {
         (matrices[0].rows, matrices[0].cols, matrices[0].start),
         (a, b, start)
     );
-    let mut ps = PowerSgd::new(r, matrices, n, SEED);
+    let options = powersgd(r).compression.unwrap().powersgd_options().unwrap();
+    let mut ps = PowerSgd::new(options, matrices, n, SEED);
     let close = |x: &[f64], y: &[f64], what: &str| {
         assert!(rel_diff(x, y) < 1e-12, "{what}: {x:?} vs {y:?}");
     };
-    let mut q = ps.q(0).to_vec();
+    let mut q = ps.warm_start(0).to_vec();
     let mut errors = vec![vec![0.0; a * b]; n];
     for step in 0..6 {
         let grads: Vec<GradId> = (0..n)
@@ -628,11 +635,11 @@ fn powersgd_warm_starts_each_power_step_from_the_last_q() {
                 want[start + i * b + j] = (0..r).map(|t| p[i * r + t] * q[j * r + t]).sum();
             }
         }
-        let out = ps.aggregate(&mut store, &grads);
+        let out = ps.aggregate(&mut store, &grads, step);
         let got = store.gradient_values(out);
         close(&got, &want, &format!("step {step}: the decoded update"));
         close(
-            ps.q(0),
+            ps.warm_start(0),
             &q,
             &format!("step {step}: the Q the next step starts from"),
         );
@@ -651,6 +658,346 @@ fn powersgd_warm_starts_each_power_step_from_the_last_q() {
         errors.iter().flatten().any(|v| v.abs() > 1e-9),
         "{errors:?}"
     );
+}
+
+/// PowerSGD as `epfml/powersgd`'s library does it (`powersgd/powersgd.py`), at `rank`, with
+/// `start_after` uncompressed steps and `min_compression_rate` (`None`: the defaults).
+fn library(rank: usize, start_after: Option<u64>, min_rate: Option<f64>) -> AllReduceConfig {
+    AllReduceConfig {
+        compression: Some(Compression::PowerSgd {
+            rank,
+            variant: PowerSgdVariant::Library,
+            start_after,
+            min_compression_rate: min_rate,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The 12 coordinates of [`store`] holding `matrices`.
+fn store_with(n: usize, matrices: &[(usize, usize, usize)]) -> ReferenceStore {
+    store(n).with_matrices(
+        matrices
+            .iter()
+            .map(|&(start, rows, cols)| Matrix { start, rows, cols })
+            .collect(),
+    )
+}
+
+/// Σ_k n·u_k + Σ_w e_w − Σ_{w,k} g_{w,k} over a run of SGD without momentum at rate 0.05,
+/// relative: 0 when error feedback loses nothing.
+fn feedback_loss(st: &Checked, alg: &AllReduceSgd, rounds: u64) -> f64 {
+    let n = st.reads.len();
+    let ps = alg.powersgd().expect("compressed");
+    let inner = st.shared();
+    let inner = inner.borrow();
+    let mut lhs: Vec<f64> = st.params(0).iter().map(|v| -v * n as f64 / 0.05).collect();
+    for w in 0..n {
+        if let Some(e) = ps.error(w) {
+            for (l, v) in lhs.iter_mut().zip(inner.msg(e)) {
+                *l += v;
+            }
+        }
+    }
+    let mut rhs = vec![0.0; DIM];
+    for w in 0..n {
+        for g in &st.grads[w][..rounds as usize] {
+            for (r, v) in rhs.iter_mut().zip(g) {
+                *r += v;
+            }
+        }
+    }
+    rel_diff(&lhs, &rhs)
+}
+
+#[test]
+fn powersgd_library_runs_one_ring_per_step_alternating_q_and_p_after_a_dense_warm_up() {
+    let n = 4;
+    let rounds = 10;
+    let (bandwidth, latency) = (0.001, 30.0);
+    // A 2 × 5 matrix (rank 1: 10 / (½·7) = 2.9 > 2, compressed) and 2 vector coordinates.
+    let (outcome, store, alg) = run_allreduce(
+        &library(1, Some(3), None),
+        store_with(n, &[(1, 2, 5)]),
+        &header_free(bandwidth, latency),
+        rounds,
+    );
+    // Steps 0..3 all-reduce the 12 coordinates; then Q (5 values) and P (2 values) in turn,
+    // each with the 2 vector coordinates: one ring per step.
+    let values: Vec<u64> = (0..rounds)
+        .map(|k| match k {
+            0..3 => 12,
+            k if (k - 3) % 2 == 0 => 5 + 2,
+            _ => 2 + 2,
+        })
+        .collect();
+    let chunk = |values: u64| (4 * values).div_ceil(n as u64);
+    let ring = |values: u64| {
+        2.0 * (n - 1) as f64 * (latency * 1e-6 + chunk(values) as f64 * 8.0 / (bandwidth * 1e9))
+    };
+    let bytes: u64 = values
+        .iter()
+        .map(|&v| n as u64 * 2 * (n as u64 - 1) * chunk(v))
+        .sum();
+    assert_eq!(outcome.network.bytes, bytes);
+    let want: f64 = values.iter().map(|&v| 0.010 + ring(v)).sum();
+    let t = outcome.sim_time.as_secs_f64();
+    assert!((t - want).abs() < 1e-6, "{t} s for {values:?}: {want} s");
+    for i in 1..n {
+        assert_eq!(store.reads[i], store.reads[0], "worker {i}'s reads");
+        assert_eq!(store.params(i), store.params(0));
+    }
+    // It did compress, and error feedback loses nothing.
+    let ps = alg.powersgd().unwrap();
+    assert_eq!(ps.ranks(), &[1]);
+    assert!(feedback_loss(&store, &alg, rounds) < 1e-9);
+}
+
+#[test]
+fn powersgd_library_warm_up_steps_are_allreduce_sgd_exactly() {
+    let n = 4;
+    let fast = header_free(100.0, 5.0);
+    let m = [(2, 3, 3)];
+    // 5 warm-up steps: exactly all-reduce SGD, its timing, bytes and parameters.
+    let (warm, warm_store, warm_alg) =
+        run_allreduce(&library(1, Some(5), None), store_with(n, &m), &fast, 5);
+    let (plain, plain_store, _) =
+        run_allreduce(&AllReduceConfig::default(), store_with(n, &m), &fast, 5);
+    assert_eq!(warm.sim_time, plain.sim_time);
+    assert_eq!(warm.network.bytes, plain.network.bytes);
+    for w in 0..n {
+        assert_eq!(warm_store.params(w), plain_store.params(w), "worker {w}");
+        assert_eq!(
+            warm_store.reads[w], plain_store.reads[w],
+            "worker {w}'s reads"
+        );
+        assert!(warm_alg.powersgd().unwrap().error(w).is_none());
+    }
+    // Step 5 is compressed: the 6th gradient is read at the same point, the 7th no longer.
+    let (_, st, _) = run_allreduce(&library(1, Some(5), None), store_with(n, &m), &fast, 7);
+    let (_, pl, _) = run_allreduce(&AllReduceConfig::default(), store_with(n, &m), &fast, 7);
+    assert_eq!(st.reads[0][..6], pl.reads[0][..6]);
+    assert_ne!(st.reads[0][6], pl.reads[0][6]);
+    // The library's default is 100 warm-up steps.
+    let (d, d_store, _) = run_allreduce(&library(1, None, None), store_with(n, &m), &fast, 20);
+    let (p, p_store, _) = run_allreduce(&AllReduceConfig::default(), store_with(n, &m), &fast, 20);
+    assert_eq!(d.network.bytes, p.network.bytes);
+    assert_eq!(d_store.params(0), p_store.params(0));
+}
+
+#[test]
+fn powersgd_library_carries_matrices_that_compress_too_little_uncompressed() {
+    let n = 4;
+    let rounds = 12;
+    let (bandwidth, latency) = (0.001, 30.0);
+    let net_cfg = header_free(bandwidth, latency);
+    // A 2 × 3 matrix (rank 1: 6 / (½·5) = 2.4 > 2, compressed) and a 2 × 2 one (4 / (½·4) = 2,
+    // not above 2: all-reduced as it is), and 2 vector coordinates.
+    let m = [(0, 2, 3), (6, 2, 2)];
+    let (outcome, st, alg) = run_allreduce(
+        &library(1, Some(0), None),
+        store_with(n, &m),
+        &net_cfg,
+        rounds,
+    );
+    let ps = alg.powersgd().unwrap();
+    assert_eq!(ps.ranks(), &[1, 0]);
+    // The rings carry the 2 × 2 matrix whole: Q = 3 + 6 values, P = 2 + 6.
+    let chunk = |values: u64| (4 * values).div_ceil(n as u64);
+    let per_step = |v: u64| n as u64 * 2 * (n as u64 - 1) * chunk(v);
+    assert_eq!(
+        outcome.network.bytes,
+        (rounds / 2) * (per_step(9) + per_step(8))
+    );
+    // No error feedback on it, and its coordinates (as the vectors') follow all-reduce SGD's, the
+    // quadratic being separable.
+    let (_, plain, _) = run_allreduce(
+        &AllReduceConfig::default(),
+        store_with(n, &m),
+        &net_cfg,
+        rounds,
+    );
+    let (x, y) = (st.params(0), plain.params(0));
+    assert!(rel_diff(&x[6..], &y[6..]) < 1e-12, "{x:?} vs {y:?}");
+    assert!(
+        rel_diff(&x[..6], &y[..6]) > 1e-6,
+        "the 2 × 3 matrix was compressed"
+    );
+    {
+        let inner = st.shared();
+        let inner = inner.borrow();
+        for w in 0..n {
+            let e = inner.msg(ps.error(w).expect("an error buffer"));
+            assert!(e[..6].iter().any(|v| v.abs() > 1e-6), "worker {w}: {e:?}");
+            assert!(e[6..].iter().all(|v| *v == 0.0), "worker {w}: {e:?}");
+        }
+    }
+    assert!(feedback_loss(&st, &alg, rounds) < 1e-9);
+    // Below the rate (1.9 < 2) the 2 × 2 matrix is compressed too.
+    let (_, st, alg) = run_allreduce(
+        &library(1, Some(0), Some(1.9)),
+        store_with(n, &m),
+        &net_cfg,
+        rounds,
+    );
+    assert_eq!(alg.powersgd().unwrap().ranks(), &[1, 1]);
+    let inner = st.shared();
+    let e = inner
+        .borrow()
+        .msg(alg.powersgd().unwrap().error(0).unwrap())
+        .to_vec();
+    assert!(e[6..10].iter().any(|v| v.abs() > 1e-6), "{e:?}");
+}
+
+#[test]
+fn powersgd_library_clamps_the_rank_to_the_smaller_side() {
+    let n = 4;
+    let fast = header_free(100.0, 5.0);
+    let rounds = 30;
+    // Rank 5 of a 3 × 3 matrix: the paper's variant refuses it; the library's compresses at
+    // rank 3 (9 / (½·3·6) = 1, above 0.5), which spans the matrix: all-reduce SGD, without the
+    // paper's 1e-8.
+    let cfg = library(5, Some(0), Some(0.5));
+    let (outcome, full, alg) = run_allreduce(&cfg, matrix_store(n), &fast, rounds);
+    assert_eq!(alg.powersgd().unwrap().ranks(), &[3]);
+    let (_, plain, _) = run_allreduce(&AllReduceConfig::default(), matrix_store(n), &fast, rounds);
+    assert!(rel_diff(&full.params(0), &plain.params(0)) < 1e-9);
+    // Each step's ring carries a 3 × 3 factor and the 3 vector coordinates.
+    let chunk = (4 * 12u64).div_ceil(n as u64);
+    assert_eq!(
+        outcome.network.bytes,
+        rounds * n as u64 * 2 * (n as u64 - 1) * chunk
+    );
+    // At the default rate of 2 the clamped matrix (rate 1) is not compressed at all.
+    let (_, _, alg) = run_allreduce(&library(5, Some(0), None), matrix_store(n), &fast, 2);
+    assert_eq!(alg.powersgd().unwrap().ranks(), &[0]);
+    // Validation: the library takes the rank the paper's variant refuses.
+    let m = [Matrix {
+        start: 2,
+        rows: 3,
+        cols: 3,
+    }];
+    let env = BuildEnv::new(SEED);
+    let topology = Topology::build(&TopologyConfig::Ring {}, 6, &env).unwrap();
+    AlgorithmConfig::from(cfg)
+        .validate_model(&topology, "algorithms[0]", Some(DIM), &m, &[], 0..0)
+        .unwrap();
+    let e = refusal(AlgorithmKind::AllReduce(powersgd(5)), &m);
+    assert_eq!(e.path.to_string(), "algorithms[0].compression.rank");
+}
+
+#[test]
+fn powersgd_library_is_deterministic() {
+    let n = 4;
+    let net_cfg = header_free(0.01, 20.0);
+    let cfg = library(1, Some(2), None);
+    let m = [(1, 2, 5)];
+    let (a, sa, _) = run_allreduce(&cfg, store_with(n, &m), &net_cfg, 15);
+    let (b, sb, _) = run_allreduce(&cfg, store_with(n, &m), &net_cfg, 15);
+    assert_eq!(a.sim_time, b.sim_time);
+    assert_eq!(a.network.bytes, b.network.bytes);
+    for w in 0..n {
+        assert_eq!(sa.params(w), sb.params(w));
+        assert_eq!(sa.reads[w], sb.reads[w]);
+    }
+}
+
+#[test]
+fn powersgd_options_parse_and_a_resolved_scenario_writes_the_variant() {
+    let cfg: AllReduceConfig = toml::from_str(
+        "compression = { kind = \"powersgd\", rank = 2, variant = \"library\", start_after = 0, min_compression_rate = 4.0 }",
+    )
+    .unwrap();
+    assert_eq!(cfg, library(2, Some(0), Some(4.0)));
+    let o = cfg
+        .compression
+        .as_ref()
+        .unwrap()
+        .powersgd_options()
+        .unwrap();
+    assert_eq!((o.start_after, o.min_compression_rate), (0, 4.0));
+    let o = library(2, None, None)
+        .compression
+        .unwrap()
+        .powersgd_options()
+        .unwrap();
+    assert_eq!((o.start_after, o.min_compression_rate), (100, 2.0));
+    // The paper's variant is the default, and a resolved scenario writes it out.
+    let paper: AllReduceConfig =
+        toml::from_str("compression = { kind = \"powersgd\", rank = 2 }").unwrap();
+    assert_eq!(paper, powersgd(2));
+    let written = toml::to_string(&paper).unwrap();
+    assert!(written.contains("variant = \"paper\""), "{written}");
+    assert_eq!(toml::from_str::<AllReduceConfig>(&written).unwrap(), paper);
+    let e = toml::from_str::<AllReduceConfig>(
+        "compression = { kind = \"powersgd\", rank = 2, variant = \"torch\" }",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("library"), "{e}");
+}
+
+#[test]
+fn bad_powersgd_library_options_are_refused_at_their_field() {
+    let m = [Matrix {
+        start: 0,
+        rows: 3,
+        cols: 4,
+    }];
+    let with = |variant, start_after, rate| {
+        AlgorithmKind::AllReduce(AllReduceConfig {
+            compression: Some(Compression::PowerSgd {
+                rank: 1,
+                variant,
+                start_after,
+                min_compression_rate: rate,
+            }),
+            ..Default::default()
+        })
+    };
+    use PowerSgdVariant::{Library, Paper};
+    let cases = [
+        (
+            with(Library, None, Some(0.0)),
+            "min_compression_rate",
+            "positive number, got 0",
+        ),
+        (
+            with(Library, None, Some(-1.0)),
+            "min_compression_rate",
+            "got -1",
+        ),
+        (
+            with(Library, None, Some(f64::NAN)),
+            "min_compression_rate",
+            "got NaN",
+        ),
+        (
+            with(Library, None, Some(f64::INFINITY)),
+            "min_compression_rate",
+            "got inf",
+        ),
+        (
+            with(Paper, Some(10), None),
+            "start_after",
+            "library variant",
+        ),
+        (
+            with(Paper, None, Some(2.0)),
+            "min_compression_rate",
+            "library variant",
+        ),
+    ];
+    for (entry, field, words) in cases {
+        let e = refusal(entry, &m);
+        assert_eq!(
+            e.path.to_string(),
+            format!("algorithms[0].compression.{field}"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains(words), "{field}: {}", e.message);
+        assert!(e.hint.is_some(), "{field}: a hint");
+    }
 }
 
 fn refusal(entry: AlgorithmKind, matrices: &[Matrix]) -> dasim_sim::ConfigError {
@@ -690,7 +1037,7 @@ fn bad_compression_options_are_refused_at_their_field() {
             "(0, 1]",
         ),
         (
-            AlgorithmKind::Choco(choco(Compression::PowerSgd { rank: 1 }, 0.5)),
+            AlgorithmKind::Choco(choco(powersgd(1).compression.expect("compressed"), 0.5)),
             "algorithms[0].compression.kind",
             "all-reduce",
         ),
