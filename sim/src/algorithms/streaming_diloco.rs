@@ -29,7 +29,12 @@
 //! worker's ring completes (every worker has contributed then; the outer gradients were read at
 //! each worker's send, so later steps of the workers do not enter them). A worker merges at its
 //! merge step, `τ` inner steps after its send: `θ_{w,p} ← α·θ_{w,p} + (1 − α)·θ_p` (`mixing` α;
-//! 0.5 by default, the paper's; `α = 0` adopts the global fragment).
+//! 0 by default, torchft's, which adopts the global fragment; the paper's is 0.5).
+//!
+//! **Defaults** are torchft's (`fragment_update_alpha = 0`, `fragment_sync_delay = 0`, no
+//! quantization, one fragment): an entry that sets none of `fragments`, `overlap_steps`,
+//! `mixing` and `outer_bits` is DiLoCo. The paper's setting (strided `P > 1`, `τ ≥ 1`, 4-bit
+//! outer gradients, `α = 0.5`) is what `scenarios/streaming-diloco.toml` writes out.
 //!
 //! **Schedule.** Fragment `p = 0, …, P − 1` is sent after inner steps `o_p, o_p + H, o_p + 2H, …`
 //! with `o_p = ⌊(p + 1)·H/P⌋`: the paper's `t_p = p·H/P` (`p = 1, …, P`) and torchft's
@@ -112,8 +117,10 @@ fn default_fragments() -> u32 {
     1
 }
 
+/// torchft's `fragment_update_alpha = 0.0`: with the other defaults (`P = 1`, `τ = 0`, 32 bits),
+/// an entry that sets none of the streaming options is DiLoCo.
 fn default_mixing() -> f64 {
-    0.5
+    0.0
 }
 
 fn default_outer_bits() -> u32 {

@@ -150,7 +150,7 @@ pub trait ReplicaStore {
     /// than message sizes. One tensor of every trainable coordinate by default (an analytic
     /// problem is one vector).
     fn tensors(&self) -> Vec<Range<usize>> {
-        vec![0..self.state().start]
+        std::iter::once(0..self.state().start).collect()
     }
 
     /// Appends `count` rows after the existing ones and returns the index of the first. Each new

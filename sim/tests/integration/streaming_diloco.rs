@@ -411,16 +411,16 @@ fn an_overlapped_merge_mixes_the_current_local_fragment_with_the_global_one() {
     );
 }
 
-/// One fragment, no overlap, no mixing, 32 bits: the same events, messages, activities,
-/// staleness and models as DiLoCo, step for step. Only the consensus distance of an evaluation
+/// With the streaming options at their defaults (torchft's: one fragment, no overlap, no mixing,
+/// 32 bits): the same events, messages, activities, staleness and models as DiLoCo, step for
+/// step. Only the consensus distance of an evaluation
 /// point between the first and the last ring completion of a round may differ (DiLoCo sets every
 /// worker at the first, Streaming DiLoCo each at its own); none falls there in this run.
 #[test]
-fn with_one_fragment_no_overlap_no_mixing_and_32_bits_it_is_diloco() {
+fn with_default_options_it_is_diloco() {
     for nesterov in [true, false] {
         let cfg = StreamingDilocoConfig {
             inner_steps: 5,
-            mixing: 0.0,
             nesterov,
             ..Default::default()
         };
