@@ -36,7 +36,7 @@ pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
 /// The format version; bumped whenever the encoded state changes shape (12: CHOCO-SGD keeps the
 /// tensors it compresses one by one and its schedule; PowerSGD gains `variant`, `start_after`
-/// and `min_compression_rate`, in all-reduce SGD's state and in [`crate::compress::stored`], and
+/// and `min_compression_rate`, in all-reduce SGD's state and in the compressor's stored form, and
 /// the library variant's third ring and event; 11: asynchronous Local-SGD's options gain
 /// `momentum_activation`, and `momentum_every` may be the number of workers).
 pub const VERSION: u32 = 12;
