@@ -240,6 +240,10 @@ impl ReplicaStore for QuadraticStore {
         self.inner.swap_optimizer_state(a, b);
     }
 
+    fn reset_optimizer_state(&mut self, row: usize) {
+        self.inner.reset_optimizer_state(row);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         self.inner.average(rows);
     }

@@ -104,6 +104,8 @@ impl ReplicaStore for TimingStore {
 
     fn swap_optimizer_state(&mut self, _a: usize, _b: usize) {}
 
+    fn reset_optimizer_state(&mut self, _row: usize) {}
+
     fn average(&mut self, _rows: &[usize]) {}
 
     fn mix(&mut self, _dst: usize, _terms: &[(Slot, f64)]) {}

@@ -57,6 +57,7 @@ impl ReplicaStore for NullStore {
     fn apply_gradient_block(&mut self, _: usize, _: GradId, _: f64, _: std::ops::Range<usize>) {}
     fn release_gradient(&mut self, _: GradId) {}
     fn swap_optimizer_state(&mut self, _: usize, _: usize) {}
+    fn reset_optimizer_state(&mut self, _: usize) {}
     fn average(&mut self, _: &[usize]) {}
     fn mix(&mut self, _: usize, _: &[(Slot, f64)]) {}
     fn new_msg(&mut self, _: &[(Slot, f64)]) -> MsgId {

@@ -476,6 +476,20 @@ impl Rows {
         }
     }
 
+    /// Zeroes row `r`'s optimizer state (after the steps queued beside it).
+    pub fn reset_optimizer_state(&mut self, r: usize) {
+        self.settle(r);
+        if let Some(v) = self.velocity.as_mut() {
+            v[r] = Arc::new(vec![0.0; self.p]);
+        }
+        if let Some(v) = self.second.as_mut() {
+            v[r].fill(0.0);
+        }
+        if let Some(t) = self.steps.as_mut() {
+            t[r].fill(0);
+        }
+    }
+
     /// Appends `count` copies of row 0 with a zero optimizer state; returns the index of the
     /// first.
     pub fn push_copies_of_first(&mut self, count: usize) -> usize {

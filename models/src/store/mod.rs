@@ -733,6 +733,10 @@ impl ReplicaStore for BurnStore {
         self.rows.swap_optimizer_state(a, b);
     }
 
+    fn reset_optimizer_state(&mut self, row: usize) {
+        self.rows.reset_optimizer_state(row);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         self.rows.average(rows);
     }

@@ -51,6 +51,14 @@
 //! never depends on floating point. A worker with no measurement yet (its first round) takes
 //! `H`; so does every worker without DyLU.
 //!
+//! **The inner optimizer** is the scenario's `[optimizer]` on each worker's row. By default its
+//! state (momentum, Adam's moments and step count) carries over from one round to the next, as
+//! DiLoCo's does. The authors' notebook builds a new inner optimizer every round and decays each
+//! shard's learning rate over that shard's own steps: `inner_reset = true` zeroes the worker's
+//! optimizer state as each round begins (from the server's model; the first round starts
+//! fresh), and `[optimizer.schedule] progress = "node"` gives each worker a schedule over its
+//! own steps.
+//!
 //! **Messages.** The server is network node `n` (one extra node, its own NIC: the pushes it
 //! receives serialize at its downlink). A push carries the outer gradient, the model's size on
 //! the wire; the reply carries the server's model, the model's size. dasim forms `g_t = θ_start −
@@ -217,6 +225,11 @@ pub struct AsyncLocalSgdConfig {
     /// proportion to its measured speed (default false: `H` each).
     #[serde(default)]
     pub dynamic_local_steps: bool,
+    /// Every round begins with a fresh inner optimizer (its momentum, or Adam's moments and
+    /// step count, zeroed), as the authors' notebook builds a new one per round (default false:
+    /// each worker's optimizer state carries over from round to round, as DiLoCo's does).
+    #[serde(default)]
+    pub inner_reset: bool,
 }
 
 impl Default for AsyncLocalSgdConfig {
@@ -229,6 +242,7 @@ impl Default for AsyncLocalSgdConfig {
             momentum_every: MomentumEvery::Workers,
             momentum_activation: 0.0,
             dynamic_local_steps: false,
+            inner_reset: false,
         }
     }
 }
@@ -678,6 +692,9 @@ impl AsyncLocalSgd {
             return;
         }
         cx.world.store.mix(w, &[(Slot::Msg(msg), 1.0)]);
+        if self.cfg.inner_reset {
+            cx.world.store.reset_optimizer_state(w);
+        }
         if let Some(old) = st.start.replace(msg) {
             cx.world.store.release_msg(old);
         }

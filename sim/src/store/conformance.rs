@@ -206,6 +206,7 @@ macro_rules! testgen_replica_store {
             lars_step_follows_the_rule,
             adam_and_lars_state_is_per_row_and_never_mixed,
             optimizer_states_swap_and_step_other_rows,
+            a_reset_optimizer_state_steps_as_a_fresh_one,
             mix_is_the_linear_combination,
             mix_is_atomic,
             messages_are_snapshots,
@@ -1144,6 +1145,62 @@ pub fn optimizer_states_swap_and_step_other_rows<F: Fixture>(f: &F) {
     s.apply_gradient_block_with_state(3, 3, id, 0.1, 0..s.num_params());
     rule_step(&opt, &mut x3, &mut v3, &g, 0.1);
     assert_close("a row's own state", &f.read_row(&s, 3), &x3, tol);
+}
+
+/// [`ReplicaStore::reset_optimizer_state`] zeroes a row's optimizer state and leaves its
+/// parameters: with momentum and with Adam (whose step counts restart its bias correction), a
+/// stepped row that is reset then moves by exactly what a row never stepped moves with the same
+/// gradients and rates; without the reset it moves otherwise.
+pub fn a_reset_optimizer_state_steps_as_a_fresh_one<F: Fixture>(f: &F) {
+    let tol = f.tolerance();
+    for opt in [optimizer(0.9, false, 0.0), adam(0.0)] {
+        let mut s = f.store(WORKERS, &opt);
+        let a = s.request_gradient(0);
+        for lr in [0.1, 0.2] {
+            s.apply_gradient(1, a, lr);
+            s.apply_gradient(3, a, lr);
+        }
+        let x1 = f.read_row(&s, 1);
+        s.reset_optimizer_state(1);
+        assert_close(
+            "a reset leaves the parameters",
+            &f.read_row(&s, 1),
+            &x1,
+            tol,
+        );
+        // Another gradient than the state was built from (Adam's step on a constant gradient
+        // is the same whatever its moments).
+        let b = s.request_gradient(1);
+        let before: Vec<Vec<f64>> = (0..WORKERS).map(|r| f.read_row(&s, r)).collect();
+        for lr in [0.1, 0.05] {
+            for r in [1, 2, 3] {
+                s.apply_gradient(r, b, lr);
+            }
+        }
+        let moved = |r: usize| -> Vec<f64> {
+            let x = f.read_row(&s, r);
+            x.iter().zip(&before[r]).map(|(a, b)| a - b).collect()
+        };
+        let kind = format!("{:?}", opt.kind);
+        let (reset, kept, fresh) = (moved(1), moved(3), moved(2));
+        assert_close(
+            format!("{kind}: the reset row moves as a fresh one"),
+            &reset,
+            &fresh,
+            tol,
+        );
+        let scale = fresh.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        let apart = kept
+            .iter()
+            .zip(&fresh)
+            .any(|(a, b)| (a - b).abs() > 10.0 * tol * scale);
+        assert!(
+            apart,
+            "{kind}: a row's state changed nothing, so the check would not see a reset"
+        );
+        s.release_gradient(a);
+        s.release_gradient(b);
+    }
 }
 
 /// Plain SGD (no momentum, no decay): `x ← x − η·g`, step after step.

@@ -364,6 +364,12 @@ impl ReplicaStore for ReferenceStore {
         self.state.steps.swap(a, b);
     }
 
+    fn reset_optimizer_state(&mut self, row: usize) {
+        self.state.velocity[row].fill(0.0);
+        self.state.second[row].fill(0.0);
+        self.state.steps[row].fill(0);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         let dim = self.num_params();
         let mut mean = vec![0.0; dim];

@@ -205,6 +205,10 @@ pub trait ReplicaStore {
     /// ([`ReplicaStore::add_rows`]) and step the node's row with it
     /// ([`ReplicaStore::apply_gradient_block_with_state`]). `a == b` changes nothing.
     fn swap_optimizer_state(&mut self, a: usize, b: usize);
+    /// Zeroes `row`'s optimizer state (momentum buffers, Adam's moments and step counts), as a
+    /// freshly built optimizer has it; its parameters stay. For methods whose reference code
+    /// builds a new inner optimizer every round (asynchronous Local-SGD's `inner_reset`).
+    fn reset_optimizer_state(&mut self, row: usize);
     /// One optimizer step on the coordinates `block` of `row`'s parameters with the optimizer
     /// state of row `state` (which takes the step's new state): as
     /// [`ReplicaStore::apply_gradient_block`] on `row`, had `row` held `state`'s optimizer state.

@@ -832,6 +832,11 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.swap_optimizer_state(a, b);
     }
 
+    fn reset_optimizer_state(&mut self, row: usize) {
+        // Optimizer state is not parameters: no version, no write of the row.
+        self.inner.reset_optimizer_state(row);
+    }
+
     fn average(&mut self, rows: &[usize]) {
         self.inner.average(rows);
         self.bump();

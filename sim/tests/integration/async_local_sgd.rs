@@ -240,6 +240,8 @@ fn every_outer_update_is_the_delayed_nesterov_step_recomputed_from_the_rows() {
             momentum_every: MomentumEvery::Count(every),
             momentum_activation: c,
             dynamic_local_steps: false,
+            // The outer update is the same whatever the inner optimizer keeps.
+            inner_reset: !nesterov,
         };
         let (checked, momentum) = check_every_update(&cfg, 4);
         assert!(checked >= 40, "{checked} updates checked");
@@ -608,4 +610,40 @@ fn bad_options_are_refused_at_their_field_with_a_hint() {
             .expect_err("an unknown word");
     assert!(err.to_string().contains("\"workers\""), "{err}");
     assert_eq!(entry.extra_nodes(), 1, "the server's node");
+}
+
+#[test]
+fn with_inner_reset_each_round_starts_a_fresh_inner_optimizer() {
+    let cfg = AsyncLocalSgdConfig {
+        inner_steps: 4,
+        outer_lr: 1.0,
+        outer_momentum: 0.0,
+        momentum_every: MomentumEvery::Count(1),
+        inner_reset: true,
+        ..Default::default()
+    };
+    // As `one_worker_with_unit_outer_rate_and_no_momentum_is_plain_local_training`, whose
+    // optimizer (momentum 0.5) keeps its state across rounds: here it starts afresh every
+    // `inner_steps` steps.
+    let (_, _, store) = run_async(
+        &cfg,
+        2,
+        &[(1, 1e4)],
+        &net(1.0, 20.0),
+        1.0,
+        "",
+        |_, _, _, _| {},
+    );
+    let steps = store.reads[0].len();
+    assert!(steps >= 60, "{steps} steps");
+    let mut fresh = quadratic_store(1, SEED);
+    for k in 0..steps {
+        if k > 0 && k % 4 == 0 {
+            fresh.reset_optimizer_state(0);
+        }
+        assert_eq!(store.reads[0][k], fresh.params(0), "step {k}");
+        let g = fresh.request_gradient(0);
+        fresh.apply_gradient(0, g, 0.05);
+        fresh.release_gradient(g);
+    }
 }

@@ -59,6 +59,9 @@ impl ReplicaStore for Scales {
     fn swap_optimizer_state(&mut self, a: usize, b: usize) {
         self.inner.swap_optimizer_state(a, b)
     }
+    fn reset_optimizer_state(&mut self, row: usize) {
+        self.inner.reset_optimizer_state(row)
+    }
     fn average(&mut self, rows: &[usize]) {
         self.inner.average(rows)
     }

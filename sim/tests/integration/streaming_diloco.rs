@@ -900,6 +900,9 @@ impl ReplicaStore for WithStats {
     fn swap_optimizer_state(&mut self, a: usize, b: usize) {
         self.inner.borrow_mut().swap_optimizer_state(a, b)
     }
+    fn reset_optimizer_state(&mut self, row: usize) {
+        self.inner.borrow_mut().reset_optimizer_state(row)
+    }
     fn average(&mut self, rows: &[usize]) {
         self.inner.borrow_mut().average(rows)
     }

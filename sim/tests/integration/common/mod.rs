@@ -227,6 +227,9 @@ impl ReplicaStore for Checked {
     fn swap_optimizer_state(&mut self, a: usize, b: usize) {
         self.inner.borrow_mut().swap_optimizer_state(a, b)
     }
+    fn reset_optimizer_state(&mut self, row: usize) {
+        self.inner.borrow_mut().reset_optimizer_state(row)
+    }
     fn average(&mut self, rows: &[usize]) {
         let before = self.inner.borrow().sum();
         self.tracked(|s| s.average(rows));
