@@ -299,16 +299,22 @@ fn delayed_nesterov_trains_where_nesterov_on_every_stale_gradient_diverges() {
     );
 }
 
-#[test]
-fn one_worker_with_unit_outer_rate_and_no_momentum_is_plain_local_training() {
-    let cfg = AsyncLocalSgdConfig {
+/// Rounds of 4 steps whose outer update applies each outer gradient whole: the server's model
+/// is the pushing worker's.
+fn unit_outer_update() -> AsyncLocalSgdConfig {
+    AsyncLocalSgdConfig {
         inner_steps: 4,
         outer_lr: 1.0,
         outer_momentum: 0.0,
         // Every outer gradient whole (the default N is the number of workers, 2 here).
         momentum_every: MomentumEvery::Count(1),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn one_worker_with_unit_outer_rate_and_no_momentum_is_plain_local_training() {
+    let cfg = unit_outer_update();
     // The cluster has two workers at least: the second takes 100 s a step, so within the run
     // it never pushes, and the server's model moves with worker 0's pushes alone.
     let (outcome, _, store) = run_async(
@@ -615,12 +621,8 @@ fn bad_options_are_refused_at_their_field_with_a_hint() {
 #[test]
 fn with_inner_reset_each_round_starts_a_fresh_inner_optimizer() {
     let cfg = AsyncLocalSgdConfig {
-        inner_steps: 4,
-        outer_lr: 1.0,
-        outer_momentum: 0.0,
-        momentum_every: MomentumEvery::Count(1),
         inner_reset: true,
-        ..Default::default()
+        ..unit_outer_update()
     };
     // As `one_worker_with_unit_outer_rate_and_no_momentum_is_plain_local_training`, whose
     // optimizer (momentum 0.5) keeps its state across rounds: here it starts afresh every
