@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{EventQueue, SimTime};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, HostWork};
 use crate::fault::{Faults, LossCause, Sent, WorkerFault};
 use crate::net::Network;
 use crate::net::topology::Topology;
@@ -300,9 +300,17 @@ impl<E> Ctx<'_, '_, E> {
     /// algorithm schedules what happens when (and while) the step runs. The worker's activity
     /// becomes [`Activity::Compute`]; if it was computing already, the timeline starts a new
     /// interval, so every step shows.
+    ///
+    /// A step starts once the worker's host work is done ([`Ctx::host_work`]): the duration
+    /// returned includes the wait.
     pub fn begin_step(&mut self, worker: usize, scale: f64) -> (GradId, SimTime) {
         let grad = self.world.store.request_gradient_scaled(worker, scale);
-        let d = self.world.cluster.next_step_time(worker, self.now);
+        let start = self.world.cluster.host().free_at(worker, self.now);
+        let d = (start - self.now) + self.world.cluster.next_step_time(worker, start);
+        self.world
+            .cluster
+            .host_mut()
+            .computing(worker, self.now + d);
         if self.world.recorder.activity(worker) == Activity::Compute {
             // Back-to-back steps: keep them apart on the timeline.
             self.world.recorder.split(worker, self.now);
@@ -312,11 +320,23 @@ impl<E> Ctx<'_, '_, E> {
         (grad, d)
     }
 
+    /// `node` (a worker, or an extra node such as a server) does `work` outside its gradient
+    /// steps, now or after the host work it has queued: its next step, its next message
+    /// ([`Ctx::send`]) and its next contribution to an all-reduce start once the work is done.
+    /// Free unless `[cluster]` sets `host_gbps` or `host_tflops` ([`crate::cluster::host`]).
+    /// Returns when the work ends.
+    pub fn host_work(&mut self, node: usize, work: HostWork) -> SimTime {
+        self.world.cluster.host_mut().charge(node, self.now, work)
+    }
+
     /// Sends a message of `payload` bytes (the network adds its header) from `src` to `dst`
     /// now; `arrival` is delivered when it lands, unless a fault loses it ([`Sent::lost`]; then
     /// nothing is scheduled). Without `[[faults]]` every message lands.
+    ///
+    /// The message leaves once `src`'s host work is done ([`Ctx::host_work`]).
     pub fn send(&mut self, src: usize, dst: usize, payload: u64, arrival: E) -> Sent {
-        let sent = self.transfer(self.now, src, dst, payload);
+        let at = self.world.cluster.host().free_at(src, self.now);
+        let sent = self.transfer(at, src, dst, payload);
         if sent.lost.is_none() {
             self.queue.push(sent.arrive, arrival);
         }

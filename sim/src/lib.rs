@@ -449,7 +449,9 @@ pub mod prelude {
         StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
-    pub use crate::cluster::{Cluster, ClusterConfig, GroupConfig, StragglerConfig, WorkerSet};
+    pub use crate::cluster::{
+        Cluster, ClusterConfig, GroupConfig, HostWork, StragglerConfig, WorkerSet,
+    };
     pub use crate::compress::{Compression, PowerSgd, PowerSgdVariant};
     pub use crate::engine::{
         Collect, EvalPoint, Observer, Outcome, RunConfig, SimTime, run, run_inspect,

@@ -260,6 +260,10 @@ impl AllReduceSgd {
             // applies the same update even while a schedule changes the rate.
             (g, cx.lr())
         });
+        if let Some(p) = &self.powersgd {
+            // The decompression and the new error, before the next step.
+            cx.host_work(w, p.host_work(p.exchange(iter))[2]);
+        }
         cx.world.store.apply_gradient(w, mean, lr);
         cx.step_done(w);
         if let Some((g, _)) = self.mean.used() {
@@ -309,6 +313,10 @@ impl Algorithm for AllReduceSgd {
                 // The library's compressed steps join the ring of what their step sends, by the
                 // worker's step count (every worker's is the same at its k-th step).
                 let step = cx.world.worker_steps_of(worker);
+                if let Some(p) = &self.powersgd {
+                    // The error feedback and the first product, before the ring.
+                    cx.host_work(worker, p.host_work(p.exchange(step))[0]);
+                }
                 let (ring, wrap): (usize, fn(Done) -> Event) =
                     match self.powersgd.as_ref().map(|p| p.exchange(step)) {
                         Some(Exchange::Q) => (FACTORS, Event::FactorsDone),
@@ -326,9 +334,12 @@ impl Algorithm for AllReduceSgd {
                     .as_ref()
                     .is_some_and(|p| p.exchange(0) == Exchange::PThenQ);
                 if paper {
-                    // The `P` factors are in: the `Q` factors' ring follows at once. Every
-                    // worker is past the first ring's barrier, so the second's waits are the
-                    // network's.
+                    // The `P` factors are in: the `Q` factors' ring follows once `Q = MᵀP̂` is
+                    // computed. Every worker is past the first ring's barrier, so the second's
+                    // waits are the network's.
+                    if let Some(p) = &self.powersgd {
+                        cx.host_work(done.worker, p.host_work(Exchange::PThenQ)[1]);
+                    }
                     self.rounds
                         .join(FACTORS, done.worker, cx, Event::FactorsDone);
                 } else {

@@ -67,8 +67,11 @@
 //! one model on the wire; written so, the update is one combination of rows and buffers and
 //! the reductions above hold bit for bit.
 //!
-//! **The server never waits.** Server-side work takes no simulated time: a push is applied the
-//! instant it lands and answered at once; pushes landing together are handled in event order.
+//! **The server never waits.** By default server-side work takes no simulated time: a push is
+//! applied the instant it lands and answered at once; pushes landing together are handled in
+//! event order. With a host rate in `[cluster]` ([`crate::cluster::host`]) each update touches
+//! `8d` values for `d` parameters, and the reply leaves once it is done; updates queue one
+//! behind the other.
 //! No worker is ever blocked on another: from its push until the reply lands it communicates
 //! (its own round trip).
 //!
@@ -99,11 +102,15 @@ use super::ps::PsConfig;
 use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
+use crate::cluster::HostWork;
 use crate::engine::SimTime;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::record::Activity;
-use crate::store::optim::outer::{self, delayed_nesterov::DelayedNesterov};
+use crate::store::optim::outer::{
+    self,
+    delayed_nesterov::{self, DelayedNesterov},
+};
 use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 
 fn default_inner_steps() -> u32 {
@@ -629,6 +636,10 @@ impl AsyncLocalSgd {
         self.outer_update(w, start, model, cx);
         cx.world.store.release_msg(start);
         cx.world.store.release_msg(model);
+        // The server's update, done before its reply leaves; pushes queue behind it.
+        let params = cx.world.store.num_params() as u64;
+        let work = HostWork::touch(delayed_nesterov::VALUES_TOUCHED * params);
+        cx.host_work(self.node, work);
         self.speeds[w] = Some((steps, busy));
         self.reply(w, round, cx);
     }

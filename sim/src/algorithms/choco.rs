@@ -46,6 +46,11 @@
 //! and a crashed worker sends nothing more: its neighbours wait for good, the wait spreads, and
 //! the run stops as stalled, naming the waits. A crash with `rejoin_after_s` is refused.
 //!
+//! **Host work** ([`crate::cluster::host`]), per worker and iteration with `d` parameters and
+//! `k` neighbours: `11d` values touched to compress and fold in its own difference before its
+//! sends, and `(k + 6)d` for the neighbours' differences and the consensus step before its next
+//! iteration.
+//!
 //! **Activities** ([`crate::record`]): computing, then blocked while a neighbour's message of the
 //! iteration is not sent yet (the wait attributed to that neighbour), then communicating.
 
@@ -58,6 +63,7 @@ use super::neighbours::{Exchange, SendsAt};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
+use crate::cluster::HostWork;
 use crate::compress::Compression;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
@@ -286,6 +292,10 @@ impl Choco {
     /// `q_w ← Q(x_w − x̂_w)`, into `x̂_w` and `s_w`, and sent to every neighbour.
     fn send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let q = self.compress(w, cx);
+        // q formed (x and x̂ read, q written), compressed (read and written), then folded into
+        // x̂ and s (each read with q and written): 11 values per parameter, before the sends.
+        let params = cx.world.store.num_params() as u64;
+        cx.host_work(w, HostWork::touch(11 * params));
         let hat = self.public_copy(w);
         Self::update(
             &mut self.hat[w],
@@ -342,6 +352,11 @@ impl Choco {
             w,
             &[(Slot::Row(w), 1.0), (Slot::Msg(s), g), (Slot::Msg(hat), -g)],
         );
+        // s updated from the k messages (k + 1 read, one written), then the consensus step
+        // (x, s and x̂ read, x written): k + 6 values per parameter, before the next iteration.
+        let params = cx.world.store.num_params() as u64;
+        let k = row.len() as u64;
+        cx.host_work(w, HostWork::touch((k + 6) * params));
         self.exchange.advance(w);
         self.begin(w, cx);
     }

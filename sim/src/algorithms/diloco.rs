@@ -41,6 +41,9 @@
 //! a crash or a chunk lost on the network breaks the ring for good; the others wait at their
 //! next all-reduce and the run stops as stalled. A crash with `rejoin_after_s` is refused.
 //!
+//! **Host work** ([`crate::cluster::host`]): each worker's outer step and its copy of the new
+//! global model, `7d` values touched for `d` parameters, before its next inner step.
+//!
 //! **Invariant**: after every outer step every worker's row equals the global model.
 
 use serde::{Deserialize, Serialize};
@@ -257,6 +260,9 @@ impl RoundMethod<Event> for Diloco {
             self.outer_step(&mut cx.world.store);
             self.stepped = Some(round);
         }
+        // Every worker takes the outer step on its own copy, as in the references.
+        let params = cx.world.store.num_params() as u64;
+        cx.host_work(w, outer::step_work(outer::sgd::VALUES_TOUCHED, params));
         self.begin(w, cx);
     }
 }

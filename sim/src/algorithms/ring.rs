@@ -163,7 +163,8 @@ impl Ring {
         wrap: fn(Done) -> E,
     ) -> Option<Barrier> {
         let was = self.contributing(worker);
-        let now = cx.now();
+        // Host work before the contribution (a compression) delays it.
+        let now = cx.world.cluster.host().free_at(worker, cx.now());
         self.ready[worker][bucket].get_or_insert(now);
         if was || !self.contributing(worker) {
             return None;

@@ -78,6 +78,9 @@
 //! models then restores every weight to 1. A crash with `rejoin_after_s` is refused: the ring
 //! has no membership change.
 //!
+//! **Host work** ([`crate::cluster::host`]): each worker's slow step and its copy of the new
+//! anchor, `7d` values touched for `d` parameters, before its next step.
+//!
 //! **Invariants**: right after every outer step every worker's row equals the anchor `A`
 //! (with `"sgp"`, every weight is 1), and the step satisfies `U' = β·U + (A − M)/γ`,
 //! `A' = A − α·γ·U'` for the mean `M` of the workers' models at the end of the round.
@@ -393,6 +396,7 @@ impl Slowmo {
                 self.slow_step(&mut cx.world.store, w, lr);
                 self.stepped = Some(outer);
             }
+            self.charge_slow_step(w, cx);
         }
         self.begin(w, cx);
     }
@@ -431,7 +435,16 @@ impl Slowmo {
             }
             self.stepped = Some(round);
         }
+        self.charge_slow_step(w, cx);
         self.begin(w, cx);
+    }
+
+    /// Every worker takes the slow step on its own copy, as fairscale's SlowMo does: before its
+    /// next step.
+    fn charge_slow_step(&self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let params = cx.world.store.num_params() as u64;
+        let work = outer::step_work(outer::slow_momentum::VALUES_TOUCHED, params);
+        cx.host_work(w, work);
     }
 
     /// The slow momentum step ([`SlowMomentum::step`]) from the anchor `A`, the momentum `U`

@@ -93,6 +93,11 @@
 //! the others compute up to their next merge step of a broken ring and wait there, and the run
 //! stops as stalled. A crash with `rejoin_after_s` is refused.
 //!
+//! **Host work** ([`crate::cluster::host`]), per worker and fragment of `f` coordinates: `5f`
+//! values touched to form and quantize its outer gradient before the ring (quantized only), the
+//! outer step `5f` (`8f` with the mean quantized again) when the ring completes, and the merge
+//! `3f` (`2f` with α = 0).
+//!
 //! **Invariants**: the global model's fragment `p` changes only at fragment `p`'s outer steps;
 //! each worker sends each fragment once per `H` steps; after a merge with `α = 0` the worker's
 //! fragment equals the global one.
@@ -108,9 +113,11 @@ use super::ring::{
 };
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
+use crate::cluster::HostWork;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::record::Activity;
+use crate::store::optim::outer;
 use crate::store::{GradId, Layer, MsgId, ReplicaStore, Slot, blocks};
 
 fn default_fragments() -> u32 {
@@ -568,7 +575,12 @@ impl StreamingDiloco {
                     }
                     return;
                 }
+                let f = self.in_flight(w);
                 self.merge(w, &mut cx.world.store);
+                // The merge reads the worker's and the global fragment and writes the worker's
+                // (α = 0: a copy, one read and one write).
+                let per = if self.cfg.mixing == 0.0 { 2 } else { 3 };
+                cx.host_work(w, HostWork::touch(per * self.coords(f)));
                 continue;
             }
             if self.workers[w].sent_at != Some(t)
@@ -613,6 +625,11 @@ impl StreamingDiloco {
         } else {
             store.new_msg(&[(Slot::Row(w), 1.0)])
         };
+        if self.quantized {
+            // Δ formed (two reads, one write), its scale found and the values rounded (one
+            // read, one write), before the fragment enters the ring.
+            cx.host_work(w, HostWork::touch(5 * self.coords(f)));
+        }
         self.sent[f][w] = Some(msg);
         self.sends[w][f] += 1;
         self.workers[w].sent_at = Some(t);
@@ -718,6 +735,11 @@ impl StreamingDiloco {
         self.merges[w][f] += 1;
     }
 
+    /// Coordinates of fragment `f`.
+    fn coords(&self, f: usize) -> u64 {
+        self.fragments[f].iter().map(|r| r.len() as u64).sum()
+    }
+
     /// The fragment `w` has in flight.
     fn in_flight(&self, w: usize) -> usize {
         self.workers[w]
@@ -750,6 +772,11 @@ impl RoundMethod<Event> for StreamingDiloco {
             self.outer_step(f, &mut cx.world.store);
             self.stepped[f] = Some(round);
         }
+        // Every worker takes the fragment's outer step on its own copy (the mean quantized
+        // again first, when quantized): before its next inner step.
+        let requantize = if self.quantized { 3 } else { 0 };
+        let values = (outer::sgd::VALUES_TOUCHED + requantize) * self.coords(f);
+        cx.host_work(w, HostWork::touch(values));
         if let Some(i) = &mut self.workers[w].in_flight {
             i.received = true;
         }

@@ -33,6 +33,15 @@ pub struct ClusterConfig {
     /// Training FLOPs of one sample (forward and backward); overrides the model's own count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flops_per_sample: Option<f64>,
+    /// The rate at which a node's host work (an algorithm's arithmetic outside its gradient
+    /// steps: an outer step, a compression) reads and writes memory, in GB/s; unset, moving
+    /// bytes is free ([`crate::cluster::host`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_gbps: Option<f64>,
+    /// The rate of host work's floating-point operations (PowerSGD's matrix products), in
+    /// TFLOP/s; unset, arithmetic is free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_tflops: Option<f64>,
     /// Per-group base times (heterogeneous hardware); the last group covering a worker wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GroupConfig>,
@@ -49,6 +58,8 @@ impl ClusterConfig {
             step_time_ms: None,
             device_tflops: None,
             flops_per_sample: None,
+            host_gbps: None,
+            host_tflops: None,
             groups: Vec::new(),
             stragglers: Vec::new(),
         }
@@ -165,6 +176,30 @@ impl ClusterConfig {
             .hint(
                 "training FLOPs of one sample, about 3× the forward pass: 1.2e10 for ResNet-50",
             ));
+        }
+        for (key, rate, unit, hint) in [
+            (
+                "host_gbps",
+                self.host_gbps,
+                "GB/s",
+                "the memory bandwidth of the device that does the host work: about 3000 for an H100",
+            ),
+            (
+                "host_tflops",
+                self.host_tflops,
+                "TFLOP/s",
+                "the device's sustained speed on the host work's matrix products, e.g. 100.0",
+            ),
+        ] {
+            if let Some(r) = rate
+                && !(r.is_finite() && r > 0.0)
+            {
+                return Err(ConfigError::new(
+                    &format!("cluster.{key}"),
+                    format!("{key} must be a positive number of {unit}, got {r}"),
+                )
+                .hint(hint));
+            }
         }
         for (i, g) in self.groups.iter().enumerate() {
             let prefix = format!("cluster.groups[{i}]");

@@ -37,12 +37,14 @@
 //! [`crate::cluster::stragglers`] for the exact guarantee and for the models that depend on `t`).
 
 mod config;
+pub mod host;
 mod model;
 pub mod slowdown;
 pub mod stragglers;
 pub mod workerset;
 
 pub use config::{ClusterConfig, DEFAULT_STEP_TIME_MS, GroupConfig};
+pub use host::{Host, HostWork};
 pub use model::Cluster;
 pub use stragglers::StragglerConfig;
 pub use workerset::WorkerSet;

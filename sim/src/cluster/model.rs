@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::clock::time::{CLOCK_HINT, SimTime, num};
 use crate::cluster::config::ClusterConfig;
+use crate::cluster::host::Host;
 use crate::cluster::slowdown::ModelState;
 use crate::cluster::stragglers::{StragglerModel, TraceData, TraceEnd, load_trace};
 use crate::env::BuildEnv;
@@ -43,6 +44,8 @@ struct Worker {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Cluster {
     workers: Vec<Worker>,
+    /// Host work: its rates and every node's queue ([`crate::cluster::host`]).
+    host: Host,
 }
 
 impl Cluster {
@@ -94,7 +97,20 @@ impl Cluster {
         for (w, entries) in entries_of.iter().enumerate() {
             check_step_bounds(cfg, w, &workers[w], entries)?;
         }
-        Ok(Cluster { workers })
+        Ok(Cluster {
+            workers,
+            host: Host::new(cfg.host_gbps, cfg.host_tflops),
+        })
+    }
+
+    /// The nodes' host work ([`crate::cluster::host`]).
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The nodes' host work, to charge it.
+    pub fn host_mut(&mut self) -> &mut Host {
+        &mut self.host
     }
 
     /// Number of workers.

@@ -65,6 +65,7 @@ use rand_distr::{Distribution, StandardNormal};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::rng::{StreamKind, stream};
+use crate::cluster::HostWork;
 use crate::error::ConfigError;
 use crate::store::{GradId, Matrix, MsgId, ReplicaStore};
 
@@ -276,6 +277,35 @@ impl PowerSgd {
             Variant::Library if (step - o.start_after).is_multiple_of(2) => Exchange::Q,
             Variant::Library => Exchange::P,
         }
+    }
+
+    /// One worker's host work ([`crate::cluster::host`]) in a step that exchanges `exchange`,
+    /// in the order it is done: before its first all-reduce, between the paper's two, and after
+    /// the last. Per compressed `a × b` matrix at rank `r`: the error feedback `M = g + e` (3
+    /// values per coordinate) and the first product (`P = MQ`, or the library's one, `2abr`
+    /// flops) with the orthogonalization of `P` (`2ar²`) before; the paper's `Q = MᵀP̂` (`2abr`)
+    /// between; the decompression `P̂Q̂ᵀ` (`2abr`) and the new error `e = M − P̂Q̂ᵀ` (3 values
+    /// per coordinate) after. The library's warm-up steps do none.
+    pub fn host_work(&self, exchange: Exchange) -> [HostWork; 3] {
+        if exchange == Exchange::Dense {
+            return [HostWork::default(); 3];
+        }
+        let mut work = [HostWork::default(); 3];
+        for (m, &r) in self.matrices.iter().zip(&self.ranks) {
+            if r == 0 {
+                continue;
+            }
+            let (a, b, r) = (m.rows as f64, m.cols as f64, r as f64);
+            let coords = (m.rows * m.cols) as u64;
+            let product = 2.0 * a * b * r;
+            work[0] =
+                work[0] + HostWork::touch(3 * coords) + HostWork::flops(product + 2.0 * a * r * r);
+            if exchange == Exchange::PThenQ {
+                work[1] = work[1] + HostWork::flops(product);
+            }
+            work[2] = work[2] + HostWork::touch(3 * coords) + HostWork::flops(product);
+        }
+        work
     }
 
     /// Values in the one all-reduce of a library step that exchanges `exchange`, for a model of
@@ -643,6 +673,41 @@ mod tests {
             ..paper(11)
         };
         assert!(PowerSgd::check(&library, &m, "rank").is_ok());
+    }
+
+    #[test]
+    fn host_work_counts_the_power_step_of_every_compressed_matrix() {
+        let m = vec![Matrix {
+            start: 0,
+            rows: 40,
+            cols: 30,
+        }];
+        let paper = Options {
+            rank: 2,
+            variant: Variant::Paper,
+            start_after: 0,
+            min_compression_rate: LIBRARY_MIN_COMPRESSION_RATE,
+        };
+        let p = PowerSgd::new(paper, m.clone(), 2, 1);
+        let [before, between, after] = p.host_work(Exchange::PThenQ);
+        let product = 2.0 * 40.0 * 30.0 * 2.0;
+        assert_eq!(before.bytes, 3.0 * 1200.0 * 4.0);
+        assert_eq!(before.flops, product + 2.0 * 40.0 * 4.0);
+        assert_eq!((between.bytes, between.flops), (0.0, product));
+        assert_eq!((after.bytes, after.flops), (3.0 * 1200.0 * 4.0, product));
+        // The library's warm-up steps are dense all-reduces: no host work; a compressed step
+        // has one product before its ring, none between.
+        let lib = PowerSgd::new(library(2, 1.0), m, 2, 1);
+        assert!(
+            lib.host_work(Exchange::Dense)
+                .iter()
+                .all(HostWork::is_empty)
+        );
+        assert!(lib.host_work(Exchange::Q)[1].is_empty());
+        assert_eq!(
+            lib.host_work(Exchange::Q)[0].flops,
+            product + 2.0 * 40.0 * 4.0
+        );
     }
 
     fn library(rank: usize, min_compression_rate: f64) -> Options {

@@ -425,3 +425,30 @@ fn a_damaged_or_foreign_checkpoint_is_refused() {
     run(&sgp, 0, &mut seen, ckpt).unwrap();
     assert!(refused(&seen.checkpoints[1].0).contains("cannot"));
 }
+
+#[test]
+fn host_work_in_flight_resumes_exactly() {
+    // At 1e-4 GB/s an outer step of the 8-coordinate model takes a few milliseconds: checkpoints
+    // fall while a worker's or the server's host work is queued, and the resumed run must wait
+    // for it as the whole run did.
+    for alg in [
+        "kind = \"diloco\"\ninner_steps = 3",
+        "kind = \"streaming-diloco\"\ninner_steps = 4\nfragments = 2\noverlap_steps = 1\nouter_bits = 4",
+        "kind = \"async-local-sgd\"\ninner_steps = 3\nmomentum_every = 2",
+        "kind = \"choco\"\nconsensus_lr = 0.3\ncompression = { kind = \"top-k\", fraction = 0.5 }",
+    ] {
+        let free = sections(alg, false);
+        let mut s = sections(alg, false);
+        s.cluster.host_gbps = Some(1e-4);
+        let outcome = |s: &Sections| {
+            let o = run(s, 0, &mut Seen::default(), Checkpointing::default()).unwrap();
+            (o.worker_steps, o.sim_time, format!("{:?}", o.network))
+        };
+        assert_ne!(
+            outcome(&s),
+            outcome(&free),
+            "{alg}: host work changed nothing"
+        );
+        check_sections(&s, alg);
+    }
+}

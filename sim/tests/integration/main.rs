@@ -18,6 +18,7 @@ mod dasgd_staleness;
 mod diloco;
 mod faults;
 mod global_staleness;
+mod host_work;
 mod lap;
 mod library;
 mod lr_progress;

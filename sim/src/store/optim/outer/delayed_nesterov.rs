@@ -16,6 +16,11 @@
 use crate::store::tracked::Tracked;
 use crate::store::{ReplicaStore, Slot};
 
+/// Vectors of the model's size one step reads and writes, for its host work
+/// ([`super::step_work`]): the server's model, the worker's start and its model, the momentum and
+/// the buffer read; the model, the momentum and the buffer written.
+pub const VALUES_TOUCHED: u64 = 8;
+
 /// The settings of the update.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DelayedNesterov {

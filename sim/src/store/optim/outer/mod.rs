@@ -18,7 +18,15 @@ pub mod delayed_nesterov;
 pub mod sgd;
 pub mod slow_momentum;
 
+use crate::cluster::HostWork;
 use crate::error::ConfigError;
+
+/// The host work of an outer step over `coords` coordinates of a rule that reads and writes
+/// `values` vectors in all (each rule's `VALUES_TOUCHED`), then of copying the result into the
+/// worker's own row (one read, one write): `(values + 2) · coords` values touched.
+pub fn step_work(values: u64, coords: u64) -> HostWork {
+    HostWork::touch((values + 2) * coords)
+}
 
 /// The check of an outer learning rate: positive and finite. `path` is the algorithm entry's,
 /// `key` the option's name, `hint` what the paper uses.

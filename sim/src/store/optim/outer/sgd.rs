@@ -9,6 +9,11 @@ use std::ops::Range;
 use crate::store::tracked::Tracked;
 use crate::store::{ReplicaStore, Slot};
 
+/// Vectors of the model's size one step reads and writes, for its host work
+/// ([`super::step_work`]): the model, the workers' average and the momentum read; the momentum and
+/// the model written.
+pub const VALUES_TOUCHED: u64 = 5;
+
 /// The settings of the outer step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OuterSgd {

@@ -7,6 +7,11 @@
 use crate::store::tracked::Tracked;
 use crate::store::{ReplicaStore, Slot};
 
+/// Vectors of the model's size one step reads and writes, for its host work
+/// ([`super::step_work`]): the anchor, the workers' average and the slow momentum read; the
+/// momentum and the anchor written.
+pub const VALUES_TOUCHED: u64 = 5;
+
 /// The settings of the slow step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SlowMomentum {
