@@ -21,6 +21,7 @@ use dasim_models::{Execution, Problem};
 use dasim_reports::claims::{Claim, Quantities};
 use dasim_reports::rundir::{Partition, Stamp};
 use dasim_sim::ConfigError;
+use dasim_sim::algorithms::AlgorithmKind;
 use dasim_sim::cluster::Cluster;
 use dasim_sim::cluster::stragglers::StragglerModel;
 use dasim_sim::fault::Faults;
@@ -440,6 +441,13 @@ fn resolved(loaded: &Loaded) -> String {
     let mut s = loaded.scenario.clone();
     s.network = s.network.resolved();
     s.data = s.data.resolved();
+    for a in &mut s.algorithms {
+        if let AlgorithmKind::AllReduce(c) = &mut a.algorithm
+            && let Some(comp) = &mut c.compression
+        {
+            *comp = comp.resolved();
+        }
+    }
     if let Some(p) = &mut s.data.path
         && p.is_relative()
     {

@@ -236,3 +236,29 @@ fn a_straggler_slows_allreduce_s_fold_and_adpsgd_little() {
     );
     assert!(ratio(1) < 1.2, "AD-PSGD: {:.2}x", ratio(1));
 }
+
+#[test]
+fn the_resolved_scenario_writes_powersgd_library_defaults_out_and_runs_again_the_same() {
+    // The library variant's warm-up and compression-rate floor are defaulted in the entry; the
+    // copy in the run directory names them, so a reader sees what ran.
+    let text = format!(
+        "{SMALL}\n[[algorithms]]\nkind = \"allreduce\"\nlabel = \"powersgd\"\ncompression = {{ kind = \"powersgd\", rank = 2, variant = \"library\" }}\n"
+    );
+    let (dir, path) = scenario(&text, "library.toml");
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let resolved: toml::Table = std::fs::read_to_string(out.join("scenario.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let entries = resolved["algorithms"].as_array().unwrap();
+    let c = &entries.last().unwrap()["compression"];
+    assert_eq!(c["start_after"].as_integer(), Some(100), "{c}");
+    assert_eq!(c["min_compression_rate"].as_float(), Some(2.0), "{c}");
+    let again = dir.path().join("again");
+    run_flex(&out.join("scenario.toml"), &again);
+    assert_eq!(
+        std::fs::read_to_string(out.join("metrics.csv")).unwrap(),
+        std::fs::read_to_string(again.join("metrics.csv")).unwrap()
+    );
+}

@@ -137,6 +137,25 @@ impl Compression {
         Err(error)
     }
 
+    /// The compression with every default written out, for a run's resolved `scenario.toml`:
+    /// the library variant of PowerSGD gains its `start_after` and `min_compression_rate` (the
+    /// paper's variant uses neither); the other kinds have no defaulted option left unset.
+    pub fn resolved(&self) -> Compression {
+        match (self, self.powersgd_options()) {
+            (Compression::PowerSgd { variant, .. }, Some(o))
+                if *variant == PowerSgdVariant::Library =>
+            {
+                Compression::PowerSgd {
+                    rank: o.rank,
+                    variant: o.variant,
+                    start_after: Some(o.start_after),
+                    min_compression_rate: Some(o.min_compression_rate),
+                }
+            }
+            _ => self.clone(),
+        }
+    }
+
     /// PowerSGD's options with every default filled in (`None` for the other kinds): the
     /// library's `start_after` and `min_compression_rate` default to its `Config`'s 100 and 2;
     /// the paper's variant has no warm-up.
