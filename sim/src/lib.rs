@@ -442,8 +442,9 @@ pub mod prelude {
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, AsyncLocalSgd, AsyncLocalSgdConfig, Averaging, Bound, Broadcast, Choco,
-        ChocoConfig, ChocoScope, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd, DpsgdConfig,
-        FragmentPattern, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
+        ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
+        DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FragmentPattern, GradientTracking,
+        GradientTrackingConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
         OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster,
         RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, StepRule,
         StreamingDiloco, StreamingDilocoConfig, UpdateOrder,

@@ -58,6 +58,8 @@ pub mod choco;
 pub mod dasgd;
 pub mod diloco;
 pub mod dpsgd;
+pub mod exact_diffusion;
+pub mod gradient_tracking;
 pub mod lap;
 pub mod local_sgd;
 pub mod neighbours;
@@ -89,6 +91,8 @@ pub use choco::{Choco, ChocoConfig, ChocoScope};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
+pub use exact_diffusion::{Combine, ExactDiffusion, ExactDiffusionConfig};
+pub use gradient_tracking::{GradientTracking, GradientTrackingConfig};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
 pub use ps::{ParameterServer, PsConfig, StepRule};
@@ -231,6 +235,17 @@ pub trait AlgorithmSpec {
     /// no topology for them.
     fn uses_topology(&self) -> bool {
         true
+    }
+
+    /// Whether the algorithm runs with `optimizer` (the entry's own, else the scenario's):
+    /// `Err((field, why))` names the `[optimizer]` field it cannot take and says why, and the
+    /// scenario is refused. Every optimizer is accepted by default; gradient tracking needs
+    /// plain SGD.
+    fn optimizer_support(
+        &self,
+        _optimizer: &OptimizerConfig,
+    ) -> Result<(), (&'static str, String)> {
+        Ok(())
     }
 
     /// Whether the algorithm accepts `[optimizer.schedule] progress = "node"`
@@ -412,6 +427,15 @@ registry! {
     /// Asynchronous Local-SGD: `H` inner steps, then the outer gradient to a server that steps
     /// at once (Delayed Nesterov, dynamic local steps; Liu et al., 2024).
     "async-local-sgd" => AsyncLocalSgd(AsyncLocalSgdConfig),
+    /// Gradient tracking (DSGT): decentralized SGD along a tracker of the average gradient,
+    /// exact on heterogeneous data (Pu & Nedić, 2021).
+    "gradient-tracking" => GradientTracking(GradientTrackingConfig),
+    /// Exact diffusion: adapt, correct, combine with `(I + W)/2`; exact on heterogeneous data
+    /// at D-PSGD's communication (Yuan et al., 2019).
+    "exact-diffusion" => ExactDiffusion(ExactDiffusionConfig),
+    /// D²: exact diffusion's correction combined with `W`, for `λ_min(W) > −1/3` (Tang et al.,
+    /// 2018).
+    "d2" => D2(ExactDiffusionConfig),
     /// Streaming DiLoCo: DiLoCo one fragment at a time, overlapping its all-reduce with inner
     /// steps, outer gradients optionally quantized (Douillard et al., 2025).
     "streaming-diloco" => StreamingDiloco(StreamingDilocoConfig),
@@ -648,6 +672,19 @@ impl AlgorithmConfig {
         optimizer: &OptimizerConfig,
         path: &str,
     ) -> Result<(), ConfigError> {
+        self.algorithm
+            .spec()
+            .optimizer_support(optimizer)
+            .map_err(|(field, why)| {
+                self.own_field(
+                    ConfigError::new(
+                        &format!("optimizer.{field}"),
+                        format!("{} ({path}) {why}", self.kind()),
+                    )
+                    .hint("give this entry its own [algorithms.optimizer] with kind = \"sgd\" and no momentum, weight decay or clipping"),
+                    path,
+                )
+            })?;
         if optimizer.schedule.progress != crate::store::lr::ScheduleProgress::Node {
             return Ok(());
         }
@@ -708,7 +745,9 @@ into_kind!(
     AsyncLocalSgdConfig => AsyncLocalSgd,
     StreamingDilocoConfig => StreamingDiloco,
     SlowmoConfig => Slowmo,
-    ChocoConfig => Choco
+    ChocoConfig => Choco,
+    GradientTrackingConfig => GradientTracking,
+    ExactDiffusionConfig => ExactDiffusion
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

@@ -24,6 +24,10 @@ pub struct Quadratic {
     pub optimum: Vec<f64>,
     /// Gradient noise σ.
     pub noise: f64,
+    /// Per worker, its own optimum `b_i` (heterogeneous data): worker `i`'s gradient is
+    /// `a·(x − b_i)`. Empty: every worker's is `b`. Set by [`Quadratic::heterogeneous`], which
+    /// makes `b` their mean, the optimum of the workers' average objective.
+    pub worker_optima: Vec<Vec<f64>>,
 }
 
 impl Quadratic {
@@ -44,7 +48,20 @@ impl Quadratic {
             curvature,
             optimum: vec![1.0; dim],
             noise,
+            worker_optima: Vec::new(),
         }
+    }
+
+    /// The same problem with worker `i`'s optimum `b_i = optima[i]`, and `b` their mean: the
+    /// average of the workers' objectives is `f` plus a constant, so [`Quadratic::value`] of a
+    /// model is its suboptimality on the average objective.
+    pub fn heterogeneous(mut self, optima: Vec<Vec<f64>>) -> Self {
+        let n = optima.len() as f64;
+        self.optimum = (0..self.curvature.len())
+            .map(|k| optima.iter().map(|b| b[k]).sum::<f64>() / n)
+            .collect();
+        self.worker_optima = optima;
+        self
     }
 
     /// `f(x)`.
@@ -279,10 +296,15 @@ impl ReplicaStore for ReferenceStore {
         let loss = self.problem.value(&x);
         let rng = &mut self.state.data[worker];
         let noise = self.problem.noise;
+        let optimum = self
+            .problem
+            .worker_optima
+            .get(worker)
+            .unwrap_or(&self.problem.optimum);
         let g: Vec<f64> = x
             .iter()
             .zip(&self.problem.curvature)
-            .zip(&self.problem.optimum)
+            .zip(optimum)
             .map(|((x, a), b)| {
                 let z: f64 = StandardNormal.sample(rng);
                 a * (x - b) + noise * z

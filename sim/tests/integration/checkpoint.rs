@@ -427,6 +427,27 @@ fn a_damaged_or_foreign_checkpoint_is_refused() {
 }
 
 #[test]
+fn gradient_tracking_resumes_exactly() {
+    // Trackers and held gradients across a checkpoint; plain SGD, as the method needs.
+    let alg = "kind = \"gradient-tracking\"";
+    let mut s = sections(alg, false);
+    s.optimizer.momentum = 0.0;
+    check_sections(&s, alg);
+}
+
+#[test]
+fn exact_diffusion_and_d2_resume_exactly() {
+    // The ψ rows and each worker's own φ waiting for its neighbours', across a checkpoint; D² on
+    // an odd ring, whose W it accepts.
+    for (alg, workers) in [("kind = \"exact-diffusion\"", 6), ("kind = \"d2\"", 5)] {
+        let mut s = sections(alg, false);
+        s.optimizer.momentum = 0.0;
+        s.cluster.workers = workers;
+        check_sections(&s, alg);
+    }
+}
+
+#[test]
 fn host_work_in_flight_resumes_exactly() {
     // At 1e-4 GB/s an outer step of the 8-coordinate model takes a few milliseconds: checkpoints
     // fall while a worker's or the server's host work is queued, and the resumed run must wait

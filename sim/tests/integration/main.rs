@@ -8,6 +8,7 @@ mod common;
 mod adpsgd_schedule;
 mod algorithms;
 mod async_local_sgd;
+mod bias_corrected;
 mod checkpoint;
 mod cluster;
 mod compression;
