@@ -445,9 +445,9 @@ pub mod prelude {
         ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
         DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FragmentPattern, GradientTracking,
         GradientTrackingConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
-        OverlapSgpConfig, ParameterServer, Partner, PsConfig, Rennala, RennalaConfig, Ringmaster,
-        RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, StepRule,
-        StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
+        OverlapSgpConfig, ParameterServer, Partner, PsConfig, PushDiging, PushDigingConfig,
+        Rennala, RennalaConfig, Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo,
+        SlowmoConfig, StepRule, StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{

@@ -3,7 +3,7 @@
 //! iteration).
 //!
 //! Yuan, Ying, Zhao & Sayed, "Exact diffusion for distributed optimization and learning — Part I:
-//! algorithm development", IEEE Trans. Signal Process. 67(3), 2019 (arXiv 1702.05122), Eq. (93)–(95);
+//! algorithm development", IEEE Trans. Signal Process. 67(3), 2019 (arXiv 1702.05122), Algorithm 1;
 //! Tang, Lian, Yan, Zhang & Liu, "D²: Decentralized training over decentralized data", ICML 2018,
 //! Algorithm 1. On a static undirected graph with a symmetric, doubly stochastic `W` (the
 //! `weights` of [D-PSGD](super::dpsgd)):
@@ -22,7 +22,7 @@
 //! The two methods differ only in the combination matrix `M`: exact diffusion combines with
 //! `W̄ = (I + W)/2`, whose eigenvalues lie in `(0, 1]` for every symmetric doubly stochastic `W`;
 //! D² combines with `W` itself, which its analysis allows only when `W`'s smallest eigenvalue is
-//! above `−1/3` (Tang et al., Theorem 1's assumption): dasim computes the spectrum before the
+//! above `−1/3` (Tang et al., Assumption 1): dasim computes the spectrum before the
 //! run and refuses a `W` that fails it (a ring of even length with Metropolis weights sits
 //! exactly at `−1/3`). D²'s own form, `x^{k+½} = 2x^k − x^{k−1} − α g(x^k) + α g(x^{k−1})`
 //! then `x^{k+1} = W x^{k+½}`, is the correction written out (`x^k − α g(x^k)` is `ψ^{k+1}`,
@@ -171,7 +171,7 @@ impl ExactDiffusionConfig {
                 return Err(ConfigError::new(
                     &format!("{path}.weights"),
                     format!(
-                        "D² needs the mixing matrix's smallest eigenvalue above −1/3 (Tang et al. 2018, Theorem 1), but the {} weights on this {}-worker graph have λ_min = {lambda:.6}",
+                        "D² needs the mixing matrix's smallest eigenvalue above −1/3 (Tang et al. 2018, Assumption 1), but the {} weights on this {}-worker graph have λ_min = {lambda:.6}",
                         match self.weights {
                             MixingWeights::Metropolis => "metropolis",
                             MixingWeights::Uniform => "uniform",

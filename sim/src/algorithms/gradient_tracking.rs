@@ -32,7 +32,8 @@
 //! in the paper); anything else is refused before the run. A gradient's addition to its tracker
 //! is its application for the staleness measurement ([`crate::store::tracked`]): row
 //! staleness 0 (the tracker is not written while the gradient is computed), global staleness
-//! the other workers' gradients added meanwhile, as D-PSGD's.
+//! the other workers' gradients added meanwhile, as D-PSGD's. The running statistics a pass
+//! produced (batch norm) go to the worker's own row, by a step of rate 0.
 //!
 //! **Invariant** (the tracking property): with a doubly stochastic `W`, mixing keeps the sum of
 //! the trackers, so at every iteration `Σ_i y_i^k = Σ_i g_i(x_i^k)`: the trackers' mean is the
@@ -140,6 +141,66 @@ pub enum Event {
     },
 }
 
+/// The trackers of a gradient-tracking method (DSGT and DIGing here, Push-DIGing in
+/// [`super::push_diging`]): `n` store rows `y_i` after the workers', and each worker's latest
+/// gradient, `g_i(x_i^k)`, which its tracker holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trackers {
+    /// The first tracker row (worker `i`'s is `first + i`).
+    first: usize,
+    last: Vec<Option<GradId>>,
+}
+
+impl Trackers {
+    /// The trackers of `n` workers (their rows are added by [`Trackers::start`]).
+    pub fn new(n: usize) -> Self {
+        Trackers {
+            first: 0,
+            last: vec![None; n],
+        }
+    }
+
+    /// Adds the tracker rows, zero until each worker's first gradient is tracked
+    /// (`y_i⁰ = g_i(x_i⁰)`).
+    pub fn start<E>(&mut self, cx: &mut Ctx<'_, '_, E>) {
+        let n = self.last.len();
+        self.first = cx.world.store.add_rows(n);
+        for w in 0..n {
+            let y = self.row(w);
+            cx.world.store.mix(y, &[(Slot::Row(y), 0.0)]);
+        }
+    }
+
+    /// Worker `w`'s tracker row `y_w` (valid once the run started).
+    pub fn row(&self, w: usize) -> usize {
+        self.first + w
+    }
+
+    /// Worker `w`'s gradient at its current model, once computed.
+    pub fn last(&self, w: usize) -> Option<GradId> {
+        self.last[w]
+    }
+
+    /// `y_w ← y_w + g − g_old`, `g` kept as the old one, and worker `w`'s step done.
+    pub fn track<E>(&mut self, w: usize, g: GradId, cx: &mut Ctx<'_, '_, E>) {
+        let y = self.row(w);
+        if !cx.world.store.state().is_empty() {
+            // Only the row that computed a gradient takes its running statistics (batch norm):
+            // a step of rate 0 on the worker's own row moves nothing else.
+            cx.world.store.inner().apply_gradient(w, g, 0.0);
+        }
+        // Raw gradient arithmetic on the tracker: the optimizer is plain SGD (checked), so a
+        // step of rate −1 adds g. Adding the new gradient is its one application, measured for
+        // staleness; taking the old one out again is not measured a second time.
+        cx.world.store.apply_gradient(y, g, -1.0);
+        if let Some(old) = self.last[w].replace(g) {
+            cx.world.store.inner().apply_gradient(y, old, 1.0);
+            cx.world.store.release_gradient(old);
+        }
+        cx.step_done(w);
+    }
+}
+
 /// The state machine of gradient tracking.
 #[derive(Serialize, Deserialize)]
 pub struct GradientTracking {
@@ -147,10 +208,7 @@ pub struct GradientTracking {
     /// `(W_ii, [(j, W_ij)])` per worker.
     weights: Vec<(f64, Vec<(usize, f64)>)>,
     exchange: Exchange<Pair>,
-    /// The first tracker row (worker `i`'s is `tracker + i`).
-    tracker: usize,
-    /// Per worker: its gradient at its current model, once computed.
-    last: Vec<Option<GradId>>,
+    trackers: Trackers,
 }
 
 impl GradientTracking {
@@ -162,20 +220,19 @@ impl GradientTracking {
             order: cfg.update,
             weights: mixing_weights(cfg.weights, topology),
             exchange: Exchange::new(neighbors, SendsAt::Ready),
-            tracker: 0,
-            last: vec![None; n],
+            trackers: Trackers::new(n),
         }
     }
 
     /// Worker `w`'s tracker row `y_w` (valid once the run started).
     pub fn tracker_row(&self, w: usize) -> usize {
-        self.tracker + w
+        self.trackers.row(w)
     }
 
     /// Worker `w`'s gradient at its current model, once computed: the `g_i(x_i^k)` its tracker
     /// holds.
     pub fn last_gradient(&self, w: usize) -> Option<GradId> {
-        self.last[w]
+        self.trackers.last(w)
     }
 
     /// Worker `w`'s iteration: exchanges completed.
@@ -186,20 +243,6 @@ impl GradientTracking {
     /// Whether worker `w` has its tracker of its iteration and has sent it.
     pub fn has_sent(&self, w: usize) -> bool {
         self.exchange.is_ready(w)
-    }
-
-    /// `y_w ← y_w + g_new − g_old`, the new gradient kept as the old one.
-    fn track(&mut self, w: usize, g: GradId, cx: &mut Ctx<'_, '_, Event>) {
-        let y = self.tracker_row(w);
-        // Raw gradient arithmetic on the tracker: the optimizer is plain SGD (checked), so a
-        // step of rate −1 adds g. Adding the new gradient is its one application, measured for
-        // staleness; taking the old one out again is not measured a second time.
-        cx.world.store.apply_gradient(y, g, -1.0);
-        if let Some(old) = self.last[w].replace(g) {
-            cx.world.store.inner().apply_gradient(y, old, 1.0);
-            cx.world.store.release_gradient(old);
-        }
-        cx.step_done(w);
     }
 
     fn send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -255,13 +298,7 @@ impl Algorithm for GradientTracking {
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         let n = self.exchange.len();
-        let store = &mut cx.world.store;
-        self.tracker = store.add_rows(n);
-        for w in 0..n {
-            // y_i⁰ = 0 + g_i(x_i⁰), once the first gradient is in.
-            let y = self.tracker_row(w);
-            cx.world.store.mix(y, &[(Slot::Row(y), 0.0)]);
-        }
+        self.trackers.start(cx);
         for w in 0..n {
             self.exchange.begin(w, Event::ComputeDone(w), cx);
         }
@@ -273,7 +310,7 @@ impl Algorithm for GradientTracking {
             Event::ComputeDone(w) if cx.is_down(w) => {}
             Event::ComputeDone(w) => {
                 let g = self.exchange.take_gradient(w);
-                self.track(w, g, cx);
+                self.trackers.track(w, g, cx);
                 self.exchange.set_ready(w);
                 self.send(w, cx);
                 self.try_finish(w, cx);

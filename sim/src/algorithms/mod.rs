@@ -64,6 +64,7 @@ pub mod lap;
 pub mod local_sgd;
 pub mod neighbours;
 pub mod ps;
+pub mod push_diging;
 pub mod rennala;
 pub mod retransmit;
 pub mod ring;
@@ -96,6 +97,7 @@ pub use gradient_tracking::{GradientTracking, GradientTrackingConfig};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
 pub use ps::{ParameterServer, PsConfig, StepRule};
+pub use push_diging::{PushDiging, PushDigingConfig};
 pub use rennala::{Rennala, RennalaConfig};
 pub use ringmaster::{Ringmaster, RingmasterConfig};
 pub use sgp::{OverlapSgpConfig, SendRule, Sgp, SgpConfig};
@@ -436,6 +438,9 @@ registry! {
     /// D²: exact diffusion's correction combined with `W`, for `λ_min(W) > −1/3` (Tang et al.,
     /// 2018).
     "d2" => D2(ExactDiffusionConfig),
+    /// Push-DIGing: gradient tracking over push-sum on directed, time-varying graphs (Nedić,
+    /// Olshevsky & Shi, 2017).
+    "push-diging" => PushDiging(PushDigingConfig),
     /// Streaming DiLoCo: DiLoCo one fragment at a time, overlapping its all-reduce with inner
     /// steps, outer gradients optionally quantized (Douillard et al., 2025).
     "streaming-diloco" => StreamingDiloco(StreamingDilocoConfig),
@@ -747,7 +752,8 @@ into_kind!(
     SlowmoConfig => Slowmo,
     ChocoConfig => Choco,
     GradientTrackingConfig => GradientTracking,
-    ExactDiffusionConfig => ExactDiffusion
+    ExactDiffusionConfig => ExactDiffusion,
+    PushDigingConfig => PushDiging
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

@@ -1,6 +1,10 @@
 //! The neighbour-synchronous exchange: every iteration, each worker sends one message to every
 //! neighbour of a static graph and goes on once it holds every neighbour's message of its own
-//! iteration (D-PSGD, [`super::dpsgd`]; CHOCO-SGD, [`super::choco`]).
+//! iteration (D-PSGD, [`super::dpsgd`]; CHOCO-SGD, [`super::choco`]; gradient tracking and exact
+//! diffusion, [`super::gradient_tracking`], [`super::exact_diffusion`]). On a peer schedule
+//! ([`Peers::Schedule`]: SGP's directed, possibly time-varying graphs) a worker sends to its
+//! out-peers of the iteration and waits for its in-peers' messages of it (Push-DIGing,
+//! [`super::push_diging`]).
 //!
 //! [`Exchange`] owns what these methods share: the worker's iteration and gradient in flight,
 //! the inbox of neighbours' messages keyed by `(iteration, sender)`, the wait (blocked while a
@@ -28,7 +32,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use std::borrow::Cow;
+
 use crate::algorithm::Ctx;
+use crate::net::schedule::PeerSchedule;
 use crate::record::Activity;
 use crate::store::{GradId, MsgId, ReplicaStore};
 
@@ -78,11 +85,47 @@ impl<P> Default for Worker<P> {
     }
 }
 
-/// The state of a neighbour-synchronous exchange over a static graph.
+/// Whom a worker sends to and hears from, iteration by iteration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Peers {
+    /// A static undirected graph: each worker's neighbours, in the order its messages are
+    /// gathered, at every iteration.
+    Static(Vec<Vec<usize>>),
+    /// A peer schedule: at iteration `k` worker `w` sends to `out_peers(w, k)` and hears from
+    /// `in_peers(w, k)` (gathered in increasing order).
+    Schedule(PeerSchedule),
+}
+
+impl Peers {
+    fn len(&self) -> usize {
+        match self {
+            Peers::Static(nb) => nb.len(),
+            Peers::Schedule(s) => s.len(),
+        }
+    }
+
+    /// Whom worker `w` sends its message of iteration `k` to.
+    pub fn out(&self, w: usize, k: u64) -> Cow<'_, [usize]> {
+        match self {
+            Peers::Static(nb) => Cow::Borrowed(&nb[w]),
+            Peers::Schedule(s) => Cow::Owned(s.out_peers(w, k)),
+        }
+    }
+
+    /// Whose messages of iteration `k` worker `w` waits for, in the order they are gathered.
+    pub fn expected(&self, w: usize, k: u64) -> Cow<'_, [usize]> {
+        match self {
+            Peers::Static(nb) => Cow::Borrowed(&nb[w]),
+            Peers::Schedule(s) => Cow::Owned(s.in_peers(w, k)),
+        }
+    }
+}
+
+/// The state of a neighbour-synchronous exchange over a static graph or a peer schedule.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Exchange<P = MsgId> {
     sends_at: SendsAt,
-    neighbors: Vec<Vec<usize>>,
+    peers: Peers,
     workers: Vec<Worker<P>>,
     /// Under faults: workers down (they never rejoin), and the messages lost on the way,
     /// `(iteration, from, to)`.
@@ -93,10 +136,15 @@ pub struct Exchange<P = MsgId> {
 impl<P: Payload> Exchange<P> {
     /// An exchange over `neighbors` (each worker's, in the order its messages are gathered).
     pub fn new(neighbors: Vec<Vec<usize>>, sends_at: SendsAt) -> Self {
-        let n = neighbors.len();
+        Exchange::over(Peers::Static(neighbors), sends_at)
+    }
+
+    /// An exchange over `peers`.
+    pub fn over(peers: Peers, sends_at: SendsAt) -> Self {
+        let n = peers.len();
         Exchange {
             sends_at,
-            neighbors,
+            peers,
             workers: (0..n).map(|_| Worker::default()).collect(),
             down: BTreeSet::new(),
             lost: BTreeSet::new(),
@@ -113,9 +161,9 @@ impl<P: Payload> Exchange<P> {
         self.workers.is_empty()
     }
 
-    /// Worker `w`'s neighbours.
-    pub fn neighbors(&self, w: usize) -> &[usize] {
-        &self.neighbors[w]
+    /// Whom worker `w` sends to and hears from.
+    pub fn peers(&self) -> &Peers {
+        &self.peers
     }
 
     /// Worker `w`'s iteration: exchanges it has completed.
@@ -136,8 +184,16 @@ impl<P: Payload> Exchange<P> {
     /// Worker `w` begins its iteration: not ready, computing a gradient whose completion is
     /// `done`.
     pub fn begin<E>(&mut self, w: usize, done: E, cx: &mut Ctx<'_, '_, E>) {
+        self.begin_scaled(w, 1.0, done, cx);
+    }
+
+    /// [`Exchange::begin`], the gradient taken at `scale ·` the worker's row (push-sum's
+    /// de-biased model, `1/v_w`; [`Ctx::begin_step`]).
+    pub fn begin_scaled<E>(&mut self, w: usize, scale: f64, done: E, cx: &mut Ctx<'_, '_, E>) {
         self.workers[w].ready = false;
-        self.workers[w].grad = Some(cx.start_step(w, done));
+        let (grad, d) = cx.begin_step(w, scale);
+        cx.after(d, done);
+        self.workers[w].grad = Some(grad);
     }
 
     /// The gradient worker `w` computed (once its completion event came).
@@ -145,7 +201,7 @@ impl<P: Payload> Exchange<P> {
         self.workers[w].grad.take().expect("a gradient in flight")
     }
 
-    /// Sends worker `w`'s message of its iteration to every neighbour `j`, in graph order:
+    /// Sends worker `w`'s message of its iteration to every neighbour (out-peer) `j`, in order:
     /// `post(j, iteration, cx)` makes the message and its arrival event, sent with `bytes`. A
     /// lost message is released and remembered; a neighbour already ready waits anew (its wait
     /// may now be in flight only, ended by `w`).
@@ -157,8 +213,8 @@ impl<P: Payload> Exchange<P> {
         mut post: impl FnMut(usize, u64, &mut Ctx<'_, '_, E>) -> (P, E),
     ) {
         let iter = self.workers[w].iter;
-        for k in 0..self.neighbors[w].len() {
-            let j = self.neighbors[w][k];
+        let out = self.peers.out(w, iter).into_owned();
+        for j in out {
             let (msg, event) = post(j, iter, cx);
             if cx.send(w, j, bytes, event).lost.is_some() {
                 msg.release(&mut cx.world.store);
@@ -184,7 +240,9 @@ impl<P: Payload> Exchange<P> {
     fn wait<E>(&mut self, w: usize, by: usize, cx: &mut Ctx<'_, '_, E>) {
         let st = &self.workers[w];
         let iter = st.iter;
-        let unsent = self.neighbors[w]
+        let unsent = self
+            .peers
+            .expected(w, iter)
             .iter()
             .any(|&j| !st.inbox.contains_key(&(iter, j)) && !self.sent(j, iter));
         match (unsent, st.blocked) {
@@ -217,8 +275,10 @@ impl<P: Payload> Exchange<P> {
             return false;
         }
         debug_assert!(
-            iter == self.workers[to].iter || iter == self.workers[to].iter + 1,
-            "neighbours are at most one iteration apart"
+            matches!(self.peers, Peers::Schedule(_))
+                || iter == self.workers[to].iter
+                || iter == self.workers[to].iter + 1,
+            "neighbours on a static graph are at most one iteration apart"
         );
         self.workers[to].inbox.insert((iter, from), msg);
         true
@@ -233,16 +293,14 @@ impl<P: Payload> Exchange<P> {
         if !st.ready {
             return None;
         }
-        if !self.neighbors[w]
-            .iter()
-            .all(|j| st.inbox.contains_key(&(iter, *j)))
-        {
+        let expected = self.peers.expected(w, iter);
+        if !expected.iter().all(|j| st.inbox.contains_key(&(iter, *j))) {
             self.wait(w, w, cx);
             return None;
         }
         let st = &mut self.workers[w];
         st.blocked = false;
-        let msgs = self.neighbors[w]
+        let msgs = expected
             .iter()
             .map(|j| st.inbox.remove(&(iter, *j)).expect("checked above"))
             .collect();
@@ -275,7 +333,7 @@ impl<P: Payload> Exchange<P> {
             if !st.ready || self.down.contains(&w) {
                 continue;
             }
-            for &j in &self.neighbors[w] {
+            for &j in self.peers.expected(w, st.iter).iter() {
                 if !st.inbox.contains_key(&(st.iter, j)) {
                     let why = if self.lost.contains(&(st.iter, j, w)) {
                         " (lost on the way)"
@@ -355,7 +413,7 @@ mod tests {
             let from: Vec<usize> = msgs.iter().map(|t| t.from).collect();
             assert_eq!(
                 from,
-                self.ex.neighbors(w),
+                self.ex.peers().expected(w, 0).to_vec(),
                 "one message per neighbour, in order"
             );
             assert!(
@@ -404,7 +462,7 @@ mod tests {
             };
             self.try_finish(w, cx);
             for i in 0..self.ex.len() {
-                for &j in self.ex.neighbors(i) {
+                for &j in self.ex.peers().out(i, 0).iter() {
                     let (a, b) = (self.ex.iteration(i), self.ex.iteration(j));
                     assert!(a.abs_diff(b) <= 1, "neighbours {i} and {j} at {a} and {b}");
                 }

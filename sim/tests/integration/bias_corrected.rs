@@ -25,6 +25,27 @@ fn heterogeneous(workers: usize, noise: f64, lr: f64) -> ReferenceStore {
 /// Runs `alg` on the workers of `store` on a ring of equal workers until `seconds`, calling
 /// `inspect` after every event with the algorithm and the store.
 fn run<A: Algorithm>(
+    alg: A,
+    entry: &AlgorithmConfig,
+    store: ReferenceStore,
+    lr: f64,
+    seconds: f64,
+    inspect: impl FnMut(&A, &mut ReferenceStore),
+) -> (Outcome, Checked) {
+    run_over(
+        TopologyConfig::Ring {},
+        alg,
+        entry,
+        store,
+        lr,
+        seconds,
+        inspect,
+    )
+}
+
+/// [`run`] on `topology`.
+fn run_over<A: Algorithm>(
+    topology: TopologyConfig,
     mut alg: A,
     entry: &AlgorithmConfig,
     store: ReferenceStore,
@@ -41,7 +62,7 @@ fn run<A: Algorithm>(
             entry,
             &cluster(n, &[]),
             &net(1.0, 100.0),
-            TopologyConfig::Ring {},
+            topology,
             &mut store,
             &opt,
             SEED,
@@ -247,11 +268,21 @@ fn a_time_varying_or_disconnected_graph_and_a_stateful_optimizer_are_refused() {
         )),
         AlgorithmConfig::from(AlgorithmKind::D2(ExactDiffusionConfig::default())),
     ] {
-        refusals(&entry);
+        refusals(&entry, true);
     }
+    // Push-DIGing is the one for time-varying directed graphs; it needs them strongly connected.
+    let push = AlgorithmConfig::from(PushDigingConfig::default());
+    refusals(&push, false);
+    let schedule = Topology::build(
+        &TopologyConfig::OnePeerExponential {},
+        8,
+        &BuildEnv::new(SEED),
+    )
+    .unwrap();
+    assert!(push.validate(&schedule, "algorithms[0]", None).is_ok());
 }
 
-fn refusals(entry: &AlgorithmConfig) {
+fn refusals(entry: &AlgorithmConfig, static_only: bool) {
     let schedule = Topology::build(
         &TopologyConfig::OnePeerExponential {},
         8,
@@ -271,10 +302,11 @@ fn refusals(entry: &AlgorithmConfig) {
             (7, 4),
         ],
     );
-    for (t, needle) in [
-        (schedule, "time-varying schedule"),
-        (two_rings, "connected"),
-    ] {
+    let mut graphs = vec![(two_rings, "connected")];
+    if static_only {
+        graphs.push((schedule, "time-varying schedule"));
+    }
+    for (t, needle) in graphs {
         let e = entry.validate(&t, "algorithms[0]", None).unwrap_err();
         assert_eq!(e.path.to_string(), "topology.kind", "{e}");
         assert!(e.to_string().contains(needle), "{e}");
@@ -475,4 +507,159 @@ fn d2_refuses_a_mixing_matrix_with_an_eigenvalue_at_or_below_minus_one_third() {
     let lambda = ExactDiffusionConfig::default().smallest_eigenvalue(&ring(7));
     let want = 1.0 / 3.0 + 2.0 / 3.0 * (6.0 * std::f64::consts::PI / 7.0).cos();
     assert!((lambda - want).abs() < 1e-12, "{lambda} against {want}");
+}
+
+fn schedule(topology: &TopologyConfig, n: usize) -> PeerSchedule {
+    Topology::build(topology, n, &BuildEnv::new(SEED))
+        .unwrap()
+        .schedule()
+        .clone()
+}
+
+/// The worst suboptimality over the de-biased models `u_i / v_i` on the average objective.
+fn worst_debiased(store: &ReferenceStore, weights: &[f64]) -> f64 {
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let x: Vec<f64> = store.params(i).iter().map(|u| u / v).collect();
+            store.problem().value(&x)
+        })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn push_diging_keeps_the_weights_and_the_trackers_sums_at_every_iteration() {
+    // A random peer per iteration: in-degrees differ, so the weights move away from 1.
+    let n = 6;
+    let topology = TopologyConfig::RandomPeer {};
+    let alg = PushDiging::new(&PushDigingConfig::default(), &schedule(&topology, n));
+    let entry = AlgorithmConfig::from(PushDigingConfig::default());
+    let (mut cuts, mut spread) = (0, 0.0_f64);
+    run_over(
+        topology,
+        alg,
+        &entry,
+        heterogeneous(n, 0.3, 0.05),
+        0.05,
+        0.5,
+        |a: &PushDiging, store| {
+            // Once every node has mixed iteration k − 1 and none has pushed k, no share is in
+            // flight: the rows and weights hold everything.
+            let k = a.iteration(0);
+            if k == 0 || !(0..n).all(|i| a.iteration(i) == k && !a.has_sent(i)) {
+                return;
+            }
+            let total: f64 = (0..n).map(|i| a.weight(i)).sum();
+            assert!(
+                (total - n as f64).abs() < 1e-12,
+                "iteration {k}: Σv = {total}"
+            );
+            let (lo, hi) = (0..n).fold((f64::INFINITY, 0.0_f64), |(lo, hi), i| {
+                (lo.min(a.weight(i)), hi.max(a.weight(i)))
+            });
+            spread = spread.max(hi - lo);
+            for c in 0..6 {
+                let y: f64 = (0..n).map(|i| store.params(a.tracker_row(i))[c]).sum();
+                let g: f64 = (0..n)
+                    .map(|i| store.gradient_values(a.last_gradient(i).expect("computed"))[c])
+                    .sum();
+                assert!(
+                    (y - g).abs() <= 1e-10 * (1.0 + g.abs()),
+                    "iteration {k}, coordinate {c}: Σy = {y}, Σg = {g}"
+                );
+            }
+            cuts += 1;
+        },
+    );
+    assert!(cuts >= 20, "{cuts} iterations checked");
+    assert!(
+        spread > 0.1,
+        "the weights stayed equal ({spread}): push-sum not exercised"
+    );
+}
+
+#[test]
+fn on_a_time_varying_directed_graph_push_diging_converges_linearly_where_sgp_keeps_its_bias() {
+    let (n, lr, seconds) = (8, 0.05, 10.0);
+    for topology in [
+        TopologyConfig::OnePeerExponential {},
+        TopologyConfig::RandomPeer {},
+    ] {
+        let name = format!("{topology:?}");
+        let alg = PushDiging::new(&PushDigingConfig::default(), &schedule(&topology, n));
+        let entry = AlgorithmConfig::from(PushDigingConfig::default());
+        let mut at_quarter = None;
+        let mut weights = Vec::new();
+        let (_, store) = run_over(
+            topology.clone(),
+            alg,
+            &entry,
+            heterogeneous(n, 0.0, lr),
+            lr,
+            seconds,
+            |a: &PushDiging, s| {
+                weights = (0..n).map(|i| a.weight(i)).collect();
+                if at_quarter.is_none() && a.iteration(0) == 250 {
+                    at_quarter = Some(worst_debiased(s, &weights));
+                }
+            },
+        );
+        let exact = worst_debiased(&store.shared().borrow(), &weights);
+        let quarter = at_quarter.expect("250 iterations");
+        assert!(exact < 1e-8, "{name}: f − f* = {exact:e}");
+        assert!(
+            quarter > 1e3 * exact,
+            "{name}: at 250 {quarter:e}, at the end {exact:e}"
+        );
+
+        let sgp = Sgp::synchronous(&SgpConfig::default(), &schedule(&topology, n));
+        let entry = AlgorithmConfig::from(SgpConfig::default());
+        let mut weights = Vec::new();
+        let (_, store) = run_over(
+            topology,
+            sgp,
+            &entry,
+            heterogeneous(n, 0.0, lr),
+            lr,
+            seconds,
+            |a: &Sgp, _| weights = a.weights(),
+        );
+        let biased = worst_debiased(&store.shared().borrow(), &weights);
+        assert!(biased > 1e-4, "{name}: SGP f − f* = {biased:e}, no bias?");
+    }
+}
+
+/// On a ring every node has two out-peers and two in-peers: push-sum's shares are 1/3, the ring's
+/// Metropolis weights, the weights stay 1, and Push-DIGing takes DSGT's steps.
+#[test]
+fn push_diging_on_a_ring_is_gradient_tracking() {
+    let (n, lr) = (6, 0.05);
+    let push = PushDiging::new(
+        &PushDigingConfig::default(),
+        &schedule(&TopologyConfig::Ring {}, n),
+    );
+    let entry = AlgorithmConfig::from(PushDigingConfig::default());
+    let (_, pushed) = run(push, &entry, heterogeneous(n, 0.3, lr), lr, 0.5, |a, _| {
+        // Between pushes (a node keeps 1/3 of its weight while its shares travel).
+        for i in (0..n).filter(|&i| !a.has_sent(i)) {
+            assert!(
+                (a.weight(i) - 1.0).abs() < 1e-15,
+                "node {i}: v = {}",
+                a.weight(i)
+            );
+        }
+    });
+    let (gt, entry) = gt(n);
+    let (_, tracked) = run(gt, &entry, heterogeneous(n, 0.3, lr), lr, 0.5, |_, _| ());
+    let (pushed, tracked) = (pushed.shared(), tracked.shared());
+    let (pushed, tracked) = (pushed.borrow(), tracked.borrow());
+    for i in 0..n {
+        for (c, (p, t)) in pushed.params(i).iter().zip(tracked.params(i)).enumerate() {
+            assert!(
+                (p - t).abs() <= 1e-12 * (1.0 + t.abs()),
+                "worker {i}, coordinate {c}: Push-DIGing {p}, gradient tracking {t}"
+            );
+        }
+    }
 }

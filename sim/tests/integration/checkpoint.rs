@@ -448,6 +448,16 @@ fn exact_diffusion_and_d2_resume_exactly() {
 }
 
 #[test]
+fn push_diging_resumes_exactly() {
+    // Weights, trackers and shares in flight on a random-peer schedule, across a checkpoint.
+    let alg = "kind = \"push-diging\"";
+    let mut s = sections(alg, false);
+    s.optimizer.momentum = 0.0;
+    s.topology = TopologyConfig::RandomPeer {};
+    check_sections(&s, alg);
+}
+
+#[test]
 fn host_work_in_flight_resumes_exactly() {
     // At 1e-4 GB/s an outer step of the 8-coordinate model takes a few milliseconds: checkpoints
     // fall while a worker's or the server's host work is queued, and the resumed run must wait
