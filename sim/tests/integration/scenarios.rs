@@ -146,6 +146,10 @@ scenario_tests! {
     transformer_scenario_runs_without_deadlock => "transformer.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
     softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
+    gradient_tracking_scenario_runs_without_deadlock => "gradient-tracking.toml",
+    exact_diffusion_scenario_runs_without_deadlock => "exact-diffusion.toml",
+    d2_scenario_runs_without_deadlock => "d2.toml",
+    push_diging_scenario_runs_without_deadlock => "push-diging.toml",
 }
 
 #[test]
@@ -343,6 +347,9 @@ fn every_algorithm_reports_who_waits_for_whom_mid_run() {
 }
 
 /// An `[[algorithms]]` entry of `kind` with its defaults (and the options a kind requires).
+/// An entry's own optimizer: plain SGD.
+const PLAIN_SGD: &str = "\noptimizer = { kind = \"sgd\", lr = 0.05, momentum = 0.0 }";
+
 fn default_entry(kind: &str) -> AlgorithmConfig {
     let required = match kind {
         "post-local-sgd" => "\nwarmup_steps = 10",
@@ -351,6 +358,12 @@ fn default_entry(kind: &str) -> AlgorithmConfig {
         "rennala" => "\nbatch = 2",
         "ringmaster" => "\nmax_delay = 3",
         "choco" => "\nconsensus_lr = 0.5\ncompression = { kind = \"top-k\", fraction = 0.5 }",
+        // The bias-corrected methods take plain SGD steps; D² needs λ_min(W) > −1/3, which a
+        // ring of 4 does not have and the complete graph does.
+        "gradient-tracking" | "exact-diffusion" | "push-diging" => PLAIN_SGD,
+        "d2" => {
+            "\ntopology = { kind = \"complete\" }\noptimizer = { kind = \"sgd\", lr = 0.05, momentum = 0.0 }"
+        }
         _ => "",
     };
     toml::from_str(&format!("kind = \"{kind}\"{required}"))

@@ -84,7 +84,9 @@ pub fn world<'s>(
     )
 }
 
-/// Runs `alg` on the exact store and returns the outcome and the evaluation points.
+/// Runs `alg` on the exact store and returns the outcome and the evaluation points. The entry's
+/// own optimizer and topology, where it has them, replace momentum SGD at 0.05 and `topology`,
+/// as a scenario resolves them.
 pub fn run_on<S: ReplicaStore>(
     alg: &AlgorithmConfig,
     cluster_cfg: &ClusterConfig,
@@ -94,7 +96,8 @@ pub fn run_on<S: ReplicaStore>(
     stop: &RunConfig,
     seed: u64,
 ) -> (Outcome, Vec<EvalPoint>) {
-    let opt = optimizer(0.05, 0.5);
+    let opt = alg.optimizer_or(&optimizer(0.05, 0.5)).clone();
+    let topology = alg.topology_or(&topology).clone();
     let mut world = world(alg, cluster_cfg, net_cfg, topology, store, &opt, seed);
     let mut points = Collect::default();
     let outcome = dasim_sim::algorithms::run_algorithm(alg, &mut world, stop, &mut points).unwrap();
