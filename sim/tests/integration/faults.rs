@@ -1347,3 +1347,57 @@ fn rejoin_state_needs_a_rejoin() {
     assert_eq!(e.path.to_string(), "faults[0].rejoin_state");
     assert!(e.to_string().contains("rejoin_after_s"), "{e}");
 }
+
+#[test]
+fn the_bias_corrected_methods_stall_when_a_neighbour_crashes_naming_the_wait() {
+    // As D-PSGD, with no recovery protocol: worker 2 crashes at 15 ms, during its second step,
+    // so its message of iteration 1 is never sent and its neighbours (in-peers' receivers) wait
+    // for it for good.
+    let cases: [(AlgorithmConfig, TopologyConfig, &str); 3] = [
+        (
+            GradientTrackingConfig::default().into(),
+            TopologyConfig::Ring {},
+            "worker 1 waits for the model and tracker of iteration 1 from worker 2 (down)",
+        ),
+        (
+            AlgorithmKind::ExactDiffusion(ExactDiffusionConfig::default()).into(),
+            TopologyConfig::Ring {},
+            "worker 1 waits for the φ of iteration 1 from worker 2 (down)",
+        ),
+        (
+            PushDigingConfig::default().into(),
+            TopologyConfig::OnePeerExponential {},
+            // On the one-peer exponential graph of 4, node i pushes to i + 1 at even iterations
+            // and to i + 2 at odd ones: node 2's shares of iteration 1 were for node 0.
+            "worker 0 waits for the shares of iteration 1 from worker 2 (down)",
+        ),
+    ];
+    for (alg, topology, line) in cases {
+        let mut store = quadratic_store(4, 11);
+        let mut world = faulty_world(
+            &alg,
+            4,
+            topology,
+            &mut store,
+            0.05,
+            "[[faults]]\nkind = \"crash\"\nworkers = [2]\nat_s = 0.015",
+        );
+        let out =
+            run_algorithm(&alg, &mut world, &stop_at(1000.0), &mut Collect::default()).unwrap();
+        let stall = out.stalled.clone().expect("a stall");
+        assert!(
+            stall.waiting.iter().any(|l| l == line),
+            "{}: {:?}",
+            alg.label(),
+            stall.waiting
+        );
+        assert!(
+            stall
+                .waiting
+                .contains(&"worker 2 is down since 0.015 s and never rejoins".to_owned()),
+            "{}: {:?}",
+            alg.label(),
+            stall.waiting
+        );
+    }
+}
