@@ -597,7 +597,7 @@ impl AlgorithmConfig {
                         "{} ({path}, `{}`) does not handle {} faults: {why}",
                         self.kind(),
                         self.label(),
-                        kind.name()
+                        f.describe()
                     ),
                 )
                 .hint(

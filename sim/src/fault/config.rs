@@ -45,6 +45,21 @@ pub enum FaultConfig {
     Duplicate(MessageFault),
     /// Each message is delayed by an extra time, fixed or drawn from a distribution.
     Delay(DelayFault),
+    /// Workers go off and come back on at the times of a file: each off interval is a crash and
+    /// its end a rejoin (an availability trace, [`crate::fault::availability`]).
+    Availability(AvailabilityFault),
+}
+
+/// An availability entry: every worker's off intervals, from a CSV file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvailabilityFault {
+    /// The CSV file, relative to the scenario's directory: a header `worker,off_s,on_s`, then
+    /// one off interval per row (`on_s` empty: the worker never comes back).
+    pub path: String,
+    /// What a worker comes back with, as a crash entry's.
+    #[serde(default, skip_serializing_if = "RejoinState::is_last")]
+    pub rejoin_state: RejoinState,
 }
 
 /// A crash entry.
@@ -225,6 +240,19 @@ impl FaultConfig {
             FaultConfig::Loss(_) => FaultKind::Loss,
             FaultConfig::Duplicate(_) => FaultKind::Duplicate,
             FaultConfig::Delay(_) => FaultKind::Delay,
+            // An availability trace brings workers back: the algorithm must handle rejoins.
+            FaultConfig::Availability(_) => FaultKind::Rejoin,
+        }
+    }
+
+    /// What the entry is, for an algorithm's refusal: its kind's name, or for an availability
+    /// trace what it amounts to.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            FaultConfig::Availability(_) => {
+                "availability (a crash at each off interval and a rejoin at its end)"
+            }
+            other => other.kind().name(),
         }
     }
 
@@ -296,6 +324,15 @@ impl FaultConfig {
                 d.variate(path)?;
                 scope(&d.links, &d.workers, n, path)?;
                 window(d.start_s, d.end_s, &at)?;
+            }
+            FaultConfig::Availability(a) => {
+                if a.path.trim().is_empty() {
+                    return Err(ConfigError::new(
+                        &at("path"),
+                        "an availability entry needs the CSV file of the workers' off intervals",
+                    )
+                    .hint(crate::fault::availability::HINT));
+                }
             }
         }
         Ok(())

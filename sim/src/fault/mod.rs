@@ -19,6 +19,8 @@
 //! - **duplicate**: each covered message is sent a second time right after the first with the
 //!   probability; the copy occupies the NICs and counts in the network totals, and the receiver
 //!   discards it (a transport with sequence numbers), so algorithms never see it.
+//! - **availability**: each worker's off intervals from a CSV file ([`availability`]): every
+//!   interval is a crash at its start and, unless it is open-ended, a rejoin at its end.
 //! - **delay**: each covered message, with the probability, lands an extra time later, drawn
 //!   from the distribution; a message never overtakes an earlier one of the same pair (links stay
 //!   FIFO), so a later message can be held up behind a delayed one.
@@ -37,6 +39,7 @@
 //! crash times do not depend on the algorithm, and a scenario without faults draws nothing.
 //! A crash or a rejoin due at the same instant as an algorithm event is handled first.
 
+pub mod availability;
 pub mod config;
 
 use serde::{Deserialize, Serialize};
@@ -46,8 +49,8 @@ use rand::Rng;
 use rand_distr::Exp;
 
 pub use config::{
-    CrashFault, DelayFault, FaultConfig, FaultKind, FaultSupport, LinkDownFault, MessageFault,
-    RejoinState,
+    AvailabilityFault, CrashFault, DelayFault, FaultConfig, FaultKind, FaultSupport, LinkDownFault,
+    MessageFault, RejoinState,
 };
 
 use crate::clock::rng::{Stream, StreamKind, sojourn, stream};
@@ -281,6 +284,34 @@ impl Faults {
                         start,
                         end,
                     });
+                }
+                FaultConfig::Availability(a) => {
+                    let file = env.resolve(&a.path);
+                    let located =
+                        |m: String| ConfigError::new(&at("path"), m).hint(availability::HINT);
+                    let text = std::fs::read_to_string(&file).map_err(|err| {
+                        located(format!(
+                            "cannot read the availability file {}: {err}",
+                            file.display()
+                        ))
+                    })?;
+                    let offs = availability::parse(&text, n).map_err(|m| {
+                        located(format!("availability file {}: {m}", file.display()))
+                    })?;
+                    // A crash process with no clock of its own: the file gives every crash and
+                    // every rejoin.
+                    f.crashes.push(CrashProcess {
+                        entry: e,
+                        mtbf: None,
+                        rejoin: None,
+                        state: a.rejoin_state,
+                    });
+                    for o in offs {
+                        f.push(o.off, o.worker, e, false);
+                        if let Some(on) = o.on {
+                            f.push(on, o.worker, e, true);
+                        }
+                    }
                 }
                 FaultConfig::Delay(d) => {
                     let (start, end) = window(d.start_s, d.end_s, &at)?;

@@ -1401,3 +1401,93 @@ fn the_bias_corrected_methods_stall_when_a_neighbour_crashes_naming_the_wait() {
         );
     }
 }
+
+/// A fresh directory for test `name`'s files (under cargo's temporary directory for integration
+/// tests).
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes an availability file and the `[[faults]]` entry that reads it.
+fn availability(dir: &std::path::Path, csv: &str) -> String {
+    let file = dir.join("availability.csv");
+    std::fs::write(&file, csv).unwrap();
+    format!(
+        "[[faults]]\nkind = \"availability\"\npath = \"{}\"",
+        file.display()
+    )
+}
+
+#[test]
+fn an_availability_interval_is_a_crash_and_a_rejoin_at_its_ends() {
+    // Worker 2 off from 50 ms to 60 ms, read from a file, is the crash entry with that time
+    // and rejoin delay: the same run, event for event.
+    let dir = scratch("availability-equivalence");
+    let alg: AlgorithmConfig = PsConfig::default().into();
+    let run = |text: &str| {
+        let mut store = quadratic_store(4, 11);
+        let mut world = faulty_world(&alg, 4, TopologyConfig::Ring {}, &mut store, 0.05, text);
+        run_algorithm(&alg, &mut world, &stop_at(0.3), &mut Collect::default()).unwrap()
+    };
+    let traced = run(&availability(&dir, "worker,off_s,on_s\n2,0.05,0.06\n"));
+    let crash =
+        run("[[faults]]\nkind = \"crash\"\nworkers = [2]\nat_s = 0.05\nrejoin_after_s = 0.01");
+    assert_eq!(traced.events, crash.events);
+    assert_eq!(traced.worker_steps, crash.worker_steps);
+    assert_eq!(
+        format!("{:?}", traced.network),
+        format!("{:?}", crash.network)
+    );
+    let stats = &traced.faults.as_ref().unwrap().stats;
+    assert_eq!((stats.crashes, stats.rejoins), (1, 1));
+    assert_eq!(stats.down_time[2], SimTime::from_millis_f64(10.0));
+}
+
+#[test]
+fn an_availability_trace_takes_workers_off_and_on_and_for_good() {
+    // Worker 1 off twice (the second time for good), worker 3 once; the rows in any order.
+    let dir = scratch("availability-trace");
+    let alg: AlgorithmConfig = PsConfig::default().into();
+    let text = availability(&dir, "worker,off_s,on_s\n1,0.35,\n3,0.02,0.03\n1,0.1,0.2\n");
+    let mut store = quadratic_store(4, 11);
+    let mut world = faulty_world(&alg, 4, TopologyConfig::Ring {}, &mut store, 0.05, &text);
+    let out = run_algorithm(&alg, &mut world, &stop_at(0.5), &mut Collect::default()).unwrap();
+    let stats = &out.faults.as_ref().unwrap().stats;
+    assert_eq!((stats.crashes, stats.rejoins), (3, 2));
+    assert_eq!(stats.down_time[3], SimTime::from_millis_f64(10.0));
+    assert!(stats.down_time[1] >= SimTime::from_millis_f64(100.0));
+    assert!(out.stalled.is_none(), "the others go on");
+}
+
+#[test]
+fn an_availability_trace_is_refused_by_an_algorithm_without_rejoins_and_when_unreadable() {
+    let dir = scratch("availability-refusals");
+    let text = availability(&dir, "worker,off_s,on_s\n1,0.1,0.2\n");
+    let dpsgd: AlgorithmConfig = DpsgdConfig::default().into();
+    let e = dpsgd
+        .check_fault_support(&faults(&text), "algorithms[0]")
+        .unwrap_err();
+    assert_eq!(e.path.to_string(), "faults[0].kind", "{e}");
+    assert!(e.to_string().contains("availability"), "{e}");
+    // A missing file, and a bad line, are located at the entry's path and name the file.
+    for (csv, needle) in [
+        (None, "cannot read the availability file"),
+        (
+            Some("worker,off_s,on_s\n9,0.1,0.2\n"),
+            "line 2: worker 9, but the cluster has 4",
+        ),
+    ] {
+        let text = match csv {
+            Some(c) => availability(&dir, c),
+            None => "[[faults]]\nkind = \"availability\"\npath = \"/nonexistent/availability.csv\""
+                .to_owned(),
+        };
+        let e = Faults::new(&faults(&text), 4, &BuildEnv::new(11)).unwrap_err();
+        assert_eq!(e.path.to_string(), "faults[0].path", "{e}");
+        assert!(e.to_string().contains(needle), "{e}");
+        assert!(e.to_string().contains("availability.csv"), "{e}");
+    }
+}
