@@ -247,6 +247,17 @@ pub fn inspect_topology(args: &TopologyArgs) -> Result<String> {
                     "# spectral gap of the Metropolis mixing matrix: {}",
                     crate::outputs::fixed(topology.spectral_gap(), 6)
                 );
+                let lambda = topology.smallest_mixing_eigenvalue();
+                let _ = writeln!(
+                    out,
+                    "# smallest eigenvalue of the Metropolis mixing matrix: {} ({})",
+                    crate::outputs::fixed(lambda, 6),
+                    if dasim_sim::algorithms::exact_diffusion::d2_accepts(lambda) {
+                        "above -1/3: D² accepts it"
+                    } else {
+                        "at or below -1/3: D² refuses it, exact diffusion runs"
+                    }
+                );
                 let _ = writeln!(
                     out,
                     "# bipartite: {}",

@@ -113,6 +113,12 @@ impl Combine {
 /// `−1/3` exactly, computed to a few ulps).
 const D2_MARGIN: f64 = 1e-9;
 
+/// Whether D² accepts a mixing matrix whose smallest eigenvalue is `lambda`: above `−1/3`, by
+/// more than rounding.
+pub fn d2_accepts(lambda: f64) -> bool {
+    lambda > -1.0 / 3.0 + D2_MARGIN
+}
+
 impl ExactDiffusionConfig {
     /// The mixing matrix `W` on `topology`, dense and row-major.
     fn dense(&self, topology: &Topology) -> Vec<f64> {
@@ -167,7 +173,7 @@ impl ExactDiffusionConfig {
         }
         if combine == Combine::Plain && topology.len() > 1 {
             let lambda = self.smallest_eigenvalue(topology);
-            if lambda <= -1.0 / 3.0 + D2_MARGIN {
+            if !d2_accepts(lambda) {
                 return Err(ConfigError::new(
                     &format!("{path}.weights"),
                     format!(

@@ -875,6 +875,17 @@ impl Topology {
         1.0 - ev[1].abs().max(ev[n - 1].abs())
     }
 
+    /// The smallest eigenvalue of [`Topology::mixing_matrix`] (1 for a single worker): D² needs
+    /// it above `−1/3` ([`crate::algorithms::exact_diffusion`]); an even ring's is `−1/3`.
+    /// `O(n³)`.
+    pub fn smallest_mixing_eigenvalue(&self) -> f64 {
+        let n = self.len();
+        if n < 2 {
+            return 1.0;
+        }
+        symmetric_eigenvalues(self.mixing_matrix(), n)[n - 1]
+    }
+
     /// The edges as CSV: a header `src,dst`, then one row per edge with `src < dst`, sorted.
     pub fn to_edge_list(&self) -> String {
         let mut s = String::from("src,dst\n");
@@ -946,6 +957,16 @@ mod tests {
 
     fn build(cfg: &TopologyConfig, n: usize) -> Result<Topology, ConfigError> {
         Topology::build(cfg, n, &BuildEnv::new(1))
+    }
+
+    #[test]
+    fn a_rings_smallest_mixing_eigenvalue_is_minus_a_third_when_even() {
+        // The ring's Metropolis matrix has eigenvalues 1/3 + 2/3·cos(2πk/n).
+        let even = build(&TopologyConfig::Ring {}, 16).unwrap();
+        assert!((even.smallest_mixing_eigenvalue() + 1.0 / 3.0).abs() < 1e-12);
+        let odd = build(&TopologyConfig::Ring {}, 5).unwrap();
+        let want = 1.0 / 3.0 + 2.0 / 3.0 * (4.0 * std::f64::consts::PI / 5.0).cos();
+        assert!((odd.smallest_mixing_eigenvalue() - want).abs() < 1e-12);
     }
 
     #[test]
