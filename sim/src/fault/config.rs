@@ -75,6 +75,15 @@ pub struct CrashFault {
     /// with this mean, drawn from its own stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtbf_s: Option<f64>,
+    /// Or: a chip's mean time between failures from published fleet statistics (one of `at_s`,
+    /// `mtbf_s` and `mtbf_preset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtbf_preset: Option<MtbfPreset>,
+    /// With `mtbf_s` or `mtbf_preset`: the chips a worker stands for (an 8-GPU node: 8). A
+    /// worker fails when any of its chips does, so its mean time between failures is the
+    /// chip's divided by this (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chips_per_worker: Option<u32>,
     /// A crashed worker rejoins this many seconds after its crash (none: it never rejoins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejoin_after_s: Option<f64>,
@@ -83,6 +92,37 @@ pub struct CrashFault {
     /// by the algorithm's rule ([`crate::algorithm::Algorithm::rejoin_model`]).
     #[serde(default, skip_serializing_if = "RejoinState::is_last")]
     pub rejoin_state: RejoinState,
+}
+
+/// A chip's mean time between failures from a published report (`[[faults]] mtbf_preset`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MtbfPreset {
+    /// Meta's Llama 3 405B pre-training (Llama Team, "The Llama 3 Herd of Models", arXiv
+    /// 2407.21783, 2024, §3.3.4): 419 unexpected interruptions in a 54-day snapshot on 16,384
+    /// H100 GPUs, so a GPU's mean time between failures is 54 days × 16,384 / 419 (about 5.8
+    /// years) and the job's about 3.1 hours.
+    Llama3,
+}
+
+impl MtbfPreset {
+    /// The chip's mean time between failures, in seconds.
+    pub fn chip_mtbf_s(self) -> f64 {
+        match self {
+            MtbfPreset::Llama3 => 54.0 * 86_400.0 * 16_384.0 / 419.0,
+        }
+    }
+}
+
+impl CrashFault {
+    /// Each worker's mean time between failures, in seconds: `mtbf_s` or the preset's chip's,
+    /// divided by `chips_per_worker`; `None` for a crash at `at_s`.
+    pub fn worker_mtbf_s(&self) -> Option<f64> {
+        let chip = self
+            .mtbf_s
+            .or_else(|| self.mtbf_preset.map(MtbfPreset::chip_mtbf_s))?;
+        Some(chip / f64::from(self.chips_per_worker.unwrap_or(1).max(1)))
+    }
 }
 
 /// What a crashed worker rejoins with (`[[faults]] rejoin_state`).
@@ -263,26 +303,54 @@ impl FaultConfig {
         match self {
             FaultConfig::Crash(c) => {
                 c.workers.validate(n, &at("workers"))?;
-                match (c.at_s, c.mtbf_s) {
-                    (Some(_), Some(_)) => {
-                        return Err(ConfigError::new(
-                            &at("mtbf_s"),
-                            "a crash takes at_s or mtbf_s, not both",
-                        )
-                        .hint("at_s crashes at a given time; mtbf_s at random times"));
-                    }
-                    (None, None) => {
+                let given = [
+                    c.at_s.is_some(),
+                    c.mtbf_s.is_some(),
+                    c.mtbf_preset.is_some(),
+                ];
+                match given.iter().filter(|g| **g).count() {
+                    0 => {
                         return Err(ConfigError::new(
                             &at("at_s"),
-                            "a crash needs its time: at_s, or mtbf_s for random crashes",
+                            "a crash needs its time: at_s, or mtbf_s (or mtbf_preset) for random crashes",
                         )
                         .hint("at_s = 0.5 crashes the workers at 0.5 s"));
                     }
-                    (Some(t), None) => {
-                        seconds(t, &at("at_s"), false)?;
+                    1 => {}
+                    _ => {
+                        let second = if c.at_s.is_some() && c.mtbf_s.is_some() {
+                            "mtbf_s"
+                        } else {
+                            "mtbf_preset"
+                        };
+                        return Err(ConfigError::new(
+                            &at(second),
+                            "a crash takes one of at_s, mtbf_s and mtbf_preset",
+                        )
+                        .hint(
+                            "at_s crashes at a given time; mtbf_s or mtbf_preset at random times",
+                        ));
                     }
-                    (None, Some(m)) => {
-                        seconds(m, &at("mtbf_s"), true)?;
+                }
+                if let Some(t) = c.at_s {
+                    seconds(t, &at("at_s"), false)?;
+                }
+                if let Some(m) = c.mtbf_s {
+                    seconds(m, &at("mtbf_s"), true)?;
+                }
+                if let Some(k) = c.chips_per_worker {
+                    if c.at_s.is_some() {
+                        return Err(ConfigError::new(
+                            &at("chips_per_worker"),
+                            "chips_per_worker scales a mean time between failures, but this crash is at a fixed at_s",
+                        )
+                        .hint("use it with mtbf_s or mtbf_preset"));
+                    }
+                    if k == 0 {
+                        return Err(ConfigError::new(
+                            &at("chips_per_worker"),
+                            "a worker stands for at least one chip, got 0",
+                        ));
                     }
                 }
                 if let Some(r) = c.rejoin_after_s {

@@ -231,7 +231,7 @@ impl Faults {
                     let proc_ = CrashProcess {
                         entry: e,
                         mtbf: c
-                            .mtbf_s
+                            .worker_mtbf_s()
                             .map(|m| Exp::new(1.0 / m).expect("a positive mean")),
                         rejoin: c.rejoin_after_s.map(SimTime::from_secs_f64),
                         state: c.rejoin_state,

@@ -1491,3 +1491,48 @@ fn an_availability_trace_is_refused_by_an_algorithm_without_rejoins_and_when_unr
         assert!(e.to_string().contains("availability.csv"), "{e}");
     }
 }
+
+#[test]
+fn the_llama_3_preset_is_its_gpus_mtbf_divided_by_the_chips_of_a_worker() {
+    // 419 unexpected interruptions in 54 days on 16,384 GPUs: a GPU fails every 5.8 years, an
+    // 8-GPU worker 8 times as often.
+    let entry = |text: &str| match faults(text).remove(0) {
+        FaultConfig::Crash(c) => c,
+        other => panic!("{other:?}"),
+    };
+    let preset = "[[faults]]\nkind = \"crash\"\nworkers = \"all\"\nmtbf_preset = \"llama3\"\nchips_per_worker = 8";
+    let gpu: f64 = 54.0 * 86_400.0 * 16_384.0 / 419.0;
+    assert!((gpu / (365.25 * 86_400.0) - 5.78).abs() < 0.01);
+    let c = entry(preset);
+    assert_eq!(c.worker_mtbf_s(), Some(gpu / 8.0));
+    // The same realization as the mean written out: the same stream, the same crash times.
+    let by_hand = format!(
+        "[[faults]]\nkind = \"crash\"\nworkers = \"all\"\nmtbf_s = {}",
+        gpu / 8.0
+    );
+    let (mut a, mut b) = (realize(preset, 16), realize(&by_hand, 16));
+    for _ in 0..16 {
+        let (ta, tb) = (a.next_time(), b.next_time());
+        assert_eq!(ta, tb);
+        a.pop(ta.unwrap());
+        b.pop(tb.unwrap());
+    }
+    // Refusals, at the key.
+    for (text, key) in [
+        (
+            "[[faults]]\nkind = \"crash\"\nworkers = [1]\nmtbf_s = 10.0\nmtbf_preset = \"llama3\"",
+            "faults[0].mtbf_preset",
+        ),
+        (
+            "[[faults]]\nkind = \"crash\"\nworkers = [1]\nat_s = 1.0\nchips_per_worker = 8",
+            "faults[0].chips_per_worker",
+        ),
+        (
+            "[[faults]]\nkind = \"crash\"\nworkers = [1]\nmtbf_preset = \"llama3\"\nchips_per_worker = 0",
+            "faults[0].chips_per_worker",
+        ),
+    ] {
+        let e = Faults::new(&faults(text), 4, &BuildEnv::new(11)).unwrap_err();
+        assert_eq!(e.path.to_string(), key, "{e}");
+    }
+}
