@@ -422,6 +422,7 @@ pub mod algorithms;
 pub mod clock;
 pub mod cluster;
 pub mod compress;
+mod csv;
 pub mod engine;
 pub mod env;
 pub mod error;

@@ -531,11 +531,7 @@ pub(crate) fn load_trace(file: &Path, path_key: &str) -> Result<TraceData, Confi
 }
 
 fn parse_trace(text: &str) -> Result<TraceData, String> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.split('#').next().unwrap_or("").trim()))
-        .filter(|(_, l)| !l.is_empty());
+    let mut lines = crate::csv::data_lines(text);
     let Some((hline, header)) = lines.next() else {
         return Err("the file is empty".into());
     };

@@ -32,11 +32,7 @@ pub struct Off {
 /// Parses an availability file of a cluster of `n` workers: its intervals, sorted by worker and
 /// time. Errors name the line.
 pub fn parse(text: &str, n: usize) -> Result<Vec<Off>, String> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.split('#').next().unwrap_or("").trim()))
-        .filter(|(_, l)| !l.is_empty());
+    let mut lines = crate::csv::data_lines(text);
     let Some((hline, header)) = lines.next() else {
         return Err("the file is empty".into());
     };
