@@ -23,6 +23,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 const SIM_LAYERS: &[(&str, u8)] = &[
     ("error", 0),
     ("raw", 0),
+    ("csv", 0),
     ("env", 0),
     ("clock", 1),
     ("cluster", 2),
