@@ -59,14 +59,14 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use super::dpsgd::{MixingWeights, mixing_weights};
-use super::neighbours::{Exchange, SendsAt};
-use crate::algorithm::{Algorithm, Ctx, World};
+use super::neighbours::{self, Exchange, ExchangeMethod, SendsAt, exchange_algorithm};
+use crate::algorithm::{Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::cluster::HostWork;
 use crate::compress::Compression;
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::fault::{FaultKind, FaultSupport};
 use crate::net::topology::Topology;
 use crate::store::{MsgId, ReplicaStore, Slot};
 
@@ -147,23 +147,8 @@ impl ChocoConfig {
     }
 }
 
-/// Events of CHOCO-SGD.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// `from`'s compressed difference `q` of iteration `iter` reached `to`.
-    Diff {
-        /// Sender.
-        from: usize,
-        /// Receiver.
-        to: usize,
-        /// The sender's iteration.
-        iter: u64,
-        /// The decoded `q`.
-        msg: MsgId,
-    },
-}
+/// Events of CHOCO-SGD: the exchange's, a message being a decoded compressed difference `q`.
+pub type Event = neighbours::Event;
 
 /// The state machine of CHOCO-SGD.
 #[derive(Serialize, Deserialize)]
@@ -309,17 +294,33 @@ impl Choco {
             &[(Slot::Msg(s), 1.0), (Slot::Msg(q), self_weight)],
             cx,
         );
-        self.exchange.send(w, self.bytes, cx, |j, iter, cx| {
-            let msg = cx.world.store.new_msg(&[(Slot::Msg(q), 1.0)]);
-            let event = Event::Diff {
-                from: w,
-                to: j,
-                iter,
-                msg,
-            };
-            (msg, event)
+        self.exchange.send(w, self.bytes, cx, |_, cx| {
+            cx.world.store.new_msg(&[(Slot::Msg(q), 1.0)])
         });
         cx.world.store.release_msg(q);
+    }
+}
+
+impl ExchangeMethod for Choco {
+    const MESSAGE: &'static str = "compressed difference";
+
+    fn prepare(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        let p = cx.world.store.num_params();
+        let v = cx.world.net.value_bytes();
+        let bytes = match &mut self.tensors {
+            Some(tensors) => {
+                *tensors = cx.world.store.tensors();
+                let sizes: Vec<usize> = tensors.iter().map(|t| t.len()).collect();
+                self.compression.payload_bytes_of(&sizes, v)
+            }
+            None => self.compression.payload_bytes(p, v),
+        };
+        self.bytes = cx.world.net.scaled_payload(bytes);
+        for w in 0..self.exchange.len() {
+            // x̂_i = s_i = 0, as the paper initializes them.
+            self.hat[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
+            self.s[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
+        }
     }
 
     /// `w` begins an iteration: under `overlap` it sends first, from the model its gradient
@@ -331,10 +332,16 @@ impl Choco {
         self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 
-    fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let Some(msgs) = self.exchange.gather(w, cx) else {
-            return;
-        };
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        self.step(w, cx);
+        // Ready before sending: a neighbour waiting for this message then counts it as sent.
+        self.exchange.set_ready(w);
+        if !self.overlap {
+            self.send(w, cx);
+        }
+    }
+
+    fn combine(&mut self, w: usize, msgs: Vec<MsgId>, cx: &mut Ctx<'_, '_, Event>) {
         let mut terms = vec![(Slot::Msg(self.neighbourhood_sum(w)), 1.0)];
         let row = &self.weights[w].1;
         terms.extend(
@@ -357,70 +364,10 @@ impl Choco {
         let params = cx.world.store.num_params() as u64;
         let k = row.len() as u64;
         cx.host_work(w, HostWork::touch((k + 6) * params));
-        self.exchange.advance(w);
-        self.begin(w, cx);
     }
 }
 
-impl Algorithm for Choco {
-    type Event = Event;
-
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        let p = cx.world.store.num_params();
-        let v = cx.world.net.value_bytes();
-        let bytes = match &mut self.tensors {
-            Some(tensors) => {
-                *tensors = cx.world.store.tensors();
-                let sizes: Vec<usize> = tensors.iter().map(|t| t.len()).collect();
-                self.compression.payload_bytes_of(&sizes, v)
-            }
-            None => self.compression.payload_bytes(p, v),
-        };
-        self.bytes = cx.world.net.scaled_payload(bytes);
-        for w in 0..self.exchange.len() {
-            // x̂_i = s_i = 0, as the paper initializes them.
-            self.hat[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
-            self.s[w] = Some(cx.world.store.new_msg(&[(Slot::Row(w), 0.0)]));
-            self.begin(w, cx);
-        }
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::ComputeDone(w) => {
-                self.step(w, cx);
-                // Ready before sending: a neighbour waiting for this message then counts it as
-                // sent.
-                self.exchange.set_ready(w);
-                if !self.overlap {
-                    self.send(w, cx);
-                }
-                self.try_finish(w, cx);
-            }
-            Event::Diff {
-                from,
-                to,
-                iter,
-                msg,
-            } => {
-                if self.exchange.receive(from, to, iter, msg, cx) {
-                    self.try_finish(to, cx);
-                }
-            }
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        self.exchange.waiting("compressed difference")
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        if let WorkerFault::Crash(w) = fault {
-            self.exchange.crash(w, cx);
-        }
-    }
-}
+exchange_algorithm!(Choco, exchange: MsgId);
 
 impl AlgorithmSpec for ChocoConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {

@@ -56,11 +56,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::neighbours::{Exchange, SendsAt};
-use crate::algorithm::{Algorithm, Ctx, World};
+use super::neighbours::{self, Exchange, ExchangeMethod, SendsAt, exchange_algorithm};
+use crate::algorithm::{Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::fault::{FaultKind, FaultSupport};
 use crate::net::topology::Topology;
 use crate::store::{MsgId, ReplicaStore, Slot};
 
@@ -152,23 +152,8 @@ pub(crate) fn mixing_weights(
     }
 }
 
-/// Events of D-PSGD.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// `from`'s model of iteration `iter` reached `to`.
-    Model {
-        /// Sender.
-        from: usize,
-        /// Receiver.
-        to: usize,
-        /// The sender's iteration.
-        iter: u64,
-        /// The model sent.
-        msg: MsgId,
-    },
-}
+/// Events of D-PSGD: the exchange's, a message being a model.
+pub type Event = neighbours::Event;
 
 /// The state machine of D-PSGD.
 #[derive(Serialize, Deserialize)]
@@ -204,23 +189,9 @@ impl Dpsgd {
 
     fn send_model(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let bytes = cx.world.model_bytes;
-        self.exchange.send(w, bytes, cx, |j, iter, cx| {
-            let msg = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
-            let event = Event::Model {
-                from: w,
-                to: j,
-                iter,
-                msg,
-            };
-            (msg, event)
+        self.exchange.send(w, bytes, cx, |_, cx| {
+            cx.world.store.new_msg(&[(Slot::Row(w), 1.0)])
         });
-    }
-
-    fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        if self.order == UpdateOrder::CombineThenAdapt {
-            self.send_model(w, cx);
-        }
-        self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 
     fn apply(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
@@ -230,11 +201,28 @@ impl Dpsgd {
         cx.world.store.release_gradient(g);
         cx.step_done(w);
     }
+}
 
-    fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let Some(msgs) = self.exchange.gather(w, cx) else {
-            return;
-        };
+impl ExchangeMethod for Dpsgd {
+    const MESSAGE: &'static str = "model";
+
+    fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if self.order == UpdateOrder::CombineThenAdapt {
+            self.send_model(w, cx);
+        }
+        self.exchange.begin(w, Event::ComputeDone(w), cx);
+    }
+
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        // Ready (and, adapt-then-combine, sent: see `SendsAt`) from here on.
+        self.exchange.set_ready(w);
+        if self.order == UpdateOrder::AdaptThenCombine {
+            self.apply(w, cx);
+            self.send_model(w, cx);
+        }
+    }
+
+    fn combine(&mut self, w: usize, msgs: Vec<MsgId>, cx: &mut Ctx<'_, '_, Event>) {
         let (self_weight, row) = &self.weights[w];
         let mut terms = vec![(Slot::Row(w), *self_weight)];
         terms.extend(
@@ -249,56 +237,10 @@ impl Dpsgd {
         if self.order == UpdateOrder::CombineThenAdapt {
             self.apply(w, cx);
         }
-        self.exchange.advance(w);
-        self.begin(w, cx);
     }
 }
 
-impl Algorithm for Dpsgd {
-    type Event = Event;
-
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        for w in 0..self.exchange.len() {
-            self.begin(w, cx);
-        }
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed worker's step is abandoned; what lands at it is dropped.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::ComputeDone(w) => {
-                // Ready (and, adapt-then-combine, sent: see `SendsAt`) from here on.
-                self.exchange.set_ready(w);
-                if self.order == UpdateOrder::AdaptThenCombine {
-                    self.apply(w, cx);
-                    self.send_model(w, cx);
-                }
-                self.try_finish(w, cx);
-            }
-            Event::Model {
-                from,
-                to,
-                iter,
-                msg,
-            } => {
-                if self.exchange.receive(from, to, iter, msg, cx) {
-                    self.try_finish(to, cx);
-                }
-            }
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        self.exchange.waiting("model")
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        if let WorkerFault::Crash(w) = fault {
-            self.exchange.crash(w, cx);
-        }
-    }
-}
+exchange_algorithm!(Dpsgd, exchange: MsgId);
 
 impl AlgorithmSpec for DpsgdConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {

@@ -63,11 +63,11 @@ use serde::{Deserialize, Serialize};
 
 use super::dpsgd::{MixingWeights, mixing_weights};
 use super::gradient_tracking::plain_sgd;
-use super::neighbours::{Exchange, SendsAt};
-use crate::algorithm::{Algorithm, Ctx, World};
+use super::neighbours::{self, Exchange, ExchangeMethod, SendsAt, exchange_algorithm};
+use crate::algorithm::{Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::fault::{FaultKind, FaultSupport};
 use crate::net::spectral::symmetric_eigenvalues;
 use crate::net::topology::Topology;
 use crate::store::{MsgId, OptimizerConfig, ReplicaStore, Slot};
@@ -192,23 +192,8 @@ impl ExactDiffusionConfig {
     }
 }
 
-/// Events of exact diffusion and D².
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// `from`'s `φ` of iteration `iter` reached `to`.
-    Phi {
-        /// Sender.
-        from: usize,
-        /// Receiver.
-        to: usize,
-        /// The sender's iteration.
-        iter: u64,
-        /// The `φ` sent.
-        msg: MsgId,
-    },
-}
+/// Events of exact diffusion and D²: the exchange's, a message being a `φ`.
+pub type Event = neighbours::Event;
 
 /// The state machine of exact diffusion and D².
 #[derive(Serialize, Deserialize)]
@@ -278,25 +263,33 @@ impl ExactDiffusion {
         cx.step_done(w);
         self.exchange.set_ready(w);
         let bytes = cx.world.net.payload_bytes(cx.world.store.num_params());
-        self.exchange.send(w, bytes, cx, |j, iter, cx| {
-            let msg = cx.world.store.new_msg(&[(Slot::Msg(phi), 1.0)]);
-            let event = Event::Phi {
-                from: w,
-                to: j,
-                iter,
-                msg,
-            };
-            (msg, event)
+        self.exchange.send(w, bytes, cx, |_, cx| {
+            cx.world.store.new_msg(&[(Slot::Msg(phi), 1.0)])
         });
         cx.world.store.release_msg(phi);
+    }
+}
+
+impl ExchangeMethod for ExactDiffusion {
+    const MESSAGE: &'static str = "φ";
+
+    fn prepare(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        let n = self.exchange.len();
+        self.correction = cx.world.store.add_rows(n);
+        for w in 0..n {
+            // ψ⁰ = x⁰: the first correction adds nothing, φ¹ = ψ¹.
+            let d = self.correction_row(w);
+            cx.world.store.mix(d, &[(Slot::Row(d), 0.0)]);
+        }
+    }
+
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        self.adapt(w, cx);
     }
 
     /// Combine, once every neighbour's `φ` is in: `d_w ← M_ww d_w + Σ_j M_wj (φ_j − ψ_w)`, then
     /// `x_w ← ψ_w + d_w`, which is `Σ_j M_wj φ_j`.
-    fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let Some(msgs) = self.exchange.gather(w, cx) else {
-            return;
-        };
+    fn combine(&mut self, w: usize, msgs: Vec<MsgId>, cx: &mut Ctx<'_, '_, Event>) {
         let d = self.correction_row(w);
         let (mww, row) = &self.weights[w];
         let store = &mut cx.world.store;
@@ -313,58 +306,10 @@ impl ExactDiffusion {
         for delta in differences {
             store.release_msg(delta);
         }
-        self.exchange.advance(w);
-        self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 }
 
-impl Algorithm for ExactDiffusion {
-    type Event = Event;
-
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        let n = self.exchange.len();
-        self.correction = cx.world.store.add_rows(n);
-        for w in 0..n {
-            // ψ⁰ = x⁰: the first correction adds nothing, φ¹ = ψ¹.
-            let d = self.correction_row(w);
-            cx.world.store.mix(d, &[(Slot::Row(d), 0.0)]);
-        }
-        for w in 0..n {
-            self.exchange.begin(w, Event::ComputeDone(w), cx);
-        }
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed worker's step is abandoned; what lands at it is dropped.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::ComputeDone(w) => {
-                self.adapt(w, cx);
-                self.try_finish(w, cx);
-            }
-            Event::Phi {
-                from,
-                to,
-                iter,
-                msg,
-            } => {
-                if self.exchange.receive(from, to, iter, msg, cx) {
-                    self.try_finish(to, cx);
-                }
-            }
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        self.exchange.waiting("φ")
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        if let WorkerFault::Crash(w) = fault {
-            self.exchange.crash(w, cx);
-        }
-    }
-}
+exchange_algorithm!(ExactDiffusion, exchange: MsgId);
 
 impl AlgorithmSpec for ExactDiffusionConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {

@@ -48,11 +48,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::dpsgd::{MixingWeights, UpdateOrder, mixing_weights};
-use super::neighbours::{Exchange, Payload, SendsAt};
-use crate::algorithm::{Algorithm, Ctx, World};
+use super::neighbours::{self, Exchange, ExchangeMethod, Payload, SendsAt, exchange_algorithm};
+use crate::algorithm::{Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::fault::{FaultKind, FaultSupport};
 use crate::net::topology::Topology;
 use crate::store::{GradId, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot};
 
@@ -123,23 +123,8 @@ impl Payload for Pair {
     }
 }
 
-/// Events of gradient tracking.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `worker` finished computing its gradient.
-    ComputeDone(usize),
-    /// `from`'s pair of iteration `iter` reached `to`.
-    State {
-        /// Sender.
-        from: usize,
-        /// Receiver.
-        to: usize,
-        /// The sender's iteration.
-        iter: u64,
-        /// What was sent.
-        pair: Pair,
-    },
-}
+/// Events of gradient tracking: the exchange's, a message being a [`Pair`].
+pub type Event = neighbours::Event<Pair>;
 
 /// The trackers of a gradient-tracking method (DSGT and DIGing here, Push-DIGing in
 /// [`super::push_diging`]): `n` store rows `y_i` after the workers', and each worker's latest
@@ -248,25 +233,28 @@ impl GradientTracking {
     fn send(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let bytes = cx.world.net.payload_bytes(2 * cx.world.store.num_params());
         let y = self.tracker_row(w);
-        self.exchange.send(w, bytes, cx, |j, iter, cx| {
-            let pair = Pair {
-                model: cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]),
-                tracker: cx.world.store.new_msg(&[(Slot::Row(y), 1.0)]),
-            };
-            let event = Event::State {
-                from: w,
-                to: j,
-                iter,
-                pair,
-            };
-            (pair, event)
+        self.exchange.send(w, bytes, cx, |_, cx| Pair {
+            model: cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]),
+            tracker: cx.world.store.new_msg(&[(Slot::Row(y), 1.0)]),
         });
     }
+}
 
-    fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let Some(pairs) = self.exchange.gather(w, cx) else {
-            return;
-        };
+impl ExchangeMethod for GradientTracking {
+    const MESSAGE: &'static str = "model and tracker";
+
+    fn prepare(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        self.trackers.start(cx);
+    }
+
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.exchange.take_gradient(w);
+        self.trackers.track(w, g, cx);
+        self.exchange.set_ready(w);
+        self.send(w, cx);
+    }
+
+    fn combine(&mut self, w: usize, pairs: Vec<Pair>, cx: &mut Ctx<'_, '_, Event>) {
         let alpha = cx.lr_for(w);
         let y = self.tracker_row(w);
         let (wii, row) = &self.weights[w];
@@ -288,56 +276,10 @@ impl GradientTracking {
         for p in pairs {
             p.release(&mut cx.world.store);
         }
-        self.exchange.advance(w);
-        self.exchange.begin(w, Event::ComputeDone(w), cx);
     }
 }
 
-impl Algorithm for GradientTracking {
-    type Event = Event;
-
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        let n = self.exchange.len();
-        self.trackers.start(cx);
-        for w in 0..n {
-            self.exchange.begin(w, Event::ComputeDone(w), cx);
-        }
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed worker's step is abandoned; what lands at it is dropped.
-            Event::ComputeDone(w) if cx.is_down(w) => {}
-            Event::ComputeDone(w) => {
-                let g = self.exchange.take_gradient(w);
-                self.trackers.track(w, g, cx);
-                self.exchange.set_ready(w);
-                self.send(w, cx);
-                self.try_finish(w, cx);
-            }
-            Event::State {
-                from,
-                to,
-                iter,
-                pair,
-            } => {
-                if self.exchange.receive(from, to, iter, pair, cx) {
-                    self.try_finish(to, cx);
-                }
-            }
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        self.exchange.waiting("model and tracker")
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        if let WorkerFault::Crash(w) = fault {
-            self.exchange.crash(w, cx);
-        }
-    }
-}
+exchange_algorithm!(GradientTracking, exchange: Pair);
 
 /// Why a method that needs plain SGD (`why` says what for) refuses `optimizer`, naming the
 /// field: gradient tracking's tracker takes raw gradients through the store's step, which only

@@ -39,7 +39,9 @@
 //! a method keeps only what is its own:
 //!
 //! - [`neighbours::Exchange`]: the neighbour-synchronous exchange (the inbox by iteration and
-//!   sender, the blocked/communicating wait, crashes and the stall report): D-PSGD, CHOCO-SGD.
+//!   sender, the blocked/communicating wait, crashes and the stall report); a method on it is a
+//!   [`neighbours::ExchangeMethod`], its part before the exchange and its combination:
+//!   D-PSGD, CHOCO-SGD, gradient tracking, exact diffusion, D², Push-DIGing.
 //! - [`star`]: one server and its workers (the protocol, the replies, the calculation stops,
 //!   crashes and rejoins); a method on it is its rule for a landed gradient: Rennala,
 //!   Ringmaster.

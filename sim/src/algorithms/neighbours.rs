@@ -22,6 +22,11 @@
 //!         the method combines them;  k ← k + 1               (Exchange::advance)
 //! ```
 //!
+//! A method is an [`ExchangeMethod`]: its part before the exchange ([`ExchangeMethod::computed`])
+//! and what it does with a full inbox ([`ExchangeMethod::combine`]). [`exchange_algorithm!`] then
+//! writes its [`crate::algorithm::Algorithm`]: the events ([`Event`]), the wait, the stalled
+//! run's report and the crash, the same for every method.
+//!
 //! **Rules it keeps.** A worker combines only messages of its own iteration, one per neighbour;
 //! neighbours are at most one iteration apart (a message of `k + 1` may wait in the inbox); every
 //! message a worker waits for is sent before its sender waits, so the exchange cannot deadlock
@@ -35,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
 use crate::algorithm::Ctx;
+use crate::fault::WorkerFault;
 use crate::net::schedule::PeerSchedule;
 use crate::record::Activity;
 use crate::store::{GradId, MsgId, ReplicaStore};
@@ -61,6 +67,195 @@ impl Payload for MsgId {
         store.release_msg(self);
     }
 }
+
+/// The events of a method on the exchange.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum Event<P = MsgId> {
+    /// `worker` finished computing its gradient.
+    ComputeDone(usize),
+    /// `from`'s message of iteration `iter` reached `to`.
+    Message {
+        /// Sender.
+        from: usize,
+        /// Receiver.
+        to: usize,
+        /// The sender's iteration.
+        iter: u64,
+        /// What was sent.
+        msg: P,
+    },
+}
+
+/// The exchange a method holds: [`exchange_algorithm!`] implements it from the field's name.
+pub trait HasExchange {
+    /// What one message holds.
+    type Payload: Payload;
+    /// The exchange.
+    fn exchange(&self) -> &Exchange<Self::Payload>;
+    /// The exchange, to change.
+    fn exchange_mut(&mut self) -> &mut Exchange<Self::Payload>;
+}
+
+/// A neighbour-synchronous method: its state around an [`Exchange`], its part of an iteration
+/// before the exchange and its combination of a full inbox. [`exchange_algorithm!`] makes it an
+/// [`crate::algorithm::Algorithm`]:
+///
+/// ```text
+/// start:                         prepare; begin every worker
+/// ComputeDone(w), w up:          computed(w); try to finish w
+/// Message lands at `to`, up:     into the inbox; try to finish `to`
+/// finish w (ready, inbox full):  combine(w, messages); advance w; begin(w)
+/// crash of w:                    the exchange abandons w's step (no rejoin)
+/// ```
+pub trait ExchangeMethod: HasExchange {
+    /// What a message is, in a stalled run's report ("the {MESSAGE} of iteration k").
+    const MESSAGE: &'static str;
+    /// Before the first iteration: rows and buffers the method adds. The default adds none.
+    fn prepare(&mut self, _cx: &mut Ctx<'_, '_, Event<Self::Payload>>) {}
+    /// Worker `w` begins an iteration; the default computes a gradient at its row
+    /// ([`Exchange::begin`]).
+    fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event<Self::Payload>>) {
+        self.exchange_mut().begin(w, Event::ComputeDone(w), cx);
+    }
+    /// Worker `w`'s gradient is computed: the method's part before the exchange, which ends
+    /// with [`Exchange::set_ready`] (and, where the method sends then, [`Exchange::send`]).
+    fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event<Self::Payload>>);
+    /// Worker `w` is ready and holds every neighbour's message of its iteration, `msgs`, in
+    /// neighbour order: the method combines and releases them (then `w` advances and begins).
+    fn combine(
+        &mut self,
+        w: usize,
+        msgs: Vec<Self::Payload>,
+        cx: &mut Ctx<'_, '_, Event<Self::Payload>>,
+    );
+    /// [`crate::algorithm::Algorithm::eval_model`]; the default is the average of the rows.
+    fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
+        None
+    }
+    /// [`crate::algorithm::Algorithm::replica_scales`]; the default is all 1.
+    fn replica_scales(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// [`crate::algorithm::Algorithm::series`]; the default is none.
+    fn series(&mut self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
+}
+
+/// [`crate::algorithm::Algorithm::start`] of an exchange method.
+pub fn start<M: ExchangeMethod>(m: &mut M, cx: &mut Ctx<'_, '_, Event<M::Payload>>) {
+    m.prepare(cx);
+    for w in 0..m.exchange().len() {
+        m.begin(w, cx);
+    }
+}
+
+/// [`crate::algorithm::Algorithm::handle`] of an exchange method.
+pub fn handle<M: ExchangeMethod>(
+    m: &mut M,
+    event: Event<M::Payload>,
+    cx: &mut Ctx<'_, '_, Event<M::Payload>>,
+) {
+    let w = match event {
+        // A crashed worker's step is abandoned; what lands at it is dropped.
+        Event::ComputeDone(w) if cx.is_down(w) => return,
+        Event::ComputeDone(w) => {
+            m.computed(w, cx);
+            w
+        }
+        Event::Message {
+            from,
+            to,
+            iter,
+            msg,
+        } => {
+            if !m.exchange_mut().receive(from, to, iter, msg, cx) {
+                return;
+            }
+            to
+        }
+    };
+    if let Some(msgs) = m.exchange_mut().gather(w, cx) {
+        m.combine(w, msgs, cx);
+        m.exchange_mut().advance(w);
+        m.begin(w, cx);
+    }
+}
+
+/// [`crate::algorithm::Algorithm::on_fault`] of an exchange method: a crashed worker abandons
+/// its step and sends nothing more (the methods' specs refuse rejoins).
+pub fn on_fault<M: ExchangeMethod>(
+    m: &mut M,
+    fault: WorkerFault,
+    cx: &mut Ctx<'_, '_, Event<M::Payload>>,
+) {
+    if let WorkerFault::Crash(w) = fault {
+        m.exchange_mut().crash(w, cx);
+    }
+}
+
+/// Implements [`crate::algorithm::Algorithm`] for an [`ExchangeMethod`], the same for every one
+/// (a blanket implementation would clash with the star's, [`super::star`]), and [`HasExchange`]
+/// from its exchange's field: `exchange_algorithm!(Dpsgd, exchange: MsgId)`.
+macro_rules! exchange_algorithm {
+    ($method:ty, $field:ident: $payload:ty) => {
+        impl $crate::algorithms::neighbours::HasExchange for $method {
+            type Payload = $payload;
+
+            fn exchange(&self) -> &$crate::algorithms::neighbours::Exchange<$payload> {
+                &self.$field
+            }
+
+            fn exchange_mut(&mut self) -> &mut $crate::algorithms::neighbours::Exchange<$payload> {
+                &mut self.$field
+            }
+        }
+
+        impl $crate::algorithm::Algorithm for $method {
+            type Event = $crate::algorithms::neighbours::Event<
+                <$method as $crate::algorithms::neighbours::HasExchange>::Payload,
+            >;
+
+            fn start(&mut self, cx: &mut $crate::algorithm::Ctx<'_, '_, Self::Event>) {
+                $crate::algorithms::neighbours::start(self, cx);
+            }
+
+            fn handle(
+                &mut self,
+                event: Self::Event,
+                cx: &mut $crate::algorithm::Ctx<'_, '_, Self::Event>,
+            ) {
+                $crate::algorithms::neighbours::handle(self, event, cx);
+            }
+
+            fn waiting(&self) -> Vec<String> {
+                use $crate::algorithms::neighbours::{ExchangeMethod, HasExchange};
+                self.exchange().waiting(<Self as ExchangeMethod>::MESSAGE)
+            }
+
+            fn on_fault(
+                &mut self,
+                fault: $crate::fault::WorkerFault,
+                cx: &mut $crate::algorithm::Ctx<'_, '_, Self::Event>,
+            ) {
+                $crate::algorithms::neighbours::on_fault(self, fault, cx);
+            }
+
+            fn eval_model(&self) -> Option<Vec<(usize, f64)>> {
+                $crate::algorithms::neighbours::ExchangeMethod::eval_model(self)
+            }
+
+            fn replica_scales(&self) -> Option<Vec<f64>> {
+                $crate::algorithms::neighbours::ExchangeMethod::replica_scales(self)
+            }
+
+            fn series(&mut self) -> Vec<(&'static str, f64)> {
+                $crate::algorithms::neighbours::ExchangeMethod::series(self)
+            }
+        }
+    };
+}
+pub(crate) use exchange_algorithm;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Worker<P> {
@@ -202,20 +397,26 @@ impl<P: Payload> Exchange<P> {
     }
 
     /// Sends worker `w`'s message of its iteration to every neighbour (out-peer) `j`, in order:
-    /// `post(j, iteration, cx)` makes the message and its arrival event, sent with `bytes`. A
-    /// lost message is released and remembered; a neighbour already ready waits anew (its wait
-    /// may now be in flight only, ended by `w`).
-    pub fn send<E>(
+    /// `post(j, cx)` makes the message, sent with `bytes`. A lost message is released and
+    /// remembered; a neighbour already ready waits anew (its wait may now be in flight only,
+    /// ended by `w`).
+    pub fn send(
         &mut self,
         w: usize,
         bytes: u64,
-        cx: &mut Ctx<'_, '_, E>,
-        mut post: impl FnMut(usize, u64, &mut Ctx<'_, '_, E>) -> (P, E),
+        cx: &mut Ctx<'_, '_, Event<P>>,
+        mut post: impl FnMut(usize, &mut Ctx<'_, '_, Event<P>>) -> P,
     ) {
         let iter = self.workers[w].iter;
         let out = self.peers.out(w, iter).into_owned();
         for j in out {
-            let (msg, event) = post(j, iter, cx);
+            let msg = post(j, cx);
+            let event = Event::Message {
+                from: w,
+                to: j,
+                iter,
+                msg,
+            };
             if cx.send(w, j, bytes, event).lost.is_some() {
                 msg.release(&mut cx.world.store);
                 self.lost.insert((iter, w, j));
@@ -356,11 +557,9 @@ impl<P: Payload> Exchange<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::Algorithm;
     use crate::algorithms::testkit;
     use crate::cluster::{ClusterConfig, StragglerConfig};
     use crate::engine::{Collect, Outcome, run};
-    use crate::fault::WorkerFault;
     use crate::store::Slot;
 
     /// A message that says which iteration and which sender it is of.
@@ -377,13 +576,10 @@ mod tests {
         }
     }
 
-    #[derive(Clone, Copy, Debug)]
-    enum Ev {
-        Done(usize),
-        Land(usize, usize, u64, Tagged),
-    }
+    type Ev = Event<Tagged>;
 
-    /// Plain neighbour averaging on the exchange, checking its rules at every event.
+    /// Plain neighbour averaging on the exchange, checking its rules at every combination.
+    #[derive(Serialize, Deserialize)]
     struct Avg {
         ex: Exchange<Tagged>,
         combined: Vec<u64>,
@@ -391,24 +587,35 @@ mod tests {
 
     impl Avg {
         fn post(&mut self, w: usize, cx: &mut Ctx<'_, '_, Ev>) {
-            self.ex.send(w, 1000, cx, |j, iter, cx| {
+            let iter = self.ex.iteration(w);
+            self.ex.send(w, 1000, cx, |_, cx| {
                 let msg = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
-                let t = Tagged { msg, iter, from: w };
-                (t, Ev::Land(w, j, iter, t))
+                Tagged { msg, iter, from: w }
             });
         }
+    }
+
+    impl ExchangeMethod for Avg {
+        const MESSAGE: &'static str = "model";
 
         fn begin(&mut self, w: usize, cx: &mut Ctx<'_, '_, Ev>) {
             if self.ex.sends_at == SendsAt::Begin {
                 self.post(w, cx);
             }
-            self.ex.begin(w, Ev::Done(w), cx);
+            self.ex.begin(w, Ev::ComputeDone(w), cx);
         }
 
-        fn try_finish(&mut self, w: usize, cx: &mut Ctx<'_, '_, Ev>) {
-            let Some(msgs) = self.ex.gather(w, cx) else {
-                return;
-            };
+        fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Ev>) {
+            let g = self.ex.take_gradient(w);
+            cx.world.store.release_gradient(g);
+            cx.step_done(w);
+            self.ex.set_ready(w);
+            if self.ex.sends_at == SendsAt::Ready {
+                self.post(w, cx);
+            }
+        }
+
+        fn combine(&mut self, w: usize, msgs: Vec<Tagged>, cx: &mut Ctx<'_, '_, Ev>) {
             let iter = self.ex.iteration(w);
             let from: Vec<usize> = msgs.iter().map(|t| t.from).collect();
             assert_eq!(
@@ -428,39 +635,6 @@ mod tests {
                 cx.world.store.release_msg(t.msg);
             }
             self.combined[w] += 1;
-            self.ex.advance(w);
-            self.begin(w, cx);
-        }
-    }
-
-    impl Algorithm for Avg {
-        type Event = Ev;
-        fn start(&mut self, cx: &mut Ctx<'_, '_, Ev>) {
-            for w in 0..self.ex.len() {
-                self.begin(w, cx);
-            }
-        }
-        fn handle(&mut self, event: Ev, cx: &mut Ctx<'_, '_, Ev>) {
-            let w = match event {
-                Ev::Done(w) if cx.is_down(w) => return,
-                Ev::Done(w) => {
-                    let g = self.ex.take_gradient(w);
-                    cx.world.store.release_gradient(g);
-                    cx.step_done(w);
-                    self.ex.set_ready(w);
-                    if self.ex.sends_at == SendsAt::Ready {
-                        self.post(w, cx);
-                    }
-                    w
-                }
-                Ev::Land(from, to, iter, t) => {
-                    if !self.ex.receive(from, to, iter, t, cx) {
-                        return;
-                    }
-                    to
-                }
-            };
-            self.try_finish(w, cx);
             for i in 0..self.ex.len() {
                 for &j in self.ex.peers().out(i, 0).iter() {
                     let (a, b) = (self.ex.iteration(i), self.ex.iteration(j));
@@ -468,15 +642,9 @@ mod tests {
                 }
             }
         }
-        fn waiting(&self) -> Vec<String> {
-            self.ex.waiting("model")
-        }
-        fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Ev>) {
-            if let WorkerFault::Crash(w) = fault {
-                self.ex.crash(w, cx);
-            }
-        }
     }
+
+    exchange_algorithm!(Avg, ex: Tagged);
 
     /// Runs `Avg` on a ring of 4 (worker 1 three times slower), 10 ms steps, 1 byte per ns,
     /// with the faults of `faults` (TOML), for 0.2 s.

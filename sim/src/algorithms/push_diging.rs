@@ -49,12 +49,14 @@
 use serde::{Deserialize, Serialize};
 
 use super::gradient_tracking::{Trackers, plain_sgd};
-use super::neighbours::{Exchange, Payload, Peers, SendsAt};
+use super::neighbours::{
+    self, Exchange, ExchangeMethod, Payload, Peers, SendsAt, exchange_algorithm,
+};
 use super::sgp::require_strongly_connected;
-use crate::algorithm::{Algorithm, Ctx, World};
+use crate::algorithm::{Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Declared, Runnable, Setup, measure};
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::fault::{FaultKind, FaultSupport};
 use crate::net::schedule::PeerSchedule;
 use crate::store::{GradId, MsgId, OptimizerConfig, ReplicaStore, Slot};
 
@@ -81,23 +83,8 @@ impl Payload for Shares {
     }
 }
 
-/// Events of Push-DIGing.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-pub enum Event {
-    /// `node` finished computing its gradient.
-    ComputeDone(usize),
-    /// `from`'s shares of iteration `iter` reached `to`.
-    Push {
-        /// Sender.
-        from: usize,
-        /// Receiver.
-        to: usize,
-        /// The sender's iteration.
-        iter: u64,
-        /// What was sent.
-        shares: Shares,
-    },
-}
+/// Events of Push-DIGing: the exchange's, a message being a node's [`Shares`].
+pub type Event = neighbours::Event<Shares>;
 
 /// The state machine of Push-DIGing.
 #[derive(Serialize, Deserialize)]
@@ -144,12 +131,6 @@ impl PushDiging {
         self.exchange.is_ready(i)
     }
 
-    fn begin(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let scale = 1.0 / self.weights[i];
-        self.exchange
-            .begin_scaled(i, scale, Event::ComputeDone(i), cx);
-    }
-
     /// Pushes node `i`'s shares of its iteration and keeps one.
     fn push(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
         let k = self.exchange.iteration(i);
@@ -163,19 +144,10 @@ impl PushDiging {
         // The shares are computed once; every out-peer's message is a copy.
         let model = store.new_msg(&[(Slot::Row(i), share), (Slot::Row(y), -alpha * share)]);
         let tracker = store.new_msg(&[(Slot::Row(y), share)]);
-        self.exchange.send(i, bytes, cx, |j, iter, cx| {
-            let shares = Shares {
-                model: cx.world.store.new_msg(&[(Slot::Msg(model), 1.0)]),
-                tracker: cx.world.store.new_msg(&[(Slot::Msg(tracker), 1.0)]),
-                weight,
-            };
-            let event = Event::Push {
-                from: i,
-                to: j,
-                iter,
-                shares,
-            };
-            (shares, event)
+        self.exchange.send(i, bytes, cx, |_, cx| Shares {
+            model: cx.world.store.new_msg(&[(Slot::Msg(model), 1.0)]),
+            tracker: cx.world.store.new_msg(&[(Slot::Msg(tracker), 1.0)]),
+            weight,
         });
         let store = &mut cx.world.store;
         store.mix(i, &[(Slot::Msg(model), 1.0)]);
@@ -184,11 +156,30 @@ impl PushDiging {
         store.release_msg(tracker);
         self.weights[i] = weight;
     }
+}
 
-    fn try_finish(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
-        let Some(received) = self.exchange.gather(i, cx) else {
-            return;
-        };
+impl ExchangeMethod for PushDiging {
+    const MESSAGE: &'static str = "shares";
+
+    fn prepare(&mut self, cx: &mut Ctx<'_, '_, Event>) {
+        self.trackers.start(cx);
+    }
+
+    /// The gradient is taken at the de-biased model `u_i / v_i`.
+    fn begin(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let scale = 1.0 / self.weights[i];
+        self.exchange
+            .begin_scaled(i, scale, Event::ComputeDone(i), cx);
+    }
+
+    fn computed(&mut self, i: usize, cx: &mut Ctx<'_, '_, Event>) {
+        let g = self.exchange.take_gradient(i);
+        self.trackers.track(i, g, cx);
+        self.exchange.set_ready(i);
+        self.push(i, cx);
+    }
+
+    fn combine(&mut self, i: usize, received: Vec<Shares>, cx: &mut Ctx<'_, '_, Event>) {
         let y = self.tracker_row(i);
         let mut u_terms = vec![(Slot::Row(i), 1.0)];
         let mut y_terms = vec![(Slot::Row(y), 1.0)];
@@ -201,54 +192,6 @@ impl PushDiging {
         cx.world.store.mix(y, &y_terms);
         for s in received {
             s.release(&mut cx.world.store);
-        }
-        self.exchange.advance(i);
-        self.begin(i, cx);
-    }
-}
-
-impl Algorithm for PushDiging {
-    type Event = Event;
-
-    fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
-        let n = self.exchange.len();
-        self.trackers.start(cx);
-        for i in 0..n {
-            self.begin(i, cx);
-        }
-    }
-
-    fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
-        match event {
-            // A crashed node's step is abandoned; what lands at it is dropped.
-            Event::ComputeDone(i) if cx.is_down(i) => {}
-            Event::ComputeDone(i) => {
-                let g = self.exchange.take_gradient(i);
-                self.trackers.track(i, g, cx);
-                self.exchange.set_ready(i);
-                self.push(i, cx);
-                self.try_finish(i, cx);
-            }
-            Event::Push {
-                from,
-                to,
-                iter,
-                shares,
-            } => {
-                if self.exchange.receive(from, to, iter, shares, cx) {
-                    self.try_finish(to, cx);
-                }
-            }
-        }
-    }
-
-    fn waiting(&self) -> Vec<String> {
-        self.exchange.waiting("shares")
-    }
-
-    fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
-        if let WorkerFault::Crash(i) = fault {
-            self.exchange.crash(i, cx);
         }
     }
 
@@ -283,6 +226,8 @@ impl Algorithm for PushDiging {
         )
     }
 }
+
+exchange_algorithm!(PushDiging, exchange: Shares);
 
 impl AlgorithmSpec for PushDigingConfig {
     /// The push-sum weights.

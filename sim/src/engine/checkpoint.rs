@@ -34,7 +34,8 @@ use crate::engine::error::{Error, Result};
 /// The first bytes of every checkpoint of the engine.
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
-/// The format version; bumped whenever the encoded state changes shape (14: the
+/// The format version; bumped whenever the encoded state changes shape (15: the
+/// neighbour-synchronous methods share one event type, `neighbours::Event`; 14: the
 /// neighbour exchange of D-PSGD and CHOCO-SGD holds its peers as a static graph or a peer
 /// schedule, for Push-DIGing; 13: the cluster keeps
 /// every node's host work, `[cluster] host_gbps` and `host_tflops`; 12: CHOCO-SGD keeps the
@@ -42,7 +43,7 @@ pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 /// and `min_compression_rate`, in all-reduce SGD's state and in the compressor's stored form, and
 /// the library variant's third ring and event; 11: asynchronous Local-SGD's options gain
 /// `momentum_activation`, and `momentum_every` may be the number of workers).
-pub const VERSION: u32 = 14;
+pub const VERSION: u32 = 15;
 
 /// When to take checkpoints, and what to continue from.
 #[derive(Clone, Copy, Debug, Default)]
