@@ -444,11 +444,12 @@ pub mod prelude {
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, AsyncLocalSgd, AsyncLocalSgdConfig, Averaging, Bound, Broadcast, Choco,
         ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
-        DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FragmentPattern, GradientTracking,
-        GradientTrackingConfig, LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights,
-        OverlapSgpConfig, ParameterServer, Partner, PsConfig, PushDiging, PushDigingConfig,
-        Rennala, RennalaConfig, Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo,
-        SlowmoConfig, StepRule, StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
+        DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FedAsyncConfig, FedBuffConfig,
+        FragmentPattern, GradientTracking, GradientTrackingConfig, LapSgd, LapSgdConfig, LocalSgd,
+        LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig,
+        PushDiging, PushDigingConfig, Rennala, RennalaConfig, Ringmaster, RingmasterConfig,
+        SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, Staleness, StepRule, StreamingDiloco,
+        StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{

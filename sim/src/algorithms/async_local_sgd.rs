@@ -95,13 +95,18 @@
 //! **Invariant** (checked at every event by `tests/async_local_sgd.rs`): each outer gradient
 //! that lands changes θ, `m` and `Δ` exactly as the update above says, in the event it lands;
 //! every worker starts a round from the server's model as sent.
+//!
+//! **The same protocol** runs FedAsync and FedBuff ([`super::fed`]): a [`ServerRule`] other than
+//! Delayed Nesterov replaces the outer update, and `concurrency` limits the clients training.
 
 use serde::{Deserialize, Serialize};
 
 use super::ps::PsConfig;
 use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithms::fed::{FedAsyncConfig, FedBuffConfig};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
+use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::cluster::HostWork;
 use crate::engine::SimTime;
 use crate::error::ConfigError;
@@ -112,6 +117,7 @@ use crate::store::optim::outer::{
     delayed_nesterov::{self, DelayedNesterov},
 };
 use crate::store::{GradId, MsgId, ReplicaStore, Slot};
+use rand::Rng;
 
 fn default_inner_steps() -> u32 {
     50
@@ -388,10 +394,44 @@ struct WorkerState {
     cut: Option<String>,
 }
 
-/// The state machine of asynchronous Local-SGD.
+/// What the server does with a client's round as it lands: asynchronous Local-SGD's Delayed
+/// Nesterov step on the outer gradient, FedAsync's mix or FedBuff's buffer
+/// ([`super::fed`]). The protocol around it is the same.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ServerRule {
+    /// Asynchronous Local-SGD.
+    AsyncLocalSgd(AsyncLocalSgdConfig),
+    /// FedAsync.
+    FedAsync(FedAsyncConfig),
+    /// FedBuff.
+    FedBuff(FedBuffConfig),
+}
+
+impl ServerRule {
+    /// `H`, or `E`: the inner steps of a round.
+    fn local_steps(&self) -> u32 {
+        match self {
+            ServerRule::AsyncLocalSgd(c) => c.inner_steps,
+            ServerRule::FedAsync(c) => c.local_steps,
+            ServerRule::FedBuff(c) => c.local_steps,
+        }
+    }
+
+    /// Clients training at once, where fewer than every worker.
+    fn concurrency(&self) -> Option<u32> {
+        match self {
+            ServerRule::AsyncLocalSgd(_) => None,
+            ServerRule::FedAsync(c) => c.concurrency,
+            ServerRule::FedBuff(c) => c.concurrency,
+        }
+    }
+}
+
+/// The state machine of asynchronous Local-SGD (and, with another [`ServerRule`], of FedAsync
+/// and FedBuff).
 #[derive(Serialize, Deserialize)]
 pub struct AsyncLocalSgd {
-    cfg: AsyncLocalSgdConfig,
+    rule: ServerRule,
     workers: Vec<WorkerState>,
     /// The server's model row; the momentum's, the DN buffer's and a scratch row follow it.
     global: usize,
@@ -410,13 +450,24 @@ pub struct AsyncLocalSgd {
     retransmit: Retransmit<Event>,
     dropped: u64,
     abandoned: u64,
+    /// FedBuff: the deltas in the buffer (`k`).
+    buffered: u32,
+    /// Under `concurrency`: the clients not training, and the server's stream that draws them.
+    idle: Vec<usize>,
+    draws: Stream,
 }
 
 impl AsyncLocalSgd {
     /// A new instance for `n` workers; the server is network node `n`.
     pub fn new(cfg: &AsyncLocalSgdConfig, n: usize) -> Self {
+        Self::with_rule(ServerRule::AsyncLocalSgd(cfg.clone()), n, 0)
+    }
+
+    /// A new instance for `n` workers whose server follows `rule`, its draws (under
+    /// `concurrency`) from `seed`.
+    pub fn with_rule(rule: ServerRule, n: usize, seed: u64) -> Self {
         AsyncLocalSgd {
-            cfg: cfg.clone(),
+            rule,
             workers: vec![WorkerState::default(); n],
             global: 0,
             node: n,
@@ -428,6 +479,9 @@ impl AsyncLocalSgd {
             retransmit: Retransmit::default(),
             dropped: 0,
             abandoned: 0,
+            buffered: 0,
+            idle: Vec::new(),
+            draws: stream(seed, StreamKind::Algorithm, n as u64),
         }
     }
 
@@ -485,6 +539,22 @@ impl AsyncLocalSgd {
     /// Whether `worker` computes (else it waits for the server's model, or is down).
     pub fn computing(&self, worker: usize) -> bool {
         self.workers[worker].computing
+    }
+
+    /// The server's update count when `worker`'s current (or last) round's model was sent:
+    /// a push of that round is stale by the updates since.
+    pub fn round_base(&self, worker: usize) -> u64 {
+        self.workers[worker].base
+    }
+
+    /// FedBuff: the deltas in the server's buffer.
+    pub fn buffered(&self) -> u32 {
+        self.buffered
+    }
+
+    /// Under `concurrency`: whether `worker` is idle, neither training nor sent a model.
+    pub fn is_idle(&self, worker: usize) -> bool {
+        self.idle.contains(&worker)
     }
 
     /// Outer gradients lost: discarded at the server (their worker was down) or lost for good.
@@ -559,6 +629,16 @@ impl AsyncLocalSgd {
         }
         let g = st.grad.take().expect("a computing worker has a gradient");
         let lr = cx.lr_for(w);
+        if let ServerRule::FedAsync(c) = &self.rule
+            && c.rho > 0.0
+        {
+            // FedAsync's regularizer: x ← x − lr·ρ·(x − x_start), beside the optimizer's step.
+            let start = st.start.expect("a round has its start");
+            let r = lr * c.rho;
+            cx.world
+                .store
+                .mix(w, &[(Slot::Row(w), 1.0 - r), (Slot::Msg(start), r)]);
+        }
         cx.world.store.apply_gradient(w, g, lr);
         cx.world.store.release_gradient(g);
         cx.step_done(w);
@@ -593,23 +673,64 @@ impl AsyncLocalSgd {
         cx.activity(w, Activity::Communicate);
     }
 
-    /// The outer update with `g = start − model` ([`DelayedNesterov`]; see the module's
-    /// documentation).
-    fn outer_update(&mut self, w: usize, start: MsgId, model: MsgId, cx: &mut Ctx<'_, '_, Event>) {
-        let rows = [self.global, self.momentum_row(), self.buffer_row()];
-        let store = &mut cx.world.store;
-        self.updates += 1;
+    /// The server's update with `w`'s round (`start`, the model it started from after `base`
+    /// updates; `model`, its model as pushed), as the rule says; the values it touched per
+    /// parameter, for its host work.
+    fn outer_update(
+        &mut self,
+        w: usize,
+        [start, model]: [MsgId; 2],
+        base: u64,
+        cx: &mut Ctx<'_, '_, Event>,
+    ) -> u64 {
+        let (g, buffer) = (self.global, self.buffer_row());
         let (a, x) = (Slot::Msg(start), Slot::Msg(model));
-        let outer = self.cfg.delayed_nesterov(self.workers.len());
-        outer.step(store, rows, [a, x], self.updates);
-        // Running statistics are the pushing worker's, not extrapolated.
-        let state = store.state();
-        if !state.is_empty() {
-            let s = self.scratch_row();
-            store.mix(s, &[(x, 1.0)]);
-            store.copy_block(self.global, s, state);
-        }
+        let tau = self.updates - base;
         self.last = Some(w);
+        let store = &mut cx.world.store;
+        match self.rule.clone() {
+            ServerRule::AsyncLocalSgd(cfg) => {
+                // The Delayed Nesterov step on g = start − model (see the module's
+                // documentation).
+                self.updates += 1;
+                let outer = cfg.delayed_nesterov(self.workers.len());
+                outer.step(store, [g, self.global + 1, buffer], [a, x], self.updates);
+                // Running statistics are the pushing worker's, not extrapolated.
+                let state = store.state();
+                if !state.is_empty() {
+                    let s = self.scratch_row();
+                    store.mix(s, &[(x, 1.0)]);
+                    store.copy_block(g, s, state);
+                }
+                delayed_nesterov::VALUES_TOUCHED
+            }
+            ServerRule::FedAsync(cfg) => {
+                // x ← (1 − α_t)·x + α_t·x_i, α_t = α·s(τ): x and x_i read, x written.
+                let alpha = cfg.alpha * cfg.staleness().weight(tau);
+                store.mix(g, &[(Slot::Row(g), 1.0 - alpha), (x, alpha)]);
+                self.updates += 1;
+                3
+            }
+            ServerRule::FedBuff(cfg) => {
+                // Δ̄ ← Δ̄ + s(τ)·(start − x_i): three read, one written.
+                let s = cfg.staleness().weight(tau);
+                store.mix(buffer, &[(Slot::Row(buffer), 1.0), (a, s), (x, -s)]);
+                self.buffered += 1;
+                if self.buffered < cfg.buffer_size {
+                    return 4;
+                }
+                // x ← x − η_g·Δ̄/K, Δ̄ ← 0: x and Δ̄ read, both written.
+                let k = f64::from(cfg.buffer_size);
+                store.mix(
+                    g,
+                    &[(Slot::Row(g), 1.0), (Slot::Row(buffer), -cfg.server_lr / k)],
+                );
+                store.mix(buffer, &[(Slot::Row(buffer), 0.0)]);
+                self.buffered = 0;
+                self.updates += 1;
+                8
+            }
+        }
     }
 
     /// `Push`: applied at once, and answered with the model.
@@ -633,15 +754,29 @@ impl AsyncLocalSgd {
             return;
         }
         self.stats.record(self.updates - base);
-        self.outer_update(w, start, model, cx);
+        let touched = self.outer_update(w, [start, model], base, cx);
         cx.world.store.release_msg(start);
         cx.world.store.release_msg(model);
         // The server's update, done before its reply leaves; pushes queue behind it.
         let params = cx.world.store.num_params() as u64;
-        let work = HostWork::touch(delayed_nesterov::VALUES_TOUCHED * params);
-        cx.host_work(self.node, work);
+        cx.host_work(self.node, HostWork::touch(touched * params));
         self.speeds[w] = Some((steps, busy));
-        self.reply(w, round, cx);
+        match self.rule.concurrency() {
+            None => self.reply(w, round, cx),
+            Some(_) => {
+                // The next client, drawn among the idle ones and `w`.
+                self.idle.push(w);
+                self.idle.sort_unstable();
+                let v = self
+                    .idle
+                    .remove(self.draws.random_range(0..self.idle.len()));
+                if v != w {
+                    cx.activity(w, Activity::Idle);
+                }
+                let round = self.workers[v].round;
+                self.reply(v, round, cx);
+            }
+        }
     }
 
     /// The server's model to `w`, answering its request `round`, with its next round's steps.
@@ -668,8 +803,9 @@ impl AsyncLocalSgd {
     /// `w`'s inner steps for its next round: `H`, or with DyLU `max(1, ⌊H · v_w / v_max⌋)`,
     /// `v_max` over the workers up (and `w`).
     fn steps_for(&self, w: usize, cx: &Ctx<'_, '_, Event>) -> u32 {
-        let h = self.cfg.inner_steps;
-        if !self.cfg.dynamic_local_steps {
+        let h = self.rule.local_steps();
+        let dylu = matches!(&self.rule, ServerRule::AsyncLocalSgd(c) if c.dynamic_local_steps);
+        if !dylu {
             return h;
         }
         let Some(own) = self.speeds[w] else {
@@ -703,7 +839,7 @@ impl AsyncLocalSgd {
             return;
         }
         cx.world.store.mix(w, &[(Slot::Msg(msg), 1.0)]);
-        if self.cfg.inner_reset {
+        if matches!(&self.rule, ServerRule::AsyncLocalSgd(c) if c.inner_reset) {
             cx.world.store.reset_optimizer_state(w);
         }
         if let Some(old) = st.start.replace(msg) {
@@ -754,11 +890,27 @@ impl Algorithm for AsyncLocalSgd {
         for r in [self.momentum_row(), self.buffer_row()] {
             cx.world.store.mix(r, &[(Slot::Row(r), 0.0)]);
         }
-        for w in 0..n {
+        // Under `concurrency`, C clients drawn at random start; the others wait, idle.
+        let mut starting = vec![true; n];
+        if let Some(c) = self.rule.concurrency() {
+            self.idle = (0..n).collect();
+            starting = vec![false; n];
+            for _ in 0..c {
+                let v = self
+                    .idle
+                    .remove(self.draws.random_range(0..self.idle.len()));
+                starting[v] = true;
+            }
+        }
+        for (w, starts) in starting.into_iter().enumerate() {
+            if !starts {
+                cx.activity(w, Activity::Idle);
+                continue;
+            }
             let start = cx.world.store.new_msg(&[(Slot::Row(w), 1.0)]);
             let st = &mut self.workers[w];
             st.start = Some(start);
-            st.assigned = self.cfg.inner_steps;
+            st.assigned = self.rule.local_steps();
             st.rounds = 1;
             self.begin(w, cx);
         }
@@ -800,7 +952,7 @@ impl Algorithm for AsyncLocalSgd {
         self.workers
             .iter()
             .enumerate()
-            .filter(|(_, st)| !st.computing)
+            .filter(|&(w, st)| !st.computing && !self.idle.contains(&w))
             .map(|(w, st)| {
                 st.cut.clone().unwrap_or_else(|| {
                     format!(

@@ -61,6 +61,7 @@ pub mod dasgd;
 pub mod diloco;
 pub mod dpsgd;
 pub mod exact_diffusion;
+pub mod fed;
 pub mod gradient_tracking;
 pub mod lap;
 pub mod local_sgd;
@@ -95,6 +96,7 @@ pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
 pub use exact_diffusion::{Combine, ExactDiffusion, ExactDiffusionConfig};
+pub use fed::{FedAsyncConfig, FedBuffConfig, Staleness, StalenessFn};
 pub use gradient_tracking::{GradientTracking, GradientTrackingConfig};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
@@ -431,6 +433,12 @@ registry! {
     /// Asynchronous Local-SGD: `H` inner steps, then the outer gradient to a server that steps
     /// at once (Delayed Nesterov, dynamic local steps; Liu et al., 2024).
     "async-local-sgd" => AsyncLocalSgd(AsyncLocalSgdConfig),
+    /// FedAsync: clients push their models after `E` local steps; the server mixes each in
+    /// with a staleness-scaled weight (Xie, Koyejo & Gupta, 2019).
+    "fedasync" => FedAsync(FedAsyncConfig),
+    /// FedBuff: clients push deltas after `E` local steps; the server steps on every `K`
+    /// buffered ones (Nguyen et al., 2022).
+    "fedbuff" => FedBuff(FedBuffConfig),
     /// Gradient tracking (DSGT): decentralized SGD along a tracker of the average gradient,
     /// exact on heterogeneous data (Pu & Nedić, 2021).
     "gradient-tracking" => GradientTracking(GradientTrackingConfig),
@@ -755,7 +763,9 @@ into_kind!(
     ChocoConfig => Choco,
     GradientTrackingConfig => GradientTracking,
     ExactDiffusionConfig => ExactDiffusion,
-    PushDigingConfig => PushDiging
+    PushDigingConfig => PushDiging,
+    FedAsyncConfig => FedAsync,
+    FedBuffConfig => FedBuff
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

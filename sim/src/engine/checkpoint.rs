@@ -35,7 +35,8 @@ use crate::engine::error::{Error, Result};
 pub const MAGIC: &[u8; 8] = b"DASIMCKP";
 
 /// The format version; bumped whenever the encoded state changes shape (15: the
-/// neighbour-synchronous methods share one event type, `neighbours::Event`; 14: the
+/// neighbour-synchronous methods share one event type, `neighbours::Event`; asynchronous
+/// Local-SGD holds its server's rule, FedBuff's buffer count and the clients' draws; 14: the
 /// neighbour exchange of D-PSGD and CHOCO-SGD holds its peers as a static graph or a peer
 /// schedule, for Push-DIGing; 13: the cluster keeps
 /// every node's host work, `[cluster] host_gbps` and `host_tflops`; 12: CHOCO-SGD keeps the

@@ -18,6 +18,7 @@ mod contributing;
 mod dasgd_staleness;
 mod diloco;
 mod faults;
+mod fed;
 mod global_staleness;
 mod host_work;
 mod lap;

@@ -150,6 +150,7 @@ scenario_tests! {
     exact_diffusion_scenario_runs_without_deadlock => "exact-diffusion.toml",
     d2_scenario_runs_without_deadlock => "d2.toml",
     push_diging_scenario_runs_without_deadlock => "push-diging.toml",
+    federated_scenario_runs_without_deadlock => "federated.toml",
 }
 
 #[test]
