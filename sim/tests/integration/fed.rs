@@ -8,9 +8,9 @@ use crate::common;
 use common::*;
 use dasim_sim::algorithms::async_local_sgd::ServerRule;
 use dasim_sim::algorithms::fed::StalenessFn;
-use dasim_sim::algorithms::{AsyncLocalSgd, FedAsyncConfig, FedBuffConfig};
+use dasim_sim::algorithms::{AsyncLocalSgd, FedAsyncConfig, FedBuffConfig, PsConfig};
 use dasim_sim::engine::run_inspect;
-use dasim_sim::fault::FaultConfig;
+use dasim_sim::fault::{FaultConfig, Faults};
 use dasim_sim::prelude::*;
 
 const SEED: u64 = 11;
@@ -26,6 +26,17 @@ fn run_fed(
     rule: ServerRule,
     n: usize,
     seconds: f64,
+    inspect: impl FnMut(&AsyncLocalSgd, &ReferenceStore),
+) -> Outcome {
+    run_fed_with_faults(rule, n, seconds, "", inspect)
+}
+
+/// [`run_fed`] with the `[[faults]]` of `fault_text`.
+fn run_fed_with_faults(
+    rule: ServerRule,
+    n: usize,
+    seconds: f64,
+    fault_text: &str,
     mut inspect: impl FnMut(&AsyncLocalSgd, &ReferenceStore),
 ) -> Outcome {
     let mut store = Checked::new(quadratic_store(n, SEED));
@@ -46,7 +57,20 @@ fn run_fed(
         &opt,
         SEED,
     );
+    #[derive(serde::Deserialize)]
+    struct Doc {
+        #[serde(default)]
+        faults: Vec<FaultConfig>,
+    }
+    let fs = toml::from_str::<Doc>(fault_text)
+        .expect("valid faults")
+        .faults;
     let mut alg = AsyncLocalSgd::with_rule(rule, n, SEED);
+    if !fs.is_empty() {
+        entry.check_fault_support(&fs, "algorithms[0]").unwrap();
+        world.set_faults(Faults::new(&fs, n, &BuildEnv::new(SEED)).unwrap());
+        alg = alg.with_retransmit(PsConfig::default().retransmit(&world));
+    }
     run_inspect(
         &mut alg,
         &mut world,
@@ -269,6 +293,44 @@ fn fedasync_regularizer_keeps_clients_near_their_download() {
         held < 0.9 * free,
         "drift {held} with ρ = 5 against {free} without"
     );
+}
+
+/// A crashed client's round is lost and the server goes on with the others; a client that
+/// rejoins asks for the model and trains again; a lost message is posted again.
+#[test]
+fn a_crashed_client_is_left_behind_and_the_server_goes_on() {
+    let text = "[[faults]]\nkind = \"crash\"\nworkers = [0]\nat_s = 0.5\n\n\
+                [[faults]]\nkind = \"crash\"\nworkers = [3]\nat_s = 0.5\nrejoin_after_s = 0.5\n\n\
+                [[faults]]\nkind = \"loss\"\nprobability = 0.05\nstart_s = 0.0\nend_s = 2.0\n";
+    for rule in [
+        ServerRule::FedAsync(FedAsyncConfig {
+            local_steps: 4,
+            ..Default::default()
+        }),
+        ServerRule::FedBuff(FedBuffConfig {
+            local_steps: 4,
+            buffer_size: 2,
+            ..Default::default()
+        }),
+    ] {
+        let mut trace: Vec<(u64, [u64; 4])> = Vec::new();
+        let outcome = run_fed_with_faults(rule, 4, 2.0, text, |a, _| {
+            trace.push((a.pushes_received(), [0, 1, 2, 3].map(|v| a.rounds(v))));
+        });
+        assert!(outcome.stalled.is_none(), "the others go on");
+        let counts = &outcome.faults.as_ref().unwrap().counts;
+        let count = |k: &str| counts.iter().find(|c| c.0 == k).map_or(0, |c| c.1);
+        assert!(count("rounds_abandoned") >= 1, "{counts:?}");
+        assert!(count("retransmissions") >= 1, "{counts:?}");
+        let (end_pushes, end_rounds) = *trace.last().unwrap();
+        let mid = trace[trace.len() / 4];
+        assert!(end_pushes > mid.0 + 20, "the server kept taking pushes");
+        assert!(
+            end_rounds[3] > mid.1[3],
+            "client 3 trains again after its rejoin"
+        );
+        assert!(end_rounds[1] > mid.1[1] + 5, "client 1 never stopped");
+    }
 }
 
 /// Bad options are refused at their field, with a hint where one helps; crashes are refused
