@@ -448,8 +448,8 @@ pub mod prelude {
         FragmentPattern, GradientTracking, GradientTrackingConfig, LapSgd, LapSgdConfig, LocalSgd,
         LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig,
         PushDiging, PushDigingConfig, Rennala, RennalaConfig, Ringmaster, RingmasterConfig,
-        SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, Staleness, StepRule, StreamingDiloco,
-        StreamingDilocoConfig, UpdateOrder,
+        SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, Sparta, SpartaConfig, Staleness, StepRule,
+        StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{

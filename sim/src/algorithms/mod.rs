@@ -74,6 +74,7 @@ pub mod ring;
 pub mod ringmaster;
 pub mod sgp;
 pub mod slowmo;
+pub mod sparta;
 pub mod star;
 pub mod streaming_diloco;
 #[cfg(test)]
@@ -106,6 +107,7 @@ pub use rennala::{Rennala, RennalaConfig};
 pub use ringmaster::{Ringmaster, RingmasterConfig};
 pub use sgp::{OverlapSgpConfig, SendRule, Sgp, SgpConfig};
 pub use slowmo::{Slowmo, SlowmoConfig};
+pub use sparta::{Sparta, SpartaConfig};
 pub use streaming_diloco::{FragmentPattern, StreamingDiloco, StreamingDilocoConfig};
 
 /// What an entry's checks and its construction know besides its own options.
@@ -439,6 +441,9 @@ registry! {
     /// FedBuff: clients push deltas after `E` local steps; the server steps on every `K`
     /// buffered ones (Nguyen et al., 2022).
     "fedbuff" => FedBuff(FedBuffConfig),
+    /// SPARTA: a local step, then a random share `p` of the parameters averaged (Beton et al.,
+    /// 2025).
+    "sparta" => Sparta(SpartaConfig),
     /// Gradient tracking (DSGT): decentralized SGD along a tracker of the average gradient,
     /// exact on heterogeneous data (Pu & Nedić, 2021).
     "gradient-tracking" => GradientTracking(GradientTrackingConfig),
@@ -765,7 +770,8 @@ into_kind!(
     ExactDiffusionConfig => ExactDiffusion,
     PushDigingConfig => PushDiging,
     FedAsyncConfig => FedAsync,
-    FedBuffConfig => FedBuff
+    FedBuffConfig => FedBuff,
+    SpartaConfig => Sparta
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

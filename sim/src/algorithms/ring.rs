@@ -130,6 +130,25 @@ impl Ring {
         }
     }
 
+    /// Its buckets carry `bucket_bytes` each from the next round on (SPARTA's coordinates,
+    /// drawn anew every round). Called before any worker contributes to that round: a round's
+    /// timing is computed when its last worker contributes.
+    pub fn resize(&mut self, bucket_bytes: &[u64]) {
+        assert_eq!(
+            bucket_bytes.len(),
+            self.chunk_bytes.len(),
+            "the same buckets"
+        );
+        debug_assert!(
+            self.contributed.is_empty(),
+            "no round is under way when the ring is resized"
+        );
+        let n = self.n as u64;
+        for (c, s) in self.chunk_bytes.iter_mut().zip(bucket_bytes) {
+            *c = s.div_ceil(n);
+        }
+    }
+
     /// Ring steps per bucket: `2(n−1)`.
     pub fn steps(&self) -> u32 {
         2 * (self.n as u32 - 1)

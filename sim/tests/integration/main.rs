@@ -31,6 +31,7 @@ mod ps_aggregate;
 mod scenarios;
 mod sgp;
 mod slowmo;
+mod sparta;
 mod streaming_diloco;
 mod time_optimal;
 mod topology;

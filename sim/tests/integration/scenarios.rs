@@ -151,6 +151,7 @@ scenario_tests! {
     d2_scenario_runs_without_deadlock => "d2.toml",
     push_diging_scenario_runs_without_deadlock => "push-diging.toml",
     federated_scenario_runs_without_deadlock => "federated.toml",
+    sparta_scenario_runs_without_deadlock => "sparta.toml",
 }
 
 #[test]
