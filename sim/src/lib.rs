@@ -444,12 +444,12 @@ pub mod prelude {
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, AsyncLocalSgd, AsyncLocalSgdConfig, Averaging, Bound, Broadcast, Choco,
         ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
-        DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FedAsyncConfig, FedBuffConfig,
-        FragmentPattern, GradientTracking, GradientTrackingConfig, LapSgd, LapSgdConfig, LocalSgd,
-        LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer, Partner, PsConfig,
-        PushDiging, PushDigingConfig, Rennala, RennalaConfig, Ringmaster, RingmasterConfig,
-        SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, Sparta, SpartaConfig, Staleness, StepRule,
-        StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
+        DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FedAsyncConfig, FedAvgConfig,
+        FedBuffConfig, FragmentPattern, GradientTracking, GradientTrackingConfig, LapSgd,
+        LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer,
+        Partner, PsConfig, PushDiging, PushDigingConfig, Rennala, RennalaConfig, Ringmaster,
+        RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, Sparta, SpartaConfig,
+        Staleness, StepRule, StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{

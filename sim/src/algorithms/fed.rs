@@ -224,6 +224,87 @@ impl Default for FedBuffConfig {
     }
 }
 
+/// Options of FedAvg with a server (McMahan et al., 2017) and its barriers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FedAvgConfig {
+    /// Local steps `E ≥ 1` per round (default 10).
+    #[serde(default = "default_local_steps")]
+    pub local_steps: u32,
+    /// Clients drawn per round, `1 ≤ M ≤ n` (default every worker).
+    #[serde(default)]
+    pub clients_per_round: Option<u32>,
+    /// Pushes that close a round, `1 ≤ K ≤ M` (default `M`: wait for every client drawn).
+    #[serde(default)]
+    pub quorum: Option<u32>,
+    /// Simulated seconds after which a round closes with the pushes it has (default none).
+    #[serde(default)]
+    pub deadline_s: Option<f64>,
+    /// The server's learning rate `η_g > 0` on the mean delta (default 1: the clients' mean).
+    #[serde(default = "one")]
+    pub server_lr: f64,
+}
+
+impl Default for FedAvgConfig {
+    fn default() -> Self {
+        FedAvgConfig {
+            local_steps: default_local_steps(),
+            clients_per_round: None,
+            quorum: None,
+            deadline_s: None,
+            server_lr: 1.0,
+        }
+    }
+}
+
+impl FedAvgConfig {
+    fn check(&self, path: &str, workers: usize) -> Result<(), ConfigError> {
+        check_clients(path, self.local_steps, None, workers)?;
+        let m = self.clients_per_round.unwrap_or(workers as u32);
+        if m == 0 || m as usize > workers {
+            return Err(ConfigError::new(
+                &format!("{path}.clients_per_round"),
+                format!("clients_per_round must be between 1 and the {workers} workers, not {m}"),
+            ));
+        }
+        if let Some(k) = self.quorum
+            && (k == 0 || k > m)
+        {
+            return Err(ConfigError::new(
+                &format!("{path}.quorum"),
+                format!("quorum must be between 1 and clients_per_round = {m}, not {k}"),
+            )
+            .hint("quorum = K keeps the first K pushes of the M clients drawn (over-selection)"));
+        }
+        if let Some(s) = self.deadline_s
+            && !(s.is_finite() && s > 0.0)
+        {
+            return Err(ConfigError::new(
+                &format!("{path}.deadline_s"),
+                format!("deadline_s must be a positive number of seconds, not {s}"),
+            ));
+        }
+        if !(self.server_lr.is_finite() && self.server_lr > 0.0) {
+            return Err(ConfigError::new(
+                &format!("{path}.server_lr"),
+                format!(
+                    "server_lr must be a positive number, not {}",
+                    self.server_lr
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// FedAvg's rounds need every client they draw: crashes are refused.
+    fn crash_refusal(&self) -> Option<&'static str> {
+        Some(
+            "FedAvg's server draws its clients without knowing which are down; a crashed client \
+             drawn would never push (not modelled yet)",
+        )
+    }
+}
+
 /// `local_steps ≥ 1` and `1 ≤ concurrency ≤ n`.
 fn check_clients(
     path: &str,
@@ -251,13 +332,26 @@ fn check_clients(
 }
 
 /// Crashes need the server to learn of them when it draws the clients.
-fn fed_fault_support(concurrency: Option<u32>, fault: FaultKind) -> FaultSupport {
-    match fault {
-        FaultKind::Crash | FaultKind::Rejoin if concurrency.is_some() => Err(
-            "with concurrency set, a crashed client's slot would need the server to learn of the \
-             crash and draw a replacement, which neither FedAsync nor FedBuff defines (leave \
-             concurrency out to run every client)",
-        ),
+const CONCURRENCY_CRASH: &str = "with concurrency set, a crashed client's slot would need the \
+     server to learn of the crash and draw a replacement, which neither FedAsync nor FedBuff \
+     defines (leave concurrency out to run every client)";
+
+impl FedAsyncConfig {
+    fn crash_refusal(&self) -> Option<&'static str> {
+        self.concurrency.map(|_| CONCURRENCY_CRASH)
+    }
+}
+
+impl FedBuffConfig {
+    fn crash_refusal(&self) -> Option<&'static str> {
+        self.concurrency.map(|_| CONCURRENCY_CRASH)
+    }
+}
+
+/// Which faults a federated method takes: every one, but crashes where `refusal` says why not.
+fn fed_fault_support(refusal: Option<&'static str>, fault: FaultKind) -> FaultSupport {
+    match (fault, refusal) {
+        (FaultKind::Crash | FaultKind::Rejoin, Some(why)) => Err(why),
         _ => Ok(()),
     }
 }
@@ -288,7 +382,7 @@ macro_rules! fed_spec {
             }
 
             fn fault_support(&self, _kind: &'static str, fault: FaultKind) -> FaultSupport {
-                fed_fault_support(self.concurrency, fault)
+                fed_fault_support(self.crash_refusal(), fault)
             }
 
             fn build(
@@ -364,6 +458,7 @@ impl FedBuffConfig {
 
 fed_spec!(FedAsyncConfig, FedAsync);
 fed_spec!(FedBuffConfig, FedBuff);
+fed_spec!(FedAvgConfig, FedAvg);
 
 #[cfg(test)]
 mod tests {

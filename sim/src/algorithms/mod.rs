@@ -97,7 +97,7 @@ pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
 pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
 pub use exact_diffusion::{Combine, ExactDiffusion, ExactDiffusionConfig};
-pub use fed::{FedAsyncConfig, FedBuffConfig, Staleness, StalenessFn};
+pub use fed::{FedAsyncConfig, FedAvgConfig, FedBuffConfig, Staleness, StalenessFn};
 pub use gradient_tracking::{GradientTracking, GradientTrackingConfig};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
@@ -441,6 +441,9 @@ registry! {
     /// FedBuff: clients push deltas after `E` local steps; the server steps on every `K`
     /// buffered ones (Nguyen et al., 2022).
     "fedbuff" => FedBuff(FedBuffConfig),
+    /// FedAvg with a server: `M` clients a round, the first `K` pushes kept or a deadline
+    /// (McMahan et al., 2017; FedScale's over-commitment).
+    "fedavg" => FedAvg(FedAvgConfig),
     /// SPARTA: a local step, then a random share `p` of the parameters averaged (Beton et al.,
     /// 2025).
     "sparta" => Sparta(SpartaConfig),
@@ -771,6 +774,7 @@ into_kind!(
     PushDigingConfig => PushDiging,
     FedAsyncConfig => FedAsync,
     FedBuffConfig => FedBuff,
+    FedAvgConfig => FedAvg,
     SpartaConfig => Sparta
 );
 

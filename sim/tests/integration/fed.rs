@@ -8,7 +8,7 @@ use crate::common;
 use common::*;
 use dasim_sim::algorithms::async_local_sgd::ServerRule;
 use dasim_sim::algorithms::fed::StalenessFn;
-use dasim_sim::algorithms::{AsyncLocalSgd, FedAsyncConfig, FedBuffConfig, PsConfig};
+use dasim_sim::algorithms::{AsyncLocalSgd, FedAsyncConfig, FedAvgConfig, FedBuffConfig, PsConfig};
 use dasim_sim::engine::run_inspect;
 use dasim_sim::fault::{FaultConfig, Faults};
 use dasim_sim::prelude::*;
@@ -44,6 +44,7 @@ fn run_fed_with_faults(
     let kind = match &rule {
         ServerRule::FedAsync(c) => AlgorithmKind::FedAsync(c.clone()),
         ServerRule::FedBuff(c) => AlgorithmKind::FedBuff(c.clone()),
+        ServerRule::FedAvg(c) => AlgorithmKind::FedAvg(c.clone()),
         ServerRule::AsyncLocalSgd(c) => AlgorithmKind::AsyncLocalSgd(c.clone()),
     };
     let entry = AlgorithmConfig::from(kind);
@@ -333,6 +334,103 @@ fn a_crashed_client_is_left_behind_and_the_server_goes_on() {
     }
 }
 
+/// FedAvg keeps the pushes of the open round only: each round closes at its K-th kept push
+/// (or, with a deadline, at the deadline) with `x ← x − η_g·Σ(x_start − x_i)/k` over the `k`
+/// kept; a push of a round already closed is late and changes nothing.
+fn check_fedavg_rounds(cfg: FedAvgConfig, n: usize) -> (u64, u64, u64) {
+    let mut rounds = Rounds::new(n);
+    let mut before: Option<(u64, u64, Vec<f64>)> = None;
+    let mut kept: Vec<Vec<f64>> = Vec::new();
+    let mut closes_at_quorum = 0;
+    let quorum = cfg
+        .quorum
+        .unwrap_or(cfg.clients_per_round.unwrap_or(n as u32)) as usize;
+    let outcome = run_fed(ServerRule::FedAvg(cfg.clone()), n, 3.0, |a, store| {
+        let g = store.params(a.global_row()).to_vec();
+        if let Some((t0, p0, g0)) = &before {
+            if a.pushes_received() == p0 + 1 {
+                let w = a.last_update().expect("a push names its client");
+                // Kept when it is of the open round: its delta from the model it started from.
+                if a.round_base(w) == *t0 {
+                    kept.push(axpy(&[(1.0, &rounds.start[w]), (-1.0, store.params(w))]));
+                }
+            }
+            if a.outer_steps() == t0 + 1 {
+                let k = kept.len();
+                let want = if k == 0 {
+                    g0.clone()
+                } else {
+                    let sum = kept.iter().fold(vec![0.0; g0.len()], |acc, d| add(&acc, d));
+                    axpy(&[(1.0, g0), (-cfg.server_lr / k as f64, &sum)])
+                };
+                assert_close(
+                    &g,
+                    &want,
+                    &format!("round {} closed with {k} pushes", t0 + 1),
+                );
+                closes_at_quorum += u64::from(k == quorum);
+                kept.clear();
+            } else {
+                assert_eq!(a.outer_steps(), *t0, "one round closes at a time");
+                assert_eq!(&g, g0, "the model moves only when a round closes");
+            }
+        }
+        rounds.follow(a, store);
+        before = Some((a.outer_steps(), a.pushes_received(), g));
+    });
+    assert!(outcome.stalled.is_none());
+    let fed = before.unwrap();
+    (fed.0, closes_at_quorum, outcome.worker_steps)
+}
+
+#[test]
+fn fedavg_rounds_close_at_their_quorum_with_the_mean_of_the_kept_deltas() {
+    // Every client, every round: the slowest (4×) sets the pace.
+    let all = FedAvgConfig {
+        local_steps: 2,
+        server_lr: 0.8,
+        ..Default::default()
+    };
+    let (rounds_all, at_quorum, steps_all) = check_fedavg_rounds(all, 4);
+    assert!(rounds_all > 5);
+    assert_eq!(at_quorum, rounds_all, "every round waits for all four");
+    // Over-selection: 3 of 4 drawn, the first 2 kept; the rounds come faster.
+    let over = FedAvgConfig {
+        local_steps: 2,
+        clients_per_round: Some(3),
+        quorum: Some(2),
+        ..Default::default()
+    };
+    let (rounds_over, at_quorum, _) = check_fedavg_rounds(over, 4);
+    assert!(
+        rounds_over > rounds_all,
+        "{rounds_over} rounds against {rounds_all}"
+    );
+    assert_eq!(at_quorum, rounds_over);
+    assert!(steps_all > 0);
+}
+
+/// A deadline closes a round with the pushes it has; the stragglers' pushes come too late and
+/// are discarded, counted with their steps.
+#[test]
+fn a_deadline_closes_the_round_and_late_pushes_are_discarded() {
+    let cfg = FedAvgConfig {
+        local_steps: 5,
+        deadline_s: Some(0.12),
+        ..Default::default()
+    };
+    // 10, 20, 30, 40 ms a step: 5 steps take 50-200 ms, so the 3× and 4× clients miss 120 ms.
+    let (rounds, at_quorum, _) = check_fedavg_rounds(cfg.clone(), 4);
+    assert!(rounds > 10, "{rounds} rounds");
+    assert_eq!(at_quorum, 0, "no round gets all four before its deadline");
+    let mut late = (0, 0);
+    run_fed(ServerRule::FedAvg(cfg), 4, 3.0, |a, _| late = a.late());
+    assert!(
+        late.0 > 0 && late.1 == 5 * late.0,
+        "late pushes and steps: {late:?}"
+    );
+}
+
 /// Bad options are refused at their field, with a hint where one helps; crashes are refused
 /// with `concurrency` set.
 #[test]
@@ -347,6 +445,11 @@ fn bad_options_are_refused_at_their_field() {
         ("fedasync", "concurrency = 5", "concurrency"),
         ("fedasync", "staleness_a = 0.0", "staleness_a"),
         ("fedbuff", "buffer_size = 0", "buffer_size"),
+        ("fedavg", "clients_per_round = 5", "clients_per_round"),
+        ("fedavg", "clients_per_round = 2\nquorum = 3", "quorum"),
+        ("fedavg", "quorum = 0", "quorum"),
+        ("fedavg", "deadline_s = 0.0", "deadline_s"),
+        ("fedavg", "server_lr = -1.0", "server_lr"),
         ("fedbuff", "server_lr = 0.0", "server_lr"),
         (
             "fedbuff",

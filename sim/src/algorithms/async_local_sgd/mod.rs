@@ -104,7 +104,9 @@ use serde::{Deserialize, Serialize};
 use super::ps::PsConfig;
 use super::retransmit::{Resend, Retransmit};
 use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
-use crate::algorithms::fed::{FedAsyncConfig, FedBuffConfig};
+use crate::algorithms::fed::{FedAsyncConfig, FedAvgConfig, FedBuffConfig};
+
+mod rounds;
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::cluster::HostWork;
@@ -363,6 +365,11 @@ pub enum Event {
     },
     /// Under faults: the lost message `id` is posted again.
     Retransmit(u64),
+    /// FedAvg: the deadline of the round whose model is version `version`.
+    Deadline {
+        /// The server's update count when the round opened.
+        version: u64,
+    },
 }
 
 impl Resend for Event {
@@ -405,6 +412,8 @@ pub enum ServerRule {
     FedAsync(FedAsyncConfig),
     /// FedBuff.
     FedBuff(FedBuffConfig),
+    /// FedAvg with quorum and deadline barriers ([`rounds`]).
+    FedAvg(FedAvgConfig),
 }
 
 impl ServerRule {
@@ -414,6 +423,7 @@ impl ServerRule {
             ServerRule::AsyncLocalSgd(c) => c.inner_steps,
             ServerRule::FedAsync(c) => c.local_steps,
             ServerRule::FedBuff(c) => c.local_steps,
+            ServerRule::FedAvg(c) => c.local_steps,
         }
     }
 
@@ -423,6 +433,7 @@ impl ServerRule {
             ServerRule::AsyncLocalSgd(_) => None,
             ServerRule::FedAsync(c) => c.concurrency,
             ServerRule::FedBuff(c) => c.concurrency,
+            ServerRule::FedAvg(c) => c.clients_per_round,
         }
     }
 }
@@ -441,7 +452,7 @@ pub struct AsyncLocalSgd {
     updates: u64,
     /// Pushes that reached the server (applied, or discarded because their worker was down).
     pushes: u64,
-    /// The worker of the last update.
+    /// The worker of the last update (FedAvg: of the last push handled, kept or late).
     last: Option<usize>,
     /// Each worker's last measured round: `(steps, busy nanoseconds)`.
     speeds: Vec<Option<(u32, u64)>>,
@@ -450,8 +461,12 @@ pub struct AsyncLocalSgd {
     retransmit: Retransmit<Event>,
     dropped: u64,
     abandoned: u64,
-    /// FedBuff: the deltas in the buffer (`k`).
+    /// FedBuff: the deltas in the buffer (`k`); FedAvg: the round's.
     buffered: u32,
+    /// FedAvg: rounds pushed too late (after their round closed) and their local steps, and
+    /// whether a round waits for an idle client to open.
+    late: (u64, u64),
+    waiting_to_open: bool,
     /// Under `concurrency`: the clients not training, and the server's stream that draws them.
     idle: Vec<usize>,
     draws: Stream,
@@ -480,6 +495,8 @@ impl AsyncLocalSgd {
             dropped: 0,
             abandoned: 0,
             buffered: 0,
+            late: (0, 0),
+            waiting_to_open: false,
             idle: Vec::new(),
             draws: stream(seed, StreamKind::Algorithm, n as u64),
         }
@@ -547,6 +564,11 @@ impl AsyncLocalSgd {
         self.workers[worker].base
     }
 
+    /// FedAvg: the pushes that came after their round had closed, and their local steps.
+    pub fn late(&self) -> (u64, u64) {
+        self.late
+    }
+
     /// FedBuff: the deltas in the server's buffer.
     pub fn buffered(&self) -> u32 {
         self.buffered
@@ -610,7 +632,7 @@ impl AsyncLocalSgd {
                 (worker, round)
             }
             Event::Hello { worker, round } => (worker, round),
-            Event::ComputeDone { .. } | Event::Retransmit(_) => return,
+            Event::ComputeDone { .. } | Event::Retransmit(_) | Event::Deadline { .. } => return,
         };
         if round == self.workers[worker].round {
             self.workers[worker].cut = Some(format!(
@@ -711,6 +733,7 @@ impl AsyncLocalSgd {
                 self.updates += 1;
                 3
             }
+            ServerRule::FedAvg(_) => unreachable!("FedAvg's pushes are a round's (rounds.rs)"),
             ServerRule::FedBuff(cfg) => {
                 // Δ̄ ← Δ̄ + s(τ)·(start − x_i): three read, one written.
                 let s = cfg.staleness().weight(tau);
@@ -752,6 +775,10 @@ impl AsyncLocalSgd {
             cx.world.store.release_msg(model);
             self.dropped += 1;
             return;
+        }
+        if let ServerRule::FedAvg(cfg) = &self.rule {
+            let cfg = cfg.clone();
+            return self.round_push(w, [start, model], base, steps, &cfg, cx);
         }
         self.stats.record(self.updates - base);
         let touched = self.outer_update(w, [start, model], base, cx);
@@ -914,6 +941,7 @@ impl Algorithm for AsyncLocalSgd {
             st.rounds = 1;
             self.begin(w, cx);
         }
+        self.arm_deadline(cx);
     }
 
     fn handle(&mut self, event: Event, cx: &mut Ctx<'_, '_, Event>) {
@@ -945,6 +973,7 @@ impl Algorithm for AsyncLocalSgd {
                     self.lost_for_good(lost.src, lost.dst, lost.event, cx);
                 }
             }
+            Event::Deadline { version } => self.deadline(version, cx),
         }
     }
 
@@ -973,7 +1002,12 @@ impl Algorithm for AsyncLocalSgd {
     }
 
     fn series(&mut self) -> Vec<(&'static str, f64)> {
-        vec![("outer_steps", self.updates as f64)]
+        let mut series = vec![("outer_steps", self.updates as f64)];
+        if matches!(self.rule, ServerRule::FedAvg(_)) {
+            series.push(("late_rounds", self.late.0 as f64));
+            series.push(("late_steps", self.late.1 as f64));
+        }
+        series
     }
 
     fn on_fault(&mut self, fault: WorkerFault, cx: &mut Ctx<'_, '_, Event>) {
