@@ -41,7 +41,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::algorithm::World;
-use crate::algorithms::async_local_sgd::{AsyncLocalSgd, ServerRule};
+use crate::algorithms::async_local_sgd::{AsyncLocalSgd, AsyncLocalSgdConfig, ServerRule};
 use crate::algorithms::ps::PsConfig;
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::error::ConfigError;
@@ -356,7 +356,8 @@ fn fed_fault_support(refusal: Option<&'static str>, fault: FaultKind) -> FaultSu
     }
 }
 
-/// The server, its state and one client buffer each, as asynchronous Local-SGD's.
+/// The server, its state and one client buffer each: asynchronous Local-SGD's, FedAsync's,
+/// FedBuff's and FedAvg's.
 macro_rules! fed_spec {
     ($config:ty, $rule:ident) => {
         impl AlgorithmSpec for $config {
@@ -459,6 +460,15 @@ impl FedBuffConfig {
 fed_spec!(FedAsyncConfig, FedAsync);
 fed_spec!(FedBuffConfig, FedBuff);
 fed_spec!(FedAvgConfig, FedAvg);
+fed_spec!(AsyncLocalSgdConfig, AsyncLocalSgd);
+
+impl AsyncLocalSgdConfig {
+    /// Every fault: see asynchronous Local-SGD's "Under faults" (the server is not a worker:
+    /// it never crashes).
+    fn crash_refusal(&self) -> Option<&'static str> {
+        None
+    }
+}
 
 #[cfg(test)]
 mod tests {

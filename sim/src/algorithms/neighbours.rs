@@ -23,7 +23,7 @@
 //! ```
 //!
 //! A method is an [`ExchangeMethod`]: its part before the exchange ([`ExchangeMethod::computed`])
-//! and what it does with a full inbox ([`ExchangeMethod::combine`]). [`exchange_algorithm!`] then
+//! and what it does with a full inbox ([`ExchangeMethod::combine`]). `exchange_algorithm!` then
 //! writes its [`crate::algorithm::Algorithm`]: the events ([`Event`]), the wait, the stalled
 //! run's report and the crash, the same for every method.
 //!
@@ -86,7 +86,7 @@ pub enum Event<P = MsgId> {
     },
 }
 
-/// The exchange a method holds: [`exchange_algorithm!`] implements it from the field's name.
+/// The exchange a method holds: `exchange_algorithm!` implements it from the field's name.
 pub trait HasExchange {
     /// What one message holds.
     type Payload: Payload;
@@ -97,7 +97,7 @@ pub trait HasExchange {
 }
 
 /// A neighbour-synchronous method: its state around an [`Exchange`], its part of an iteration
-/// before the exchange and its combination of a full inbox. [`exchange_algorithm!`] makes it an
+/// before the exchange and its combination of a full inbox. `exchange_algorithm!` makes it an
 /// [`crate::algorithm::Algorithm`]:
 ///
 /// ```text

@@ -27,8 +27,8 @@
 //!
 //! **Rows.** The worker's row holds the numerator `u_i`; its gradient is computed at scale
 //! `1/v_i`, the de-biased model `x_i` ([`crate::algorithm::Ctx::begin_step`]); the evaluation
-//! points and the consensus distance read the de-biased models ([`Algorithm::eval_model`],
-//! [`Algorithm::replica_scales`]), as SGP's. The trackers `y_i` are `n` store rows after the
+//! points and the consensus distance read the de-biased models ([`crate::algorithm::Algorithm::eval_model`],
+//! [`crate::algorithm::Algorithm::replica_scales`]), as SGP's. The trackers `y_i` are `n` store rows after the
 //! workers'; each node holds its previous gradient. As in [gradient tracking](super::gradient_tracking)
 //! the tracker takes raw gradients through the store's step, so the run's optimizer must be
 //! plain SGD; a gradient's addition to its tracker is its application for the staleness

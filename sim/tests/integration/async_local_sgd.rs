@@ -101,22 +101,6 @@ fn run_async(
     (outcome, seen, store)
 }
 
-fn assert_close(a: &[f64], b: &[f64], what: &str) {
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
-            "{what}: coordinate {i}: {x} vs {y}"
-        );
-    }
-}
-
-fn axpy(terms: &[(f64, &[f64])]) -> Vec<f64> {
-    let dim = terms[0].1.len();
-    (0..dim)
-        .map(|j| terms.iter().map(|(a, v)| a * v[j]).sum())
-        .collect()
-}
-
 /// What the server holds after an event: updates so far, its model, momentum and DN buffer.
 type Server = (u64, Vec<f64>, Vec<f64>, Vec<f64>);
 

@@ -55,15 +55,6 @@ fn rows(store: &ReferenceStore, rows: std::ops::Range<usize>) -> Vec<Vec<f64>> {
     rows.map(|r| store.params(r).to_vec()).collect()
 }
 
-fn assert_close(a: &[f64], b: &[f64], what: &str) {
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
-            "{what}: coordinate {i}: {x} vs {y}"
-        );
-    }
-}
-
 #[test]
 fn every_outer_step_is_nesterov_sgd_on_the_averaged_change() {
     for nesterov in [true, false] {

@@ -82,22 +82,6 @@ fn run_fed_with_faults(
     .unwrap()
 }
 
-fn assert_close(a: &[f64], b: &[f64], what: &str) {
-    for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!(
-            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
-            "{what}: coordinate {i}: {x} vs {y}"
-        );
-    }
-}
-
-fn axpy(terms: &[(f64, &[f64])]) -> Vec<f64> {
-    let dim = terms[0].1.len();
-    (0..dim)
-        .map(|j| terms.iter().map(|(a, v)| a * v[j]).sum())
-        .collect()
-}
-
 /// What the test follows of each client: the model its round started from, as it began.
 struct Rounds {
     rounds: Vec<u64>,

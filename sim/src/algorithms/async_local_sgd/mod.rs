@@ -101,18 +101,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ps::PsConfig;
 use super::retransmit::{Resend, Retransmit};
-use crate::algorithm::{Algorithm, Ctx, StalenessStats, World};
+use crate::algorithm::{Algorithm, Ctx, StalenessStats};
 use crate::algorithms::fed::{FedAsyncConfig, FedAvgConfig, FedBuffConfig};
-
-mod rounds;
-use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::cluster::HostWork;
 use crate::engine::SimTime;
 use crate::error::ConfigError;
-use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::fault::WorkerFault;
 use crate::record::Activity;
 use crate::store::optim::outer::{
     self,
@@ -120,6 +116,8 @@ use crate::store::optim::outer::{
 };
 use crate::store::{GradId, MsgId, ReplicaStore, Slot};
 use rand::Rng;
+
+mod rounds;
 
 fn default_inner_steps() -> u32 {
     50
@@ -274,7 +272,7 @@ impl AsyncLocalSgdConfig {
         }
     }
 
-    fn check(&self, path: &str, workers: usize) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self, path: &str, workers: usize) -> Result<(), ConfigError> {
         if self.inner_steps == 0 {
             return Err(ConfigError::new(
                 &format!("{path}.inner_steps"),
@@ -412,7 +410,7 @@ pub enum ServerRule {
     FedAsync(FedAsyncConfig),
     /// FedBuff.
     FedBuff(FedBuffConfig),
-    /// FedAvg with quorum and deadline barriers ([`rounds`]).
+    /// FedAvg with quorum and deadline barriers (`rounds.rs`).
     FedAvg(FedAvgConfig),
 }
 
@@ -1047,39 +1045,4 @@ impl Algorithm for AsyncLocalSgd {
     }
 }
 
-impl AlgorithmSpec for AsyncLocalSgdConfig {
-    fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
-        self.check(setup.path, setup.topology.len())
-    }
-
-    fn extra_nodes(&self) -> usize {
-        1
-    }
-
-    fn extra_rows(&self) -> usize {
-        4
-    }
-
-    fn buffers_per_worker(&self) -> usize {
-        // The model each worker's round started from.
-        1
-    }
-
-    fn uses_topology(&self) -> bool {
-        false
-    }
-
-    fn fault_support(&self, _kind: &'static str, _fault: FaultKind) -> FaultSupport {
-        // Every kind: see the module's "Under faults" (the server is not a worker: it never
-        // crashes).
-        Ok(())
-    }
-
-    fn build(&self, _kind: &'static str, world: &World<'_>) -> crate::Result<Box<dyn Runnable>> {
-        let mut alg = AsyncLocalSgd::new(self, world.workers());
-        if world.faults().configured() {
-            alg = alg.with_retransmit(PsConfig::default().retransmit(world));
-        }
-        Ok(Box::new(alg))
-    }
-}
+// Its `AlgorithmSpec`: the server's, as FedAsync's and FedBuff's (`fed.rs`, `fed_spec!`).

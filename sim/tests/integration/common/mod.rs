@@ -310,3 +310,21 @@ pub fn manifest_dir() -> std::path::PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }
+
+/// Asserts `a` and `b` agree coordinate by coordinate to 1e-12 (relative, plus 1e-12).
+pub fn assert_close(a: &[f64], b: &[f64], what: &str) {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+            "{what}: coordinate {i}: {x} vs {y}"
+        );
+    }
+}
+
+/// `Σ a_k · v_k` over `terms` `(a_k, v_k)`.
+pub fn axpy(terms: &[(f64, &[f64])]) -> Vec<f64> {
+    let dim = terms[0].1.len();
+    (0..dim)
+        .map(|j| terms.iter().map(|(a, v)| a * v[j]).sum())
+        .collect()
+}
