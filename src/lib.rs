@@ -71,6 +71,7 @@
 pub mod bar;
 pub mod check;
 pub mod checkpoint;
+pub mod import;
 pub mod inspect;
 pub mod launch;
 pub mod outputs;

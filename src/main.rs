@@ -64,6 +64,29 @@ enum Command {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// Turn a public cluster trace into a file a scenario reads. `alibaba-pai`: Alibaba PAI's
+    /// per-worker mini-batch times (cluster-trace-gpu-v2020/mini-batch-time/data/job_*_norm.csv)
+    /// to a step-time trace for `[[cluster.stragglers]] kind = "trace"`.
+    Import {
+        /// What the file is.
+        #[arg(value_enum)]
+        kind: dasim::import::ImportKind,
+        /// The trace file.
+        file: PathBuf,
+        /// The file to write (refused if it exists, unless --force).
+        #[arg(long, short)]
+        out: PathBuf,
+        /// The job's mean step in milliseconds: the trace's times are normalized, so the import
+        /// keeps their ratios and sets their scale.
+        #[arg(long, default_value_t = 10.0)]
+        mean_ms: f64,
+        /// How the iterations between two samples (every 10th iteration) are filled.
+        #[arg(long, value_enum, default_value_t = dasim::import::Between::Hold)]
+        between: dasim::import::Between,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Write a self-contained HTML report of a run directory: summary table, plots, scenario.
     Report {
         /// The run directory (written by `dasim run`).
@@ -129,6 +152,34 @@ fn execute(command: Command) -> dasim::Result<()> {
             Ok(())
         }
         Command::Trace { run_dir, out } => cmd::trace::trace(&run_dir, out.as_deref()),
+        Command::Import {
+            kind: dasim::import::ImportKind::AlibabaPai,
+            file,
+            out,
+            mean_ms,
+            between,
+            force,
+        } => {
+            if out.exists() && !force {
+                return Err(Error::Usage(format!(
+                    "{} exists: pass --force to replace it, or choose another --out",
+                    out.display()
+                )));
+            }
+            let text = dasim::import::alibaba_pai(&file, mean_ms, between)?;
+            std::fs::write(&out, &text).map_err(|source| Error::Io {
+                context: format!("writing {}", out.display()),
+                source,
+            })?;
+            let summary = text.lines().next().unwrap_or_default();
+            println!("{}", summary.trim_start_matches("# "));
+            println!(
+                "step-time trace in {}: [[cluster.stragglers]] kind = \"trace\", workers = \"all\", file = \"{}\"",
+                out.display(),
+                out.display()
+            );
+            Ok(())
+        }
         Command::Sweep(args) => cmd::sweep::sweep(*args),
         Command::Validate { scenario } => cmd::validate::validate(&scenario),
         Command::Run(args) => cmd::run::run(args),

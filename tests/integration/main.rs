@@ -19,6 +19,7 @@ mod edge_sizes;
 mod faults;
 mod front_door;
 mod fuzz;
+mod import;
 mod layers;
 mod metrics;
 mod optimizers;
