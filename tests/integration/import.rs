@@ -18,6 +18,14 @@ const PAI: &str = ",worker,gpu,time,batch_time_norm
 5,1,25,21,600
 ";
 
+/// Runs `dasim import alibaba-pai FILE --out OUT` with `extra` flags.
+fn import(file: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let (file, out) = (file.display().to_string(), out.display().to_string());
+    let mut args = vec!["import", "alibaba-pai", &file, "--out", &out];
+    args.extend_from_slice(extra);
+    dasim(&args)
+}
+
 fn rows(text: &str) -> Vec<(usize, f64)> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with("worker"))
@@ -32,15 +40,7 @@ fn rows(text: &str) -> Vec<(usize, f64)> {
 fn a_pai_job_becomes_a_step_time_trace_with_its_mean_step_and_ratios() {
     let (dir, file) = scenario(PAI, "job_1_norm.csv");
     let out = dir.path().join("trace.csv");
-    let o = dasim(&[
-        "import",
-        "alibaba-pai",
-        file.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--mean-ms",
-        "20",
-    ]);
+    let o = import(&file, &out, &["--mean-ms", "20"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("kind = \"trace\""), "{stdout}");
@@ -59,18 +59,11 @@ fn a_pai_job_becomes_a_step_time_trace_with_its_mean_step_and_ratios() {
     assert_eq!(r[1].0, 1);
 
     // Interpolated: worker 1 climbs from 16 to 32 ms over iterations 1-10.
-    let o = dasim(&[
-        "import",
-        "alibaba-pai",
-        file.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--mean-ms",
-        "20",
-        "--between",
-        "interpolate",
-        "--force",
-    ]);
+    let o = import(
+        &file,
+        &out,
+        &["--mean-ms", "20", "--between", "interpolate", "--force"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = rows(&std::fs::read_to_string(&out).unwrap());
     let w1: Vec<f64> = r.iter().filter(|x| x.0 == 1).map(|x| x.1).collect();
@@ -98,19 +91,7 @@ fn a_malformed_file_is_refused_naming_its_line_and_nothing_is_written() {
         "job.csv",
     );
     let out = dir.path().join("trace.csv");
-    let args = |f: &std::path::Path| {
-        vec![
-            "import".to_string(),
-            "alibaba-pai".into(),
-            f.display().to_string(),
-            "--out".into(),
-            out.display().to_string(),
-        ]
-    };
-    let run = |f: &std::path::Path| {
-        let a = args(f);
-        dasim(&a.iter().map(String::as_str).collect::<Vec<_>>())
-    };
+    let run = |f: &std::path::Path| import(f, &out, &[]);
     let o = run(&file);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);

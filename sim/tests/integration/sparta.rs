@@ -6,7 +6,7 @@
 use crate::common;
 
 use common::*;
-use dasim_sim::algorithms::{LocalSgd, LocalSgdConfig, Sparta, SpartaConfig};
+use dasim_sim::algorithms::{LocalSgdConfig, Sparta, SpartaConfig};
 use dasim_sim::engine::run_inspect;
 use dasim_sim::prelude::*;
 
@@ -146,28 +146,23 @@ fn with_p_one_it_is_local_sgd_averaging_every_step() {
     };
     let mut sparta_rows = Vec::new();
     let s = run_sparta(&cfg, n, 0.5, |_, rows| sparta_rows = rows);
-    let mut store = Checked::new(quadratic_store(n, SEED));
-    let shared = store.shared();
     let local = LocalSgdConfig {
         h: 1,
         warmup_steps: None,
     };
-    let entry = AlgorithmConfig::from(AlgorithmKind::LocalSgd(local.clone()));
-    let opt = optimizer(0.05, 0.0);
-    let mut world = world(
+    let entry =
+        AlgorithmConfig::from(AlgorithmKind::LocalSgd(local)).with_optimizer(optimizer(0.05, 0.0));
+    let mut store = quadratic_store(n, SEED);
+    let (l, _) = run_on(
         &entry,
         &cluster(n, &[(1, 2.0)]),
         &net(1.0, 20.0),
         TopologyConfig::Ring {},
         &mut store,
-        &opt,
+        &stop_at(0.5),
         SEED,
     );
-    let mut alg = LocalSgd::new(&local, n);
-    let l = dasim_sim::engine::run(&mut alg, &mut world, &stop_at(0.5), &mut Collect::default())
-        .unwrap();
     assert_eq!(s.worker_steps, l.worker_steps, "the same timeline");
-    let store = shared.borrow();
     for (w, row) in sparta_rows.iter().enumerate() {
         assert!(rel_diff(row, store.params(w)) < 1e-12, "worker {w}");
     }

@@ -425,7 +425,8 @@ impl ServerRule {
         }
     }
 
-    /// Clients training at once, where fewer than every worker.
+    /// Clients training at once, where fewer than every worker (FedAvg: the clients a round
+    /// draws); they start drawn from the server's stream, the others idle.
     fn concurrency(&self) -> Option<u32> {
         match self {
             ServerRule::AsyncLocalSgd(_) => None,
