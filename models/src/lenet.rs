@@ -250,6 +250,18 @@ impl NeuralNet for LeNet {
         m
     }
 
+    /// Both convolutions and every dense layer but the last (the output layer).
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        use dasim_sim::store::Hidden;
+        let mut h = vec![
+            Hidden::conv(self.conv1.matrix()),
+            Hidden::conv(self.conv2.matrix()),
+        ];
+        let hidden = self.fc.len().saturating_sub(1);
+        h.extend(self.fc[..hidden].iter().map(|f| Hidden::dense(f.matrix())));
+        h
+    }
+
     /// Each convolution's weight and bias, then each dense layer's.
     fn tensors(&self) -> Vec<std::ops::Range<usize>> {
         let mut t: Vec<_> = self.conv1.blocks().chain(self.conv2.blocks()).collect();

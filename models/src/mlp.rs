@@ -188,6 +188,16 @@ impl NeuralNet for Mlp {
             .collect()
     }
 
+    /// Every layer's weight but the last's (the output layer, AdamW's in Muon).
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        let m = self.matrices();
+        let hidden = m.len().saturating_sub(1);
+        m[..hidden]
+            .iter()
+            .map(|&m| dasim_sim::store::Hidden::dense(m))
+            .collect()
+    }
+
     /// Each layer's weight, then its bias.
     fn tensors(&self) -> Vec<std::ops::Range<usize>> {
         self.layers

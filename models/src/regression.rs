@@ -180,6 +180,11 @@ impl NeuralNet for Regression {
         self.layer.matrices()
     }
 
+    /// None: the one layer is the output layer.
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        self.layer.hidden_matrices()
+    }
+
     fn tensors(&self) -> Vec<std::ops::Range<usize>> {
         self.layer.tensors()
     }

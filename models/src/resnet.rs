@@ -394,6 +394,17 @@ impl NeuralNet for ResNet {
         m
     }
 
+    /// Every convolution (the stem's too); not the linear layer (the output layer).
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        use dasim_sim::store::Hidden;
+        let mut h = vec![Hidden::conv(self.stem.matrix())];
+        for b in &self.blocks {
+            h.push(Hidden::conv(b.conv1.matrix()));
+            h.push(Hidden::conv(b.conv2.matrix()));
+        }
+        h
+    }
+
     /// In forward order: each convolution's weight, each batch norm's gain and shift, the linear
     /// layer's weight and bias. The running statistics are state, not tensors.
     fn tensors(&self) -> Vec<std::ops::Range<usize>> {

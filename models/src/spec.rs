@@ -189,6 +189,10 @@ pub trait NeuralNet: Send + Sync + Debug {
     /// The weight matrices, in row order ([`Model::matrices`]).
     fn matrices(&self) -> Vec<dasim_sim::store::Matrix>;
 
+    /// The hidden layers' weight matrices, in row order ([`Model::hidden_matrices`]): every
+    /// matrix but the embeddings and the output layer, as Muon's reference code splits them.
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden>;
+
     /// The parameter tensors (each weight, bias, normalization gain and shift), in row order
     /// ([`Model::tensors`]).
     fn tensors(&self) -> Vec<Range<usize>>;
@@ -314,6 +318,17 @@ impl Model {
     pub fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         match self {
             Model::Net(n) => n.matrices(),
+            Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
+        }
+    }
+
+    /// The hidden layers' weight matrices, in row order, for Muon
+    /// ([`ReplicaStore::hidden_matrices`](dasim_sim::store::ReplicaStore::hidden_matrices)):
+    /// every matrix of [`Model::matrices`] but the embeddings and the output layer. The
+    /// quadratic has none.
+    pub fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        match self {
+            Model::Net(n) => n.hidden_matrices(),
             Model::Quadratic(_) | Model::Timing(_) => Vec::new(),
         }
     }

@@ -432,6 +432,18 @@ impl NeuralNet for Transformer {
         m
     }
 
+    /// Every block's four linear weights; not the embeddings (the token embedding is also the
+    /// tied output layer), which Muon's reference leaves to AdamW.
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        self.blocks
+            .iter()
+            .flat_map(|b| {
+                b.linears()
+                    .map(|l| dasim_sim::store::Hidden::dense(l.matrix()))
+            })
+            .collect()
+    }
+
     /// In row order: the two embeddings, each block's normalizations and linear layers (weight,
     /// then bias), the final normalization.
     fn tensors(&self) -> Vec<std::ops::Range<usize>> {

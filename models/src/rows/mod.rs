@@ -96,7 +96,7 @@ mod queue;
 #[cfg(test)]
 mod tests;
 
-use dasim_sim::store::optim::{self, Sgd, State};
+use dasim_sim::store::optim::{self, Layout, Sgd, State};
 use dasim_sim::store::{OptimizerConfig, OptimizerKind};
 
 pub use combine::{
@@ -534,8 +534,8 @@ impl Rows {
 
     /// One optimizer step on the coordinates `block` of row `r` with gradient `g` (the gradient
     /// of `block` only) and rate `lr`, by the rule of `opt` as `dasim_sim::store::optimizer`
-    /// states it. `layers` are the model's layers' parameter ranges (LARS's trust ratio is per
-    /// layer, over the part of each layer inside `block`).
+    /// states it. `layout` is the model's shape (LARS's trust ratio is per layer, over the part
+    /// of each layer inside `block`; Muon orthogonalizes the hidden matrices inside it).
     pub fn step(
         &mut self,
         r: usize,
@@ -543,7 +543,7 @@ impl Rows {
         lr: f64,
         block: Range<usize>,
         opt: &OptimizerConfig,
-        layers: &[Range<usize>],
+        layout: &Layout,
     ) {
         debug_assert_eq!(g.len(), block.len());
         self.settle(r);
@@ -572,7 +572,7 @@ impl Rows {
                 g,
                 lr,
                 block,
-                layers,
+                layout,
             },
         );
         self.velocity = first;
@@ -591,9 +591,9 @@ impl Rows {
         lr: f64,
         block: Range<usize>,
         opt: &OptimizerConfig,
-        layers: &[Range<usize>],
+        layout: &Layout,
     ) {
-        self.queue_step(r, g, lr, block, opt, layers, false);
+        self.queue_step(r, g, lr, block, opt, layout, false);
     }
 
     /// [`Rows::step_shared`] with a gradient common to several rows (a mean of several workers'
@@ -607,9 +607,9 @@ impl Rows {
         lr: f64,
         block: Range<usize>,
         opt: &OptimizerConfig,
-        layers: &[Range<usize>],
+        layout: &Layout,
     ) {
-        self.queue_step(r, g, lr, block, opt, layers, true);
+        self.queue_step(r, g, lr, block, opt, layout, true);
     }
 
     /// An SGD step of a gradient held in `blocks`, applied now, with the steps queued before it,
@@ -673,12 +673,12 @@ impl Rows {
         lr: f64,
         block: Range<usize>,
         opt: &OptimizerConfig,
-        layers: &[Range<usize>],
+        layout: &Layout,
         common: bool,
     ) {
         debug_assert_eq!(g.len(), self.p);
         if opt.kind != OptimizerKind::Sgd || block.is_empty() {
-            self.step(r, &g[block.clone()], lr, block, opt, layers);
+            self.step(r, &g[block.clone()], lr, block, opt, layout);
             return;
         }
         self.push_step(r, Grad::Row(Arc::clone(g)), block, lr, opt, common);

@@ -26,7 +26,7 @@ fn writes_while_snapshots_are_held_copy_only_the_row_written() {
             0.1,
             0..p,
             &OptimizerConfig::default(),
-            &[],
+            &Layout::default(),
         );
     }
     assert_eq!(rows.floats_copied(), 0);
@@ -37,7 +37,7 @@ fn writes_while_snapshots_are_held_copy_only_the_row_written() {
         0.1,
         0..p,
         &OptimizerConfig::default(),
-        &[],
+        &Layout::default(),
     );
     rows.step(
         3,
@@ -45,7 +45,7 @@ fn writes_while_snapshots_are_held_copy_only_the_row_written() {
         0.1,
         0..p,
         &OptimizerConfig::default(),
-        &[],
+        &Layout::default(),
     );
     assert_eq!(rows.floats_copied(), p as u64);
     // The snapshot kept what was read.
@@ -102,7 +102,7 @@ fn a_steady_gossip_cycle_allocates_nothing_after_its_first_rounds() {
             let mut mixed = rows.buffer();
             combine_into(&mut mixed, &[(rows.get(r), 0.5), (&msgs[(r + 1) % n], 1.0)]);
             rows.set(r, mixed);
-            rows.step(r, &vec![1.0; p], 0.1, 0..p, &opt, &[]);
+            rows.step(r, &vec![1.0; p], 0.1, 0..p, &opt, &Layout::default());
         }
         for s in snaps.into_iter().chain(msgs) {
             rows.recycle(s);
@@ -155,16 +155,16 @@ fn average_is_atomic_and_leaves_other_rows() {
 fn momentum_nesterov_and_decay_follow_the_store_contract() {
     let opt = OptimizerConfig {
         momentum: 0.5,
-        nesterov: true,
+        nesterov: Some(true),
         weight_decay: 0.1,
         ..Default::default()
     };
     let mut rows = Rows::new(vec![1.0, 2.0], 1, &opt);
-    rows.step(0, &[1.0], 0.5, 1..2, &opt, &[]);
+    rows.step(0, &[1.0], 0.5, 1..2, &opt, &Layout::default());
     // d = 1 + 0.1·2 = 1.2; v = 1.2; step = 1.2 + 0.5·1.2 = 1.8; x = 2 − 0.9.
     assert_eq!(rows.get(0)[0], 1.0, "outside the block nothing moves");
     assert!((rows.get(0)[1] - 1.1).abs() < 1e-6);
-    rows.step(0, &[0.0], 1.0, 1..2, &opt, &[]);
+    rows.step(0, &[0.0], 1.0, 1..2, &opt, &Layout::default());
     // d = 0.11; v = 0.6 + 0.11 = 0.71; step = 0.11 + 0.355 = 0.465.
     assert!((rows.get(0)[1] - (1.1 - 0.465)).abs() < 1e-6);
 }
@@ -208,7 +208,7 @@ fn queued_steps_are_bit_identical_to_steps_one_by_one() {
         },
         OptimizerConfig {
             momentum: 0.7,
-            nesterov: true,
+            nesterov: Some(true),
             weight_decay: 1e-3,
             ..Default::default()
         },
@@ -222,8 +222,15 @@ fn queued_steps_are_bit_identical_to_steps_one_by_one() {
             let block = blocks[step % blocks.len()].clone();
             let lr = 0.01 + 0.001 * (step % 7) as f64;
             let r = step % 2;
-            eager.step(r, &g[block.clone()], lr, block.clone(), &opt, &[]);
-            lazy.step_shared(r, &g, lr, block, &opt, &[]);
+            eager.step(
+                r,
+                &g[block.clone()],
+                lr,
+                block.clone(),
+                &opt,
+                &Layout::default(),
+            );
+            lazy.step_shared(r, &g, lr, block, &opt, &Layout::default());
         }
         assert!(lazy.queued_steps() > 0, "some steps are still queued");
         for r in 0..2 {
@@ -236,8 +243,8 @@ fn queued_steps_are_bit_identical_to_steps_one_by_one() {
         }
         // The momentum moved the same way: one more step agrees too.
         let g = gradient(999, p);
-        eager.step(0, &g, 0.05, 0..p, &opt, &[]);
-        lazy.step(0, &g, 0.05, 0..p, &opt, &[]);
+        eager.step(0, &g, 0.05, 0..p, &opt, &Layout::default());
+        lazy.step(0, &g, 0.05, 0..p, &opt, &Layout::default());
         assert_eq!(bits(lazy.get(0)), bits(eager.get(0)), "{opt:?} after");
     }
 }
@@ -265,7 +272,14 @@ fn passes_split_over_threads_are_bit_identical_to_one_thread() {
             for step in 0..8 {
                 let g = gradient(step, p);
                 let r = step % 3;
-                rows.step_shared(r, &g, 0.01, blocks[step % 4].clone(), &opt, &[]);
+                rows.step_shared(
+                    r,
+                    &g,
+                    0.01,
+                    blocks[step % 4].clone(),
+                    &opt,
+                    &Layout::default(),
+                );
                 if step % 3 == 2 {
                     rows.average(&[0, 2]);
                 }
@@ -328,7 +342,14 @@ fn settling_a_held_row_copies_it_in_the_same_pass_with_the_same_bits() {
     let mut eager = Rows::new(init.clone(), 1, &opt);
     for (step, block) in blocks.iter().enumerate() {
         let g = gradient(step, p);
-        eager.step(0, &g[block.clone()], 0.02, block.clone(), &opt, &[]);
+        eager.step(
+            0,
+            &g[block.clone()],
+            0.02,
+            block.clone(),
+            &opt,
+            &Layout::default(),
+        );
     }
     for threads in [1, 3] {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -339,7 +360,14 @@ fn settling_a_held_row_copies_it_in_the_same_pass_with_the_same_bits() {
             let mut lazy = Rows::new(init.clone(), 1, &opt).with_threads(threads);
             let snapshot = lazy.share(0);
             for (step, block) in blocks.iter().enumerate() {
-                lazy.step_shared(0, &gradient(step, p), 0.02, block.clone(), &opt, &[]);
+                lazy.step_shared(
+                    0,
+                    &gradient(step, p),
+                    0.02,
+                    block.clone(),
+                    &opt,
+                    &Layout::default(),
+                );
             }
             lazy.settle(0);
             same(lazy.get(0), eager.get(0), &format!("{threads} threads"));
@@ -377,8 +405,8 @@ fn rows_with_the_same_values_and_a_common_step_share_its_result() {
         let g = gradient(round, p);
         for r in 0..5 {
             for block in [0..1000, 1000..p] {
-                lazy.step_common(r, &g, 0.05, block.clone(), &opt, &[]);
-                eager.step(r, &g[block.clone()], 0.05, block, &opt, &[]);
+                lazy.step_common(r, &g, 0.05, block.clone(), &opt, &Layout::default());
+                eager.step(r, &g[block.clone()], 0.05, block, &opt, &Layout::default());
             }
         }
         for r in 0..5 {
@@ -402,8 +430,8 @@ fn rows_with_the_same_values_and_a_common_step_share_its_result() {
         assert_eq!(ptr(3) == ptr(0), round > 0, "round {round}: row 3");
     }
     // A write to one of the sharing rows leaves the others.
-    lazy.step(1, &gradient(7, p), 0.05, 0..p, &opt, &[]);
-    eager.step(1, &gradient(7, p), 0.05, 0..p, &opt, &[]);
+    lazy.step(1, &gradient(7, p), 0.05, 0..p, &opt, &Layout::default());
+    eager.step(1, &gradient(7, p), 0.05, 0..p, &opt, &Layout::default());
     for r in 0..5 {
         same(
             lazy.get(r),
@@ -422,14 +450,14 @@ fn every_access_to_a_row_applies_its_queue_first() {
     };
     let fresh = || {
         let mut rows = Rows::new(vec![1.0; p], 3, &opt);
-        rows.step_shared(0, &gradient(1, p), 0.1, 0..p, &opt, &[]);
-        rows.step_shared(1, &gradient(2, p), 0.1, 0..p, &opt, &[]);
+        rows.step_shared(0, &gradient(1, p), 0.1, 0..p, &opt, &Layout::default());
+        rows.step_shared(1, &gradient(2, p), 0.1, 0..p, &opt, &Layout::default());
         rows
     };
     let mut want = {
         let mut rows = Rows::new(vec![1.0; p], 3, &opt);
-        rows.step(0, &gradient(1, p), 0.1, 0..p, &opt, &[]);
-        rows.step(1, &gradient(2, p), 0.1, 0..p, &opt, &[]);
+        rows.step(0, &gradient(1, p), 0.1, 0..p, &opt, &Layout::default());
+        rows.step(1, &gradient(2, p), 0.1, 0..p, &opt, &Layout::default());
         rows
     };
     // A snapshot sees the queued steps.
@@ -454,11 +482,11 @@ fn every_access_to_a_row_applies_its_queue_first() {
     // Replacing a row still moves its momentum by the queued step.
     let mut rows = fresh();
     rows.set(0, vec![0.0; p]);
-    rows.step(0, &gradient(3, p), 0.1, 0..p, &opt, &[]);
+    rows.step(0, &gradient(3, p), 0.1, 0..p, &opt, &Layout::default());
     let mut reference = Rows::new(vec![1.0; p], 1, &opt);
-    reference.step(0, &gradient(1, p), 0.1, 0..p, &opt, &[]);
+    reference.step(0, &gradient(1, p), 0.1, 0..p, &opt, &Layout::default());
     reference.set(0, vec![0.0; p]);
-    reference.step(0, &gradient(3, p), 0.1, 0..p, &opt, &[]);
+    reference.step(0, &gradient(3, p), 0.1, 0..p, &opt, &Layout::default());
     assert_eq!(bits(rows.get(0)), bits(reference.get(0)));
     // Swapping optimizer states applies each row's steps with its own state first.
     let mut rows = fresh();
@@ -472,7 +500,7 @@ fn every_access_to_a_row_applies_its_queue_first() {
 fn reading_a_row_with_queued_steps_is_refused() {
     let opt = OptimizerConfig::default();
     let mut rows = Rows::new(vec![0.0; 4], 1, &opt);
-    rows.step_shared(0, &gradient(0, 4), 0.1, 0..4, &opt, &[]);
+    rows.step_shared(0, &gradient(0, 4), 0.1, 0..4, &opt, &Layout::default());
     let _ = rows.get(0);
 }
 
@@ -482,13 +510,13 @@ fn a_queue_is_bounded_and_gives_its_gradients_back_to_the_spares() {
     let p = 100;
     let mut rows = Rows::new(vec![0.0; p], 1, &opt);
     for k in 0..MAX_QUEUE - 1 {
-        rows.step_shared(0, &gradient(k, p), 0.1, 0..p, &opt, &[]);
+        rows.step_shared(0, &gradient(k, p), 0.1, 0..p, &opt, &Layout::default());
     }
     assert_eq!(rows.queued_steps(), MAX_QUEUE - 1);
     // The gradients were handed over (their other holders dropped them): the queue holds the
     // last references, and settling recycles them.
     assert_eq!(rows.spares(), 0);
-    rows.step_shared(0, &gradient(0, p), 0.1, 0..p, &opt, &[]);
+    rows.step_shared(0, &gradient(0, p), 0.1, 0..p, &opt, &Layout::default());
     assert_eq!(rows.queued_steps(), 0, "a full queue is settled");
     // The last gradient's caller still held it while the queue was settled.
     assert_eq!(rows.spares(), MAX_QUEUE - 1);
@@ -502,7 +530,7 @@ fn a_queue_is_bounded_and_gives_its_gradients_back_to_the_spares() {
         ..Default::default()
     };
     let mut rows = Rows::new(vec![0.0; p], 1, &adam);
-    rows.step_shared(0, &gradient(0, p), 0.1, 0..p, &adam, &[]);
+    rows.step_shared(0, &gradient(0, p), 0.1, 0..p, &adam, &Layout::default());
     assert_eq!(rows.queued_steps(), 0);
 }
 

@@ -71,6 +71,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData, Transaction, activation};
 use rayon::prelude::*;
 
 use dasim_sim::clock::rng::{StreamKind, stream};
+use dasim_sim::store::optim::Layout;
 use dasim_sim::store::{
     Evaluation, GradId, HandleMap, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot,
 };
@@ -278,8 +279,8 @@ pub struct BurnStore {
     loss: Loss,
     rows: Rows,
     optimizer: OptimizerConfig,
-    /// The model's layers' parameter ranges (LARS's trust ratio is per layer).
-    layers: Vec<Range<usize>>,
+    /// The model's layers and hidden matrices, as the optimizer rules take them.
+    layout: Layout,
     train: Held,
     /// Samples in an epoch ([`Dataset::epoch_samples`]).
     epoch_samples: usize,
@@ -366,7 +367,10 @@ impl BurnStore {
         let workers = shards.len();
         let init = model.init(&mut stream(seed, StreamKind::Init, 0));
         let rows = Rows::new(init, workers, &optimizer);
-        let layers = model.layers().into_iter().map(|l| l.params).collect();
+        let layout = Layout {
+            layers: model.layers().into_iter().map(|l| l.params).collect(),
+            hidden: model.hidden_matrices(),
+        };
         let loss = match split.train.target {
             TargetKind::Classes(_) | TargetKind::Tokens(_) => Loss::CrossEntropy,
             TargetKind::Real => Loss::SquaredError,
@@ -387,7 +391,7 @@ impl BurnStore {
             loss,
             rows,
             optimizer,
-            layers,
+            layout,
             batch,
             augment: Augment::default(),
             train_host: None,
@@ -530,6 +534,10 @@ impl ReplicaStore for BurnStore {
 
     fn matrices(&self) -> Vec<dasim_sim::store::Matrix> {
         self.model.matrices()
+    }
+
+    fn hidden_matrices(&self) -> Vec<dasim_sim::store::Hidden> {
+        self.model.hidden_matrices()
     }
 
     fn tensors(&self) -> Vec<Range<usize>> {
@@ -709,10 +717,10 @@ impl ReplicaStore for BurnStore {
             let common = self.owners.get(&grad).is_some_and(|o| o.len() > 1);
             if common {
                 self.rows
-                    .step_common(row, &g, lr, block, &self.optimizer, &self.layers);
+                    .step_common(row, &g, lr, block, &self.optimizer, &self.layout);
             } else {
                 self.rows
-                    .step_shared(row, &g, lr, block, &self.optimizer, &self.layers);
+                    .step_shared(row, &g, lr, block, &self.optimizer, &self.layout);
             }
         }
     }

@@ -595,6 +595,10 @@ impl AlgorithmSpec for LapSgdConfig {
         false
     }
 
+    fn block_steps(&self, kind: &str) -> Option<&'static str> {
+        (kind == "lpp-sgd").then_some("takes partial steps on blocks of the model")
+    }
+
     fn fault_support(
         &self,
         _kind: &'static str,

@@ -256,6 +256,14 @@ pub trait AlgorithmSpec {
         Ok(())
     }
 
+    /// Why the algorithm (as `kind`) steps blocks of a row that may cut a weight matrix, or
+    /// `None` when its every step is on the whole row: Muon, which orthogonalizes whole
+    /// matrices, is refused where it is `Some`. The parameter server with several shards and
+    /// LPP-SGD's partial steps say why.
+    fn block_steps(&self, _kind: &str) -> Option<&'static str> {
+        None
+    }
+
     /// Whether the algorithm accepts `[optimizer.schedule] progress = "node"`
     /// ([`crate::algorithm::World::lr_for`]): `Err` says why not, and the scenario is refused.
     /// Accepted by default: every update of the algorithm belongs to one worker (its own step, or
@@ -708,6 +716,21 @@ impl AlgorithmConfig {
                     path,
                 )
             })?;
+        if optimizer.kind == crate::store::OptimizerKind::Muon
+            && let Some(why) = self.algorithm.spec().block_steps(self.kind())
+        {
+            return Err(self.own_field(
+                ConfigError::new(
+                    "optimizer.kind",
+                    format!(
+                        "{} ({path}) {why}, which cut the hidden matrices that Muon orthogonalizes whole",
+                        self.kind()
+                    ),
+                )
+                .hint("give this entry its own [algorithms.optimizer] with kind = \"adamw\""),
+                path,
+            ));
+        }
         if optimizer.schedule.progress != crate::store::lr::ScheduleProgress::Node {
             return Ok(());
         }

@@ -1024,6 +1024,10 @@ impl AlgorithmSpec for PsConfig {
         false
     }
 
+    fn block_steps(&self, _kind: &str) -> Option<&'static str> {
+        (self.servers > 1).then_some("steps the server's model shard by shard (servers > 1)")
+    }
+
     fn node_progress(&self) -> Result<(), &'static str> {
         Err(
             "the server's model is one model that every worker's pushes update, so its rate follows the server's progress (the run's), not the counter of whichever worker pushed",

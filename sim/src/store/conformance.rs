@@ -118,7 +118,7 @@ use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::ops::Range;
 
-use crate::store::optim::{self, Sgd, State};
+use crate::store::optim::{self, Layout, Sgd, State};
 use crate::store::{GradId, MsgId, OptimizerConfig, OptimizerKind, ReplicaStore, Slot, blocks};
 
 /// One store implementation under test: how to build a fresh store and how to read its rows.
@@ -204,6 +204,7 @@ macro_rules! testgen_replica_store {
             adamw_step_follows_the_rule,
             clipped_steps_follow_the_rule,
             lars_step_follows_the_rule,
+            muon_step_follows_the_rule,
             adam_and_lars_state_is_per_row_and_never_mixed,
             optimizer_states_swap_and_step_other_rows,
             a_reset_optimizer_state_steps_as_a_fresh_one,
@@ -278,7 +279,7 @@ fn plain() -> OptimizerConfig {
 fn optimizer(momentum: f64, nesterov: bool, weight_decay: f64) -> OptimizerConfig {
     OptimizerConfig {
         momentum,
-        nesterov,
+        nesterov: Some(nesterov),
         weight_decay,
         ..Default::default()
     }
@@ -1373,7 +1374,7 @@ impl RuleState {
 /// `f64`, the burn store's rows in `f32`).
 fn any_rule_step(
     opt: &OptimizerConfig,
-    layers: &[Range<usize>],
+    layout: &Layout,
     x: &mut [f64],
     st: &mut RuleState,
     g: &[f64],
@@ -1387,7 +1388,7 @@ fn any_rule_step(
         counts: Some(&mut st.t),
     };
     let block = 0..x.len();
-    let (g, layers) = (&clipped[..], layers);
+    let g = &clipped[..];
     optim::step(
         opt,
         optim::Step {
@@ -1396,7 +1397,7 @@ fn any_rule_step(
             g,
             lr,
             block,
-            layers,
+            layout,
         },
     );
 }
@@ -1417,21 +1418,17 @@ fn first_gradients<F: Fixture>(f: &F, workers: usize, count: usize) -> Vec<Vec<f
         .collect()
 }
 
-fn layer_ranges<S: ReplicaStore>(s: &S) -> Vec<Range<usize>> {
-    s.layers().into_iter().map(|l| l.params).collect()
-}
-
 /// Three steps of one gradient with `opt`, against the suite's statement of its rule.
 fn check_any_rule<F: Fixture>(f: &F, opt: OptimizerConfig, name: &str) {
     let g = first_gradients(f, WORKERS, 1).remove(0);
     let mut s = f.store(WORKERS, &opt);
-    let layers = layer_ranges(&s);
+    let layout = Layout::of(&s);
     let id = s.request_gradient(0);
     let mut want = f.read_row(&s, 1);
     let mut st = RuleState::new(want.len());
     for (k, lr) in [0.1, 0.05, 0.2].into_iter().enumerate() {
         s.apply_gradient(1, id, lr);
-        any_rule_step(&opt, &layers, &mut want, &mut st, &g, lr);
+        any_rule_step(&opt, &layout, &mut want, &mut st, &g, lr);
         assert_close(
             format!("{name}: row after step {} (rate {lr})", k + 1),
             &f.read_row(&s, 1),
@@ -1445,6 +1442,17 @@ fn adam(weight_decay: f64) -> OptimizerConfig {
     OptimizerConfig {
         kind: OptimizerKind::Adam,
         weight_decay,
+        ..Default::default()
+    }
+}
+
+fn muon() -> OptimizerConfig {
+    OptimizerConfig {
+        kind: OptimizerKind::Muon,
+        lr: 0.02,
+        momentum: 0.95,
+        weight_decay: 0.01,
+        adam_lr: Some(0.01),
         ..Default::default()
     }
 }
@@ -1499,6 +1507,7 @@ pub fn clipped_steps_follow_the_rule<F: Fixture>(f: &F) {
         (optimizer(0.9, true, 0.01), "SGD"),
         (adam(0.0), "Adam"),
         (lars(), "LARS"),
+        (muon(), "Muon"),
     ] {
         let opt = OptimizerConfig {
             clip_norm: Some(norm / 4.0),
@@ -1514,16 +1523,23 @@ pub fn lars_step_follows_the_rule<F: Fixture>(f: &F) {
     check_any_rule(f, lars(), "LARS");
 }
 
-/// Adam's and LARS's state (moments, step counts, momentum) belongs to its row: after rows with
+/// Muon: on each of [`ReplicaStore::hidden_matrices`], momentum, Nesterov's look-ahead and
+/// five Newton–Schulz iterations, scaled by `√max(1, fan_out/fan_in)`; AdamW with its own rate
+/// on every other coordinate.
+pub fn muon_step_follows_the_rule<F: Fixture>(f: &F) {
+    check_any_rule(f, muon(), "Muon");
+}
+
+/// Adam's, LARS's and Muon's state (moments, step counts, momentum) belongs to its row: after rows with
 /// different histories are mixed, averaged, block-copied, fully copied and added a message, each
 /// row's next step is the rule applied to its new parameters and its own, untouched state.
 pub fn adam_and_lars_state_is_per_row_and_never_mixed<F: Fixture>(f: &F) {
     let workers = 6;
     let gs = first_gradients(f, workers, 2);
-    for (opt, name) in [(adam(0.0), "Adam"), (lars(), "LARS")] {
+    for (opt, name) in [(adam(0.0), "Adam"), (lars(), "LARS"), (muon(), "Muon")] {
         let mut s = f.store(workers, &opt);
         let p = s.num_params();
-        let layers = layer_ranges(&s);
+        let layout = Layout::of(&s);
         let r = s.add_rows(1);
         let g0 = s.request_gradient(0);
         let g1 = s.request_gradient(1);
@@ -1533,7 +1549,7 @@ pub fn adam_and_lars_state_is_per_row_and_never_mixed<F: Fixture>(f: &F) {
         // g0 at rate 0.1.
         let mut step = |s: &mut F::Store, row: usize, g: GradId, gv: &[f64], lr: f64| {
             s.apply_gradient(row, g, lr);
-            any_rule_step(&opt, &layers, &mut x[row], &mut st[row], gv, lr);
+            any_rule_step(&opt, &layout, &mut x[row], &mut st[row], gv, lr);
         };
         for _ in 0..2 {
             step(&mut s, 0, g1, &gs[1], 0.5);
@@ -1570,7 +1586,7 @@ pub fn adam_and_lars_state_is_per_row_and_never_mixed<F: Fixture>(f: &F) {
             let mut want = f.read_row(&s, row);
             let mut state = st[row].clone();
             s.apply_gradient(row, g0, 0.1);
-            any_rule_step(&opt, &layers, &mut want, &mut state, &gs[0], 0.1);
+            any_rule_step(&opt, &layout, &mut want, &mut state, &gs[0], 0.1);
             assert_close(
                 format!("{name}: the step after {op} (row {row}), with the row's own state"),
                 &f.read_row(&s, row),

@@ -14,5 +14,5 @@ pub mod tracked;
 pub use handles::HandleMap;
 pub use optimizer::{OptimizerConfig, OptimizerKind};
 pub use reference::{Quadratic, ReferenceStore};
-pub use replica::{Evaluation, GradId, Layer, Matrix, MsgId, ReplicaStore, Slot, blocks};
+pub use replica::{Evaluation, GradId, Hidden, Layer, Matrix, MsgId, ReplicaStore, Slot, blocks};
 pub use tracked::Tracked;

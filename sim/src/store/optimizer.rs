@@ -3,7 +3,7 @@
 //! # The optimizer step
 //!
 //! The store applies the `[optimizer]` section's local update ([`OptimizerConfig`]); the
-//! algorithm passes the learning rate in force ([`crate::algorithm::World::lr_at`]). Four rules
+//! algorithm passes the learning rate in force ([`crate::algorithm::World::lr_at`]). Five rules
 //! exist (`kind`); each keeps its state **per row** (per replica), and no operation but the step
 //! itself reads or writes that state: averaging, mixing, message buffers and block copies move
 //! parameters only, never moments, momentum buffers or step counts. (Only
@@ -16,7 +16,9 @@
 //!   decay ([`optim::sgd`]);
 //! - `kind = "adam"`: Adam, bias-corrected by the row's own step count ([`optim::adam`]);
 //! - `kind = "adamw"`: Adam with the weight decay decoupled ([`optim::adamw`]);
-//! - `kind = "lars"`: layer-wise adaptive rate scaling ([`optim::lars`]).
+//! - `kind = "lars"`: layer-wise adaptive rate scaling ([`optim::lars`]);
+//! - `kind = "muon"`: momentum orthogonalized by Newton–Schulz on the hidden layers' matrices,
+//!   AdamW on the other parameters ([`optim::muon`]).
 //!
 //! ## Gradient clipping (`clip_norm`)
 //!
@@ -61,18 +63,20 @@ fn is_sgd(k: &OptimizerKind) -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizerConfig {
-    /// The update rule: `sgd` (default), `adam`, `adamw` or `lars`.
+    /// The update rule: `sgd` (default), `adam`, `adamw`, `lars` or `muon`.
     #[serde(default, skip_serializing_if = "is_sgd")]
     pub kind: OptimizerKind,
     /// Base learning rate η.
     #[serde(default = "default_lr")]
     pub lr: f64,
-    /// Momentum μ in `[0, 1)` (`sgd` and `lars`; Adam's is `beta1`).
+    /// Momentum μ in `[0, 1)` (`sgd` and `lars`; Muon's β, which it needs above zero; Adam's
+    /// is `beta1`).
     #[serde(default)]
     pub momentum: f64,
-    /// Nesterov momentum (needs `momentum > 0`; `sgd` only).
-    #[serde(default, skip_serializing_if = "crate::raw::is_false")]
-    pub nesterov: bool,
+    /// Nesterov momentum (needs `momentum > 0`; `sgd`, default off, and `muon`, default on as
+    /// in Muon's reference code). Read through [`OptimizerConfig::nesterov`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nesterov: Option<bool>,
     /// Weight decay λ: an L2 term added to the gradient (`sgd`, `adam`; in LARS's trust ratio
     /// too), or decoupled from it (`adamw`: `x ← x − η·λ·x` beside the Adam step).
     #[serde(default)]
@@ -80,15 +84,23 @@ pub struct OptimizerConfig {
     /// Adam's first-moment decay β₁ in `[0, 1)` (default 0.9; `adam` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta1: Option<f64>,
-    /// Adam's second-moment decay β₂ in `[0, 1)` (default 0.999; `adam` only).
+    /// Adam's second-moment decay β₂ in `[0, 1)` (default 0.999; 0.95 for Muon's AdamW).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beta2: Option<f64>,
-    /// Adam's ε, added to the denominator, positive (default 1e-8; `adam` only).
+    /// Adam's ε, added to the denominator, positive (default 1e-8; 1e-10 for Muon's AdamW).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eps: Option<f64>,
     /// LARS's trust coefficient η_T, positive (default 0.001; `lars` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta: Option<f64>,
+    /// Muon's AdamW rate, for every parameter outside the hidden matrices, positive (default
+    /// 3e-4, the reference's; `muon` only). The schedule and the worker scaling scale it as they
+    /// scale `lr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adam_lr: Option<f64>,
+    /// Muon's Newton–Schulz iterations, at least 1 (default 5, the reference's; `muon` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_steps: Option<u32>,
     /// Gradient clipping by global norm, positive (every kind; default: none): the gradient
     /// a step applies is scaled by `min(1, clip_norm / ‖g‖)` first, `‖g‖` the Euclidean norm
     /// of its trainable coordinates (all of them, whatever block the step touches).
@@ -108,12 +120,14 @@ impl Default for OptimizerConfig {
             kind: OptimizerKind::Sgd,
             lr: default_lr(),
             momentum: 0.0,
-            nesterov: false,
+            nesterov: None,
             weight_decay: 0.0,
             beta1: None,
             beta2: None,
             eps: None,
             eta: None,
+            adam_lr: None,
+            ns_steps: None,
             clip_norm: None,
             scale_with_workers: LrScaling::None,
             schedule: LrSchedule::default(),
@@ -127,14 +141,36 @@ impl OptimizerConfig {
         self.beta1.unwrap_or(DEFAULT_BETA1)
     }
 
-    /// Adam's β₂: `beta2`, or its default 0.999.
+    /// Adam's β₂: `beta2`, or its default 0.999 (Muon's AdamW: 0.95, as its reference).
     pub fn beta2(&self) -> f64 {
-        self.beta2.unwrap_or(DEFAULT_BETA2)
+        self.beta2.unwrap_or(match self.kind {
+            OptimizerKind::Muon => optim::muon::DEFAULT_BETA2,
+            _ => DEFAULT_BETA2,
+        })
     }
 
-    /// Adam's ε: `eps`, or its default 1e-8.
+    /// Adam's ε: `eps`, or its default 1e-8 (Muon's AdamW: 1e-10, as its reference).
     pub fn eps(&self) -> f64 {
-        self.eps.unwrap_or(DEFAULT_EPS)
+        self.eps.unwrap_or(match self.kind {
+            OptimizerKind::Muon => optim::muon::DEFAULT_EPS,
+            _ => DEFAULT_EPS,
+        })
+    }
+
+    /// Whether momentum is Nesterov's: `nesterov`, or its default (on for Muon, as in its
+    /// reference code; off for SGD).
+    pub fn nesterov(&self) -> bool {
+        self.nesterov.unwrap_or(self.kind == OptimizerKind::Muon)
+    }
+
+    /// Muon's AdamW rate: `adam_lr`, or its default 3e-4.
+    pub fn adam_lr(&self) -> f64 {
+        self.adam_lr.unwrap_or(optim::muon::DEFAULT_ADAM_LR)
+    }
+
+    /// Muon's Newton–Schulz iterations: `ns_steps`, or its default 5.
+    pub fn ns_steps(&self) -> u32 {
+        self.ns_steps.unwrap_or(optim::muon::DEFAULT_NS_STEPS)
     }
 
     /// LARS's trust coefficient: `eta`, or its default 0.001.
@@ -173,9 +209,11 @@ impl OptimizerConfig {
             ("beta2", self.beta2),
             ("eps", self.eps),
             ("eta", self.eta),
+            ("adam_lr", self.adam_lr),
         ] {
             self.read_by_kind(field, value.is_some())?;
         }
+        self.read_by_kind("ns_steps", self.ns_steps.is_some())?;
         for (field, value) in [("beta1", self.beta1()), ("beta2", self.beta2())] {
             if !(0.0..1.0).contains(&value) {
                 return Err(ConfigError::new(
@@ -185,7 +223,11 @@ impl OptimizerConfig {
             }
         }
         optim::clip::validate(self.clip_norm)?;
-        for (field, value) in [("eps", self.eps()), ("eta", self.eta())] {
+        for (field, value) in [
+            ("eps", self.eps()),
+            ("eta", self.eta()),
+            ("adam_lr", self.adam_lr()),
+        ] {
             if !(value.is_finite() && value > 0.0) {
                 return Err(ConfigError::new(
                     &format!("optimizer.{field}"),
@@ -194,7 +236,7 @@ impl OptimizerConfig {
             }
         }
         self.kind.validate(self)?;
-        if self.nesterov && !self.kind.keys().contains(&"nesterov") {
+        if self.nesterov == Some(true) && !self.kind.keys().contains(&"nesterov") {
             return Err(ConfigError::new(
                 "optimizer.nesterov",
                 format!(
@@ -212,7 +254,7 @@ impl OptimizerConfig {
             ));
         }
         optim::momentum::validate(self.momentum)?;
-        optim::momentum::validate_nesterov(self.nesterov, self.momentum)?;
+        optim::momentum::validate_nesterov(self.nesterov(), self.momentum)?;
         optim::decay::validate(self.weight_decay)?;
         self.schedule.validate("optimizer.schedule")
     }

@@ -10,9 +10,10 @@ use std::ops::Range;
 use rand_distr::{Distribution, StandardNormal};
 
 use crate::clock::rng::{Stream, StreamKind, stream};
-use crate::store::optim::{self, State};
+use crate::store::optim::{self, Layout, State};
 use crate::store::{
-    Evaluation, GradId, HandleMap, Layer, Matrix, MsgId, OptimizerConfig, ReplicaStore, Slot,
+    Evaluation, GradId, HandleMap, Hidden, Layer, Matrix, MsgId, OptimizerConfig, ReplicaStore,
+    Slot,
 };
 
 /// The analytic problem of a [`ReferenceStore`].
@@ -81,8 +82,8 @@ pub struct ReferenceStore {
     workers: usize,
     train_size: usize,
     layers: Vec<Layer>,
-    /// The layers' coordinate ranges, as the rules take them.
-    ranges: Vec<Range<usize>>,
+    /// The layers and hidden matrices, as the rules take them.
+    layout: Layout,
     matrices: Vec<Matrix>,
     tensors: Vec<Range<usize>>,
     state: ReferenceState,
@@ -117,7 +118,7 @@ impl ReferenceStore {
                 params: 0..dim,
                 forward_flops: 2 * dim as u64,
             }],
-            ranges: std::iter::once(0..dim).collect(),
+            layout: Layout::flat(dim),
             matrices: Vec::new(),
             tensors: std::iter::once(0..dim).collect(),
         }
@@ -131,6 +132,25 @@ impl ReferenceStore {
             "the matrices lie inside a row"
         );
         self.matrices = matrices;
+        self
+    }
+
+    /// The same store, whose [`ReplicaStore::hidden_matrices`] answers `hidden` (by default
+    /// none), and whose [`ReplicaStore::matrices`] holds them: for tests of Muon. They must be
+    /// disjoint, in row order; the objective is unchanged.
+    pub fn with_hidden(mut self, hidden: Vec<Hidden>) -> Self {
+        let mut end = 0;
+        for h in &hidden {
+            let r = h.matrix.range();
+            assert!(
+                r.start >= end && r.end <= self.num_params(),
+                "the hidden matrices lie in order inside a row"
+            );
+            assert_eq!(h.fan_out * h.fan_in, h.matrix.rows * h.matrix.cols);
+            end = r.end;
+        }
+        self.matrices = hidden.iter().map(|h| h.matrix).collect();
+        self.layout.hidden = hidden;
         self
     }
 
@@ -160,7 +180,7 @@ impl ReferenceStore {
             Some(self.num_params()),
             "the layers cover every coordinate"
         );
-        self.ranges = layers.iter().map(|l| l.params.clone()).collect();
+        self.layout.layers = layers.iter().map(|l| l.params.clone()).collect();
         self.layers = layers;
         self
     }
@@ -362,7 +382,7 @@ impl ReplicaStore for ReferenceStore {
             counts: buffers.counts.then(|| &mut steps[row][block.clone()]),
         };
         let x = &mut params[row][block.clone()];
-        let (g, layers) = (&g[block.clone()], &self.ranges[..]);
+        let (g, layout) = (&g[block.clone()], &self.layout);
         optim::step(
             opt,
             optim::Step {
@@ -371,7 +391,7 @@ impl ReplicaStore for ReferenceStore {
                 g,
                 lr,
                 block,
-                layers,
+                layout,
             },
         );
     }
@@ -459,6 +479,10 @@ impl ReplicaStore for ReferenceStore {
     /// replicas give exactly 0.
     fn matrices(&self) -> Vec<Matrix> {
         self.matrices.clone()
+    }
+
+    fn hidden_matrices(&self) -> Vec<Hidden> {
+        self.layout.hidden.clone()
     }
 
     fn tensors(&self) -> Vec<Range<usize>> {

@@ -94,6 +94,42 @@ impl Matrix {
     }
 }
 
+/// A hidden layer's weight matrix, for Muon ([`crate::store::optim::muon`]): every weight
+/// matrix of the model but its embeddings and its output layer, as Muon's reference code splits
+/// them. `matrix` is how it lies in a row (row-major); `fan_out` and `fan_in` are the layer's
+/// output and input sizes (`fan_out · fan_in = rows · cols`), which set Muon's scale
+/// `√max(1, fan_out / fan_in)` whatever the layout (a dense layer lies `fan_in × fan_out`, a
+/// convolution `cout × (cin·k²)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hidden {
+    /// The matrix in the row.
+    pub matrix: Matrix,
+    /// The layer's outputs (a dense layer's `fan_out`, a convolution's `cout`).
+    pub fan_out: usize,
+    /// The layer's inputs per output (a dense layer's `fan_in`, a convolution's `cin·k²`).
+    pub fan_in: usize,
+}
+
+impl Hidden {
+    /// A dense layer's weight, `fan_in × fan_out` in the row.
+    pub fn dense(matrix: Matrix) -> Self {
+        Hidden {
+            matrix,
+            fan_out: matrix.cols,
+            fan_in: matrix.rows,
+        }
+    }
+
+    /// A convolution's weight, `cout × (cin·k²)` in the row.
+    pub fn conv(matrix: Matrix) -> Self {
+        Hidden {
+            matrix,
+            fan_out: matrix.rows,
+            fan_in: matrix.cols,
+        }
+    }
+}
+
 /// Everything an algorithm may do with parameters.
 ///
 /// Every operation names rows by index and is a row operation on a stacked `[rows, params]`
@@ -139,6 +175,13 @@ pub trait ReplicaStore {
     /// `0..state().start`; every other coordinate (biases, normalization weights) is a vector to
     /// a low-rank compressor. Empty by default (an analytic problem has no matrices).
     fn matrices(&self) -> Vec<Matrix> {
+        Vec::new()
+    }
+
+    /// The weight matrices of the model's hidden layers, in row order ([`Hidden`]): those
+    /// Muon orthogonalizes, every other coordinate going to its AdamW. A subset of
+    /// [`ReplicaStore::matrices`]; empty by default (an analytic problem has none).
+    fn hidden_matrices(&self) -> Vec<Hidden> {
         Vec::new()
     }
 

@@ -880,6 +880,10 @@ impl ReplicaStore for Tracked<'_> {
         self.inner.matrices()
     }
 
+    fn hidden_matrices(&self) -> Vec<crate::store::Hidden> {
+        self.inner.hidden_matrices()
+    }
+
     fn tensors(&self) -> Vec<Range<usize>> {
         self.inner.tensors()
     }

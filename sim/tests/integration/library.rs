@@ -327,7 +327,7 @@ fn the_store_applies_nesterov_momentum_and_weight_decay_as_documented() {
     let opt = OptimizerConfig {
         lr: 0.1,
         momentum: 0.9,
-        nesterov: true,
+        nesterov: Some(true),
         weight_decay: 0.01,
         ..Default::default()
     };

@@ -144,6 +144,7 @@ scenario_tests! {
     lenet_scenario_runs_without_deadlock => "lenet.toml",
     resnet_scenario_runs_without_deadlock => "resnet.toml",
     transformer_scenario_runs_without_deadlock => "transformer.toml",
+    muon_scenario_runs_without_deadlock => "muon.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
     softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
     gradient_tracking_scenario_runs_without_deadlock => "gradient-tracking.toml",

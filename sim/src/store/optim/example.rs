@@ -83,6 +83,7 @@ impl Rule for RmsProp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::optim::Layout;
 
     /// The first step from `s = 0` is `η·g/(√(1 − α)·|g| + ε)`; the rule agrees with itself in
     /// `f32` and refuses a momentum.
@@ -99,7 +100,7 @@ mod tests {
             second: Some(&mut s),
             counts: None,
         };
-        let (lr, block, layers) = (0.1, 0..2, &[][..]);
+        let (lr, block, layout) = (0.1, 0..2, &Layout::flat(2));
         RmsProp::step(
             &opt,
             Step {
@@ -108,7 +109,7 @@ mod tests {
                 g: &g,
                 lr,
                 block,
-                layers,
+                layout,
             },
         );
         for (k, want) in [1.0 - 0.1 / 0.1f64.sqrt(), -2.0 + 0.1 / 0.1f64.sqrt()]

@@ -121,7 +121,7 @@ impl Rule for Lars {
     }
 
     fn step<F: Float, C: Count>(opt: &OptimizerConfig, s: Step<'_, F, C>) {
-        Lars::<F>::of(opt).apply(s.x, s.state.first, s.g, s.lr, s.block, s.layers);
+        Lars::<F>::of(opt).apply(s.x, s.state.first, s.g, s.lr, s.block, &s.layout.layers);
     }
 }
 

@@ -6,6 +6,7 @@
 //! | `adam` | [`adam`] | two moments and a step count |
 //! | `adamw` | [`adamw`] | Adam's |
 //! | `lars` | [`lars`] | a momentum buffer, with `momentum > 0` |
+//! | `muon` | [`muon`] | its momentum on the hidden matrices, Adam's two moments and step count elsewhere |
 //!
 //! The outer optimizers of the local-update family (DiLoCo's outer SGD, SlowMo's slow
 //! momentum, Delayed Nesterov) run on whole rows instead and are in [`outer`], one file each.
@@ -52,6 +53,7 @@ mod example;
 mod float;
 pub mod lars;
 pub mod momentum;
+pub mod muon;
 pub mod outer;
 pub mod sgd;
 
@@ -63,10 +65,11 @@ pub use adam::Adam;
 pub use adamw::AdamW;
 pub use float::{Count, Float};
 pub use lars::Lars;
+pub use muon::Muon;
 pub use sgd::Sgd;
 
 use crate::error::ConfigError;
-use crate::store::OptimizerConfig;
+use crate::store::{Hidden, OptimizerConfig, ReplicaStore};
 
 /// The state a rule keeps per row and coordinate; a store allocates what is set (zero at the
 /// start and for an added row), moves it with its row, and hands it to every step ([`State`]).
@@ -113,10 +116,39 @@ pub struct State<'a, F, C> {
     pub counts: Option<&'a mut [C]>,
 }
 
+/// The model's shape as the rules see it, which a store builds once ([`Layout::of`]): its
+/// layers' coordinate ranges (for a rule that scales by layer, LARS) and its hidden layers'
+/// weight matrices (for a rule that steps whole matrices, Muon).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Layout {
+    /// The layers' coordinate ranges in a row ([`crate::store::ReplicaStore::layers`]).
+    pub layers: Vec<Range<usize>>,
+    /// The hidden layers' weight matrices ([`crate::store::ReplicaStore::hidden_matrices`]).
+    pub hidden: Vec<Hidden>,
+}
+
+impl Layout {
+    /// The layout of the store `s`.
+    pub fn of<S: ReplicaStore + ?Sized>(s: &S) -> Self {
+        Layout {
+            layers: s.layers().into_iter().map(|l| l.params).collect(),
+            hidden: s.hidden_matrices(),
+        }
+    }
+
+    /// One layer holding the coordinates `0..dim`, no hidden matrices.
+    pub fn flat(dim: usize) -> Self {
+        Layout {
+            layers: std::iter::once(0..dim).collect(),
+            hidden: Vec::new(),
+        }
+    }
+}
+
 /// One step of a rule, as [`Rule::step`] receives it: with rate `lr` on the coordinates `block`
 /// of a row, `x`, its `state` and the gradient `g` (already clipped) are those coordinates;
-/// `layers` are the model's layers' coordinate ranges in the whole row (for a rule that scales
-/// by layer).
+/// `layout` is the model's shape in the whole row (for a rule that scales by layer or steps
+/// whole matrices).
 pub struct Step<'a, F, C> {
     /// The row's coordinates `block`.
     pub x: &'a mut [F],
@@ -128,8 +160,8 @@ pub struct Step<'a, F, C> {
     pub lr: f64,
     /// The coordinates of the row that `x` holds.
     pub block: Range<usize>,
-    /// The model's layers' coordinate ranges in the whole row.
-    pub layers: &'a [Range<usize>],
+    /// The model's layers and hidden matrices in the whole row.
+    pub layout: &'a Layout,
 }
 
 /// An optimizer rule: what its line in the registry names.
@@ -216,6 +248,9 @@ rules! {
     AdamW = "adamw" => adamw::AdamW,
     /// LARS: layer-wise trust ratio, momentum and weight decay as You et al. (2017) define them.
     Lars = "lars" => lars::Lars,
+    /// Muon: momentum orthogonalized by Newton–Schulz on the hidden layers' matrices, AdamW on
+    /// every other parameter (Jordan et al. 2024).
+    Muon = "muon" => muon::Muon,
 }
 
 impl OptimizerKind {
@@ -237,7 +272,7 @@ mod tests {
     #[test]
     fn the_registry_names_every_kind_once_and_round_trips() {
         let names: Vec<&str> = OptimizerKind::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names, ["sgd", "adam", "adamw", "lars"]);
+        assert_eq!(names, ["sgd", "adam", "adamw", "lars", "muon"]);
         for &kind in OptimizerKind::ALL {
             let text = format!("kind = \"{}\"", kind.name());
             #[derive(Deserialize)]
@@ -248,8 +283,11 @@ mod tests {
             assert_eq!(back.kind, kind);
         }
         assert_eq!(OptimizerKind::default(), OptimizerKind::Sgd);
-        assert_eq!(OptimizerKind::readers("beta1"), "\"adam\" or \"adamw\"");
-        assert_eq!(OptimizerKind::readers("nesterov"), "\"sgd\"");
+        assert_eq!(
+            OptimizerKind::readers("beta1"),
+            "\"adam\" or \"adamw\" or \"muon\""
+        );
+        assert_eq!(OptimizerKind::readers("nesterov"), "\"sgd\" or \"muon\"");
     }
 
     /// The same rule in `f32` and `f64` from the same inputs: the same step within `f32`'s
@@ -257,14 +295,22 @@ mod tests {
     #[test]
     fn every_rule_agrees_in_both_widths() {
         let p = 6;
-        let layers = [0..2, 2..6];
+        // Two layers, the second a hidden 2 × 2 matrix (Muon's; the first goes to its AdamW).
+        let matrix = crate::store::Matrix {
+            start: 2,
+            rows: 2,
+            cols: 2,
+        };
+        let layout = Layout {
+            layers: vec![0..2, 2..6],
+            hidden: vec![Hidden::dense(matrix)],
+        };
         for &kind in OptimizerKind::ALL {
             let opt = OptimizerConfig {
                 kind,
-                momentum: if kind.keys().contains(&"beta1") {
-                    0.0
-                } else {
-                    0.9
+                momentum: match kind {
+                    OptimizerKind::Adam | OptimizerKind::AdamW => 0.0,
+                    _ => 0.9,
                 },
                 weight_decay: 0.01,
                 ..Default::default()
@@ -290,7 +336,7 @@ mod tests {
                         g: &g,
                         lr: 0.1,
                         block: 0..p,
-                        layers: &layers,
+                        layout: &layout,
                     },
                 );
                 let st = State {
@@ -306,7 +352,7 @@ mod tests {
                         g: &g32,
                         lr: 0.1,
                         block: 0..p,
-                        layers: &layers,
+                        layout: &layout,
                     },
                 );
             }

@@ -43,7 +43,7 @@ impl<F: Float> Sgd<F> {
             mu: F::from_f64(opt.momentum),
             wd: F::from_f64(opt.weight_decay),
             decay: opt.weight_decay > 0.0,
-            nesterov: opt.nesterov,
+            nesterov: opt.nesterov(),
         }
     }
 
@@ -113,7 +113,7 @@ mod tests {
     fn nesterov_with_decay_by_hand() {
         let opt = OptimizerConfig {
             momentum: 0.5,
-            nesterov: true,
+            nesterov: Some(true),
             weight_decay: 0.1,
             ..Default::default()
         };
