@@ -727,7 +727,7 @@ impl AlgorithmConfig {
                         self.kind()
                     ),
                 )
-                .hint("give this entry its own [algorithms.optimizer] with kind = \"adamw\""),
+                .hint("run this entry with another optimizer (its own [algorithms.optimizer], e.g. kind = \"adamw\")"),
                 path,
             ));
         }
