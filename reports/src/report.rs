@@ -116,8 +116,17 @@ table { border-collapse: collapse; font-size: 0.95em; }
 .scroll { overflow-x: auto; }
 th, td { padding: 0.3em 0.8em; border-bottom: 1px solid #e4e4e4; text-align: right; white-space: nowrap; }
 th:first-child, td:first-child { text-align: left; color: #444; }
+table.summary th:first-child, table.summary td:first-child { position: sticky; left: 0; background: #fff; z-index: 1; }
+table.summary td[title] { cursor: help; text-decoration: underline dotted #aaa; }
+table.summary { font-size: 0.88em; }
+table.summary thead th { white-space: normal; vertical-align: bottom; min-width: 5em; max-width: 9em; }
+.wide { width: calc(100vw - 2.5em); margin-left: calc(50% - 50vw + 1em); }
+table.summary th, table.summary td { padding: 0.3em 0.5em; }
+table.summary .n { display: block; font-size: 0.85em; color: #777; }
+.ratio { display: block; font-size: 0.8em; color: #777; }
 thead th { border-bottom: 2px solid #bbb; }
 tbody tr:nth-child(even) { background: #f7f7f7; }
+table.summary tbody tr:nth-child(even) td:first-child { background: #f7f7f7; }
 figure { margin: 1.5em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.92em; }
@@ -243,15 +252,62 @@ impl Column {
     }
 }
 
-/// A row of the summary table: a label and how to read the cell from a column.
-type Cell = fn(&Column) -> Option<String>;
+/// A row of the summary table: a short label, its definition (shown on hover), how to read the
+/// cell from a column, and, for the rows where a ratio to the baseline means something, the
+/// number to compare and which way is better.
+struct Row {
+    label: &'static str,
+    definition: &'static str,
+    cell: fn(&Column) -> Option<String>,
+    compare: Option<Compare>,
+}
 
-/// The summary table's rows.
-fn table_rows() -> Vec<(&'static str, Cell)> {
+/// How a row's values compare with the baseline's: the number, and whether lower is better.
+struct Compare {
+    value: fn(&Column) -> Option<f64>,
+    lower_is_better: bool,
+    /// The words for "the ratio says this one is better" and "worse": ("sooner", "later").
+    words: (&'static str, &'static str),
+    /// A share (an accuracy): compared by its difference in percentage points, not a ratio.
+    points: bool,
+}
+
+fn row(label: &'static str, definition: &'static str, cell: fn(&Column) -> Option<String>) -> Row {
+    Row {
+        label,
+        definition,
+        cell,
+        compare: None,
+    }
+}
+
+fn compared(
+    label: &'static str,
+    definition: &'static str,
+    cell: fn(&Column) -> Option<String>,
+    value: fn(&Column) -> Option<f64>,
+    lower_is_better: bool,
+    words: (&'static str, &'static str),
+) -> Row {
+    Row {
+        label,
+        definition,
+        cell,
+        compare: Some(Compare {
+            value,
+            lower_is_better,
+            words,
+            points: false,
+        }),
+    }
+}
+
+/// The summary table's rows (the book's metrics chapter defines each measure).
+fn table_rows() -> Vec<Row> {
     fn stats(s: Option<IntStats>) -> Option<String> {
         let s = s?;
         Some(format!(
-            "{} / {} / {} <span class=\"file\">(n = {})</span>",
+            "{} / {} / {} <span class=\"n\">n = {}</span>",
             fmt_num(finite(s.mean)?),
             fmt_num(s.p99 as f64),
             fmt_num(s.max as f64),
@@ -265,8 +321,10 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
         Some(of(&t?).map_or_else(|| "—".into(), fmt_num))
     }
     vec![
-        ("kind", |c| c.kind.as_deref().map(escape)),
-        ("stopped", |c| {
+        row("kind", "the algorithm's kind in the scenario", |c| {
+            c.kind.as_deref().map(escape)
+        }),
+        row("stopped", "why the run stopped before its budget", |c| {
             let (stopped, reason) = c.stopped.as_ref()?;
             let what = match stopped {
                 Stopped::Diverged => "DIVERGED",
@@ -278,33 +336,70 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
                 None => format!("<b>{what}</b>"),
             })
         }),
-        ("simulated time (s)", |c| c.sim_time_s.map(fmt_num)),
-        ("events", |c| c.events.map(fmt_int)),
-        ("worker steps", |c| c.worker_steps.map(fmt_int)),
-        ("steps per simulated second", |c| {
-            c.steps_per_sim_s.map(fmt_num)
+        row(
+            "sim time (s)",
+            "simulated time at the end of the run, in seconds",
+            |c| c.sim_time_s.map(fmt_num),
+        ),
+        row("events", "events the simulator processed", |c| {
+            c.events.map(fmt_int)
         }),
-        ("epochs", |c| c.epochs.map(fmt_num)),
-        ("final test loss", |c| c.final_loss.map(fmt_num)),
-        ("final test accuracy", |c| {
-            c.final_accuracy.map(|a| format!("{:.2}%", a * 100.0))
-        }),
-        (
-            "global staleness, mean / p99 / max (global iterations between a gradient's read and its application)",
+        row(
+            "worker steps",
+            "gradient steps of all workers together",
+            |c| c.worker_steps.map(fmt_int),
+        ),
+        compared(
+            "steps / sim s",
+            "worker steps per simulated second",
+            |c| c.steps_per_sim_s.map(fmt_num),
+            |c| c.steps_per_sim_s,
+            false,
+            ("faster", "slower"),
+        ),
+        row(
+            "epochs",
+            "passes over the training set, all workers together",
+            |c| c.epochs.map(fmt_num),
+        ),
+        compared(
+            "test loss",
+            "held-out loss at the last evaluation",
+            |c| c.final_loss.map(fmt_num),
+            |c| c.final_loss,
+            true,
+            ("lower", "higher"),
+        ),
+        Row {
+            label: "test accuracy",
+            definition: "held-out accuracy at the last evaluation",
+            cell: |c| c.final_accuracy.map(|a| format!("{:.2}%", a * 100.0)),
+            compare: Some(Compare {
+                value: |c| c.final_accuracy,
+                lower_is_better: false,
+                words: ("higher", "lower"),
+                points: true,
+            }),
+        },
+        row(
+            "global staleness",
+            "mean / p99 / max: global iterations between a gradient's read and its application",
             |c| stats(c.global_staleness),
         ),
-        (
-            "row staleness, mean / p99 / max (updates of the target row between a gradient's read and its application)",
+        row(
+            "row staleness",
+            "mean / p99 / max: updates of the target row between a gradient's read and its application",
             |c| stats(c.row_staleness),
         ),
-        ("message age, mean / p99 / max (iterations)", |c| {
+        row("message age", "mean / p99 / max, in iterations", |c| {
             stats(c.message_age)
         }),
-        (
-            "oldest message per mixing step, mean / p99 / max (iterations)",
+        row(
+            "oldest message / mix",
+            "the oldest message of each mixing step, mean / p99 / max, in iterations",
             |c| stats(c.mix_age),
         ),
-        ("DASGD staleness between models", |c| {
+        row("DASGD staleness", "DASGD's staleness between models", |c| {
             let d = c.model_staleness?;
             let mean = finite(d.mean).map_or_else(|| "null".into(), fmt_num);
             Some(format!(
@@ -314,43 +409,115 @@ fn table_rows() -> Vec<(&'static str, Cell)> {
                 escape(&mean)
             ))
         }),
-        ("final consensus distance", |c| {
-            c.final_consensus.map(fmt_num)
+        compared(
+            "consensus",
+            "final consensus distance: the workers' mean squared distance to their average",
+            |c| c.final_consensus.map(fmt_num),
+            |c| c.final_consensus,
+            true,
+            ("lower", "higher"),
+        ),
+        compared(
+            "suboptimality",
+            "final suboptimality f(x) − f*",
+            |c| c.final_suboptimality.map(fmt_num),
+            |c| c.final_suboptimality,
+            true,
+            ("lower", "higher"),
+        ),
+        compared(
+            "to target acc. (s)",
+            "simulated seconds to the target accuracy (— if never reached)",
+            |c| target(c.time_to_target, |t| t.accuracy_s),
+            |c| c.time_to_target?.accuracy_s,
+            true,
+            ("sooner", "later"),
+        ),
+        compared(
+            "to target loss (s)",
+            "simulated seconds to the target loss (— if never reached)",
+            |c| target(c.time_to_target, |t| t.loss_s),
+            |c| c.time_to_target?.loss_s,
+            true,
+            ("sooner", "later"),
+        ),
+        row("messages", "messages sent", |c| c.messages.map(fmt_int)),
+        compared(
+            "bytes sent",
+            "bytes sent, summed over messages (compressed sizes where messages are compressed)",
+            |c| {
+                c.bytes
+                    .map(|b| format!("{} <span class=\"n\">{}</span>", fmt_int(b), fmt_bytes(b)))
+            },
+            |c| c.bytes.map(|b| b as f64),
+            true,
+            ("fewer", "more"),
+        ),
+        row(
+            "computing",
+            "share of the workers' time spent computing",
+            |c| share(c.utilization, |u| u.compute),
+        ),
+        row(
+            "communicating",
+            "share of the workers' time spent communicating",
+            |c| share(c.utilization, |u| u.communicate),
+        ),
+        row(
+            "blocked",
+            "share of the workers' time blocked, waiting for others",
+            |c| share(c.utilization, |u| u.blocked),
+        ),
+        row("idle", "share of the workers' time idle", |c| {
+            share(c.utilization, |u| u.idle)
         }),
-        ("final suboptimality f(x) − f*", |c| {
-            c.final_suboptimality.map(fmt_num)
-        }),
-        ("time to target accuracy (s)", |c| {
-            target(c.time_to_target, |t| t.accuracy_s)
-        }),
-        ("time to target loss (s)", |c| {
-            target(c.time_to_target, |t| t.loss_s)
-        }),
-        ("messages", |c| c.messages.map(fmt_int)),
-        ("bytes sent", |c| {
-            c.bytes.map(|b| {
-                format!(
-                    "{} <span class=\"file\">({})</span>",
-                    fmt_int(b),
-                    fmt_bytes(b)
-                )
-            })
-        }),
-        ("time computing", |c| share(c.utilization, |u| u.compute)),
-        ("time communicating", |c| {
-            share(c.utilization, |u| u.communicate)
-        }),
-        ("time blocked", |c| share(c.utilization, |u| u.blocked)),
-        ("time idle", |c| share(c.utilization, |u| u.idle)),
         // Only runs with `[[faults]]` have it; the row is left out when none has.
-        ("time down", |c| {
+        row("down", "share of the workers' time down (faults)", |c| {
             Some(format!("{:.1}%", finite(c.utilization?.down?)? * 100.0))
         }),
     ]
 }
 
+/// The ratio of `value` to the baseline's `base`, in the row's words: "3.1× sooner", "2× more"
+/// (a share's difference in points: "+0.56 pt"); `None` where no ratio means anything (a zero
+/// or missing value).
+fn ratio(value: f64, base: f64, compare: &Compare) -> Option<(String, bool)> {
+    if compare.points && value.is_finite() && base.is_finite() {
+        let d = (value - base) * 100.0;
+        if d.abs() < 0.005 {
+            return Some(("same".into(), false));
+        }
+        return Some((format!("{d:+.2} pt"), (d > 0.0) != compare.lower_is_better));
+    }
+    if !(value.is_finite() && base.is_finite()) || value <= 0.0 || base <= 0.0 {
+        return None;
+    }
+    let better = if compare.lower_is_better {
+        value < base
+    } else {
+        value > base
+    };
+    let factor = if value > base {
+        value / base
+    } else {
+        base / value
+    };
+    if (factor - 1.0).abs() < 1e-9 {
+        return Some(("same".into(), false));
+    }
+    let word = if better {
+        compare.words.0
+    } else {
+        compare.words.1
+    };
+    Some((format!("{}× {word}", significant(factor, 2)), better))
+}
+
 /// The summary table: one column per algorithm; rows no run has are left out. Without
 /// `summary.json` (an interrupted run), the last evaluation point of each algorithm stands in.
+/// Each row's label is short, its definition on hover; where a ratio means something, each
+/// value after the first (the baseline) shows its ratio to the baseline's, and the best value of
+/// the row is marked.
 fn summary_table(w: &mut String, data: &RunData) {
     let runs: Vec<(String, Column)> = data
         .algorithms
@@ -372,19 +539,69 @@ fn summary_table(w: &mut String, data: &RunData) {
         let _ = writeln!(w, "<p>No algorithm in this run directory.</p>");
         return;
     }
-    let _ = write!(w, "<div class=\"scroll\"><table>\n<thead><tr><th></th>");
+    if runs.len() > 1 {
+        let _ = writeln!(
+            w,
+            "<p class=\"file\">Ratios are against the first column, {}; the best value of a row is in bold. Hover a label for its definition (the book's metrics chapter has them all).</p>",
+            escape(&data.legend(&runs[0].0))
+        );
+    }
+    let _ = write!(
+        w,
+        "<div class=\"scroll wide\"><table class=\"summary\">\n<thead><tr><th></th>"
+    );
     for (alg, _) in &runs {
         let _ = write!(w, "<th>{}</th>", escape(&data.legend(alg)));
     }
     let _ = writeln!(w, "</tr></thead>\n<tbody>");
-    for (label, cell) in table_rows() {
-        let cells: Vec<Option<String>> = runs.iter().map(|(_, run)| cell(run)).collect();
+    for r in table_rows() {
+        let cells: Vec<Option<String>> = runs.iter().map(|(_, run)| (r.cell)(run)).collect();
         if cells.iter().all(Option::is_none) {
             continue;
         }
-        let _ = write!(w, "<tr><td>{}</td>", escape(label));
-        for c in cells {
-            let _ = write!(w, "<td>{}</td>", c.unwrap_or_else(|| "—".into()));
+        let values: Vec<Option<f64>> = match &r.compare {
+            Some(c) => runs.iter().map(|(_, run)| (c.value)(run)).collect(),
+            None => vec![None; runs.len()],
+        };
+        let best = r.compare.as_ref().and_then(|c| {
+            let known: Vec<f64> = values
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|v| v.is_finite())
+                .collect();
+            if known.len() < 2 {
+                return None;
+            }
+            let pick = if c.lower_is_better {
+                f64::min
+            } else {
+                f64::max
+            };
+            let b = known.iter().copied().reduce(pick)?;
+            // No mark when every value is the best.
+            (!known.iter().all(|&v| v == b)).then_some(b)
+        });
+        let _ = write!(
+            w,
+            "<tr><td title=\"{}\">{}</td>",
+            escape(r.definition),
+            escape(r.label)
+        );
+        for (k, c) in cells.into_iter().enumerate() {
+            let text = c.unwrap_or_else(|| "—".into());
+            let mut extra = String::new();
+            if let (Some(cmp), Some(v), Some(base)) = (&r.compare, values[k], values[0])
+                && k > 0
+                && let Some((words, _)) = ratio(v, base, cmp)
+            {
+                extra = format!(" <span class=\"ratio\">{}</span>", escape(&words));
+            }
+            if best.is_some() && values[k] == best {
+                let _ = write!(w, "<td class=\"best\"><b>{text}</b>{extra}</td>");
+            } else {
+                let _ = write!(w, "<td>{text}{extra}</td>");
+            }
         }
         let _ = writeln!(w, "</tr>");
     }
@@ -511,6 +728,32 @@ mod tests {
             assert_eq!(base64(input.as_bytes()), expected, "{input}");
         }
         assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
+    }
+
+    /// Ratios read the way the row is better: a time half the baseline's is "2× sooner", a
+    /// loss twice it "2× higher", an accuracy by its difference in points.
+    #[test]
+    fn ratios_against_the_baseline() {
+        let time = Compare {
+            value: |_| None,
+            lower_is_better: true,
+            words: ("sooner", "later"),
+            points: false,
+        };
+        assert_eq!(ratio(0.5, 1.0, &time), Some(("2× sooner".into(), true)));
+        assert_eq!(ratio(3.1, 1.0, &time), Some(("3.1× later".into(), false)));
+        assert_eq!(ratio(1.0, 1.0, &time), Some(("same".into(), false)));
+        assert_eq!(ratio(1.0, 0.0, &time), None);
+        let accuracy = Compare {
+            value: |_| None,
+            lower_is_better: false,
+            words: ("higher", "lower"),
+            points: true,
+        };
+        assert_eq!(
+            ratio(0.9749, 0.8858, &accuracy),
+            Some(("+8.91 pt".into(), true))
+        );
     }
 
     #[test]

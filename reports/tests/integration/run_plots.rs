@@ -517,7 +517,16 @@ fn report_is_self_contained() {
     assert_eq!(html.matches("<img ").count(), 16);
     // One column per algorithm; the summary's figures.
     assert!(html.contains("<th>allreduce</th><th>adpsgd</th><th>sgp</th><th>dasgd</th>"));
-    assert!(html.contains("<td>final test accuracy</td><td>93.75%</td>"));
+    // Short labels with their definition on hover; each value after the baseline (the first
+    // column) with its difference to it, and the row's best in bold.
+    assert!(html.contains(
+        "<tr><td title=\"held-out accuracy at the last evaluation\">test accuracy</td>\
+         <td class=\"best\"><b>93.75%</b></td>\
+         <td class=\"best\"><b>93.75%</b> <span class=\"ratio\">same</span></td>\
+         <td>81.25% <span class=\"ratio\">-12.50 pt</span></td>\
+         <td>75.00% <span class=\"ratio\">-18.75 pt</span></td></tr>"
+    ));
+    assert!(html.contains("× lower</span>"), "a ratio of losses");
     assert!(
         html.contains("0.6429 / 3 / 3"),
         "AD-PSGD staleness mean / p99 / max"
