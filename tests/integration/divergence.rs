@@ -93,7 +93,7 @@ fn a_huge_learning_rate_diverges_keeps_its_outputs_and_exits_3() {
     assert!(o.status.success(), "{}", stderr(&o));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
-        html.contains("<td>stopped</td>") && html.contains("<b>DIVERGED</b>"),
+        html.contains(">stopped</td>") && html.contains("<b>DIVERGED</b>"),
         "no stopped row"
     );
 
