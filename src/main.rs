@@ -94,6 +94,10 @@ enum Command {
         /// The HTML file to write (default: RUN_DIR/report.html).
         #[arg(long, short)]
         out: Option<PathBuf>,
+        /// The algorithm the summary compares the others with: its column comes first and
+        /// every ratio is against it (default: the scenario's first algorithm).
+        #[arg(long, value_name = "NAME")]
+        baseline: Option<String>,
     },
 }
 
@@ -146,8 +150,12 @@ fn execute(command: Command) -> dasim::Result<()> {
             println!("{} plot files in {}", written.len(), dir.display());
             Ok(())
         }
-        Command::Report { run_dir, out } => {
-            let path = cmd::report::report(&run_dir, out.as_deref())?;
+        Command::Report {
+            run_dir,
+            out,
+            baseline,
+        } => {
+            let path = cmd::report::report(&run_dir, out.as_deref(), baseline.as_deref())?;
             println!("report in {}", path.display());
             Ok(())
         }

@@ -19,7 +19,7 @@ fn main() -> dasim_reports::Result<()> {
     for p in dasim_reports::plot_run_to(&run, &out)? {
         println!("{}", p.display());
     }
-    let report = dasim_reports::write_report(&run, &out.join("report.html"))?;
+    let report = dasim_reports::write_report(&run, &out.join("report.html"), &Default::default())?;
     println!("{}", report.display());
     Ok(())
 }

@@ -34,6 +34,7 @@ pub mod columns;
 mod data;
 mod error;
 mod figure;
+mod interactive;
 mod plot;
 mod report;
 pub mod rundir;
@@ -49,7 +50,7 @@ pub use data::{
 };
 pub use error::{Error, Result};
 pub use plot::{LinePlot, PALETTE, PLOT_HEIGHT, PLOT_WIDTH, Series, line_plot};
-pub use report::{report_html, write_report};
+pub use report::{ReportOptions, report_html, write_report};
 pub use rundir::{
     Activity, AlgorithmSummary, IntStats, MetricRow, RunData, SeriesRow, StalenessRow, Stamp,
     Summary, TimelineRow, Timings, UtilizationRow, write_atomic, write_json,

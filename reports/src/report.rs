@@ -1,17 +1,20 @@
 //! `report.html`: one self-contained page per run directory.
 //!
-//! The page holds a summary table (one column per algorithm, from `summary.json`), the
-//! provenance of the run (dasim version, git revision, SHA-256 of the resolved scenario), every
-//! plot of [`crate::plot_run`] embedded as a base64 PNG data URI, and the resolved
-//! `scenario.toml`. It references nothing outside itself (no scripts, fonts, style sheets or
-//! images to fetch), so it opens offline and can be mailed or archived as one file. The bytes
-//! depend only on the run directory's files: no date or host name is written.
+//! The page holds a summary table (one column per algorithm, from `summary.json`, each value
+//! compared with the baseline's), the provenance of the run (dasim version, git revision,
+//! SHA-256 of the resolved scenario), every plot of [`crate::plot_run`] as interactive charts
+//! (the figures' data as JSON, drawn by the page's script with the vendored uPlot: hover values,
+//! legend toggles, zoom; see [`crate::interactive`]), and the resolved `scenario.toml`. It
+//! references nothing outside itself (no script, font, style sheet or image to fetch, and a
+//! Content Security Policy that forbids any), so it opens offline and can be mailed or
+//! archived as one file. The bytes depend only on the run directory's files: no date or host
+//! name is written.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::Result;
-use crate::figure::{Figure, render};
+use crate::interactive::{REPORT_JS, UPLOT_CSS, UPLOT_JS, chart_script_text};
 use crate::rundir::{
     AlgorithmStaleness, AlgorithmSummary, IntStats, RunData, Stopped, TimeToTarget, Utilization,
     write_atomic,
@@ -23,15 +26,26 @@ use crate::runplots::run_figures;
 ///
 /// Fails when `run_dir` is not a run directory or one of its files is malformed (the error
 /// names the file and line), or when the page cannot be written.
-pub fn write_report(run_dir: &Path, out: &Path) -> Result<PathBuf> {
+pub fn write_report(run_dir: &Path, out: &Path, opts: &ReportOptions) -> Result<PathBuf> {
     let data = RunData::load(run_dir)?;
-    let html = report_html(&data)?;
+    let html = report_html(&data, opts)?;
     write_atomic(out, html.as_bytes())?;
     Ok(out.to_path_buf())
 }
 
+/// What a report shows beyond the run directory's files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReportOptions {
+    /// The algorithm the others are compared with (its name in the scenario, or its legend):
+    /// its column comes first and every ratio is against it. `None`: the first algorithm.
+    pub baseline: Option<String>,
+}
+
 /// The report page of a loaded run directory, as HTML text.
-pub fn report_html(data: &RunData) -> Result<String> {
+///
+/// Fails when `opts.baseline` names no algorithm of the run (the error lists them).
+pub fn report_html(data: &RunData, opts: &ReportOptions) -> Result<String> {
+    let order = column_order(data, opts.baseline.as_deref())?;
     let name = data.scenario_name();
     let mut html = String::new();
     let w = &mut html;
@@ -39,7 +53,9 @@ pub fn report_html(data: &RunData) -> Result<String> {
         w,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>dasim report: {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n",
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
+         <title>dasim report: {}</title>\n<style>{UPLOT_CSS}</style>\n<style>{STYLE}</style>\n\
+         </head>\n<body>\n",
         escape(&name)
     );
     let _ = writeln!(w, "<h1>{}</h1>", escape(&name));
@@ -58,7 +74,7 @@ pub fn report_html(data: &RunData) -> Result<String> {
     let _ = writeln!(w, " · <a href=\"#scenario\">Scenario</a></nav>");
 
     let _ = writeln!(w, "<section id=\"summary\">\n<h2>Summary</h2>");
-    summary_table(w, data);
+    summary_table(w, data, &order);
     let _ = writeln!(w, "</section>");
 
     let _ = writeln!(w, "<section id=\"plots\">\n<h2>Plots</h2>");
@@ -66,16 +82,22 @@ pub fn report_html(data: &RunData) -> Result<String> {
         let _ = writeln!(w, "<p>No plottable data in this run directory.</p>");
     }
     for f in &figures {
-        let rendered = render(&f.chart, &data.dir.join(&f.stem))?;
-        let (width, height) = f.chart.size();
         let _ = writeln!(
             w,
-            "<figure id=\"fig-{stem}\">\n<img alt=\"{alt}\" width=\"{width}\" height=\"{height}\" \
-             src=\"data:image/png;base64,{data}\">\n<figcaption>{alt} \
-             <span class=\"file\">({stem}.png)</span></figcaption>\n</figure>",
+            "<figure id=\"fig-{stem}\">\n<div class=\"chart\" id=\"chart-{stem}\"></div>\n\
+             <script type=\"application/json\" data-figure=\"{stem}\">{data}</script>\n\
+             <figcaption>{alt} <span class=\"file\">({stem}.png and {stem}.svg from \
+             <code>dasim plot</code>)</span></figcaption>\n</figure>",
             stem = escape(&f.stem),
             alt = escape(&f.heading),
-            data = base64(&rendered.png),
+            data = chart_script_text(&f.chart),
+        );
+    }
+    if !figures.is_empty() {
+        let _ = writeln!(
+            w,
+            "<noscript><p>The plots are drawn by the page's script, which this browser does \
+             not run; <code>dasim plot</code> writes them as PNG and SVG files.</p></noscript>"
         );
     }
     let _ = writeln!(w, "</section>");
@@ -96,11 +118,23 @@ pub fn report_html(data: &RunData) -> Result<String> {
     let _ = writeln!(w, "</section>");
     let _ = writeln!(
         w,
-        "<footer>Written by <code>dasim report</code> from the files of the run directory.</footer>\n\
-         </body>\n</html>"
+        "<footer>Written by <code>dasim report</code> from the files of the run directory; \
+         its plots are drawn with uPlot (MIT licence, Leon Sorokin).</footer>"
     );
+    if !figures.is_empty() {
+        let _ = writeln!(
+            w,
+            "<script>{UPLOT_JS}</script>\n<script>{REPORT_JS}</script>"
+        );
+    }
+    let _ = writeln!(w, "</body>\n</html>");
     Ok(html)
 }
+
+/// The page's Content Security Policy: its own inline scripts and styles and nothing else, so
+/// that the browser refuses any request the page (or the vendored library) might make.
+const CSP: &str =
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:";
 
 const STYLE: &str = "
 body { font-family: system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', sans-serif; color: #222;
@@ -129,6 +163,18 @@ tbody tr:nth-child(even) { background: #f7f7f7; }
 table.summary tbody tr:nth-child(even) td:first-child { background: #f7f7f7; }
 figure { margin: 1.5em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+.chart { width: 100%; min-height: 2em; }
+.chart-title { font-weight: 600; font-size: 1.02em; }
+.chart-note, .chart-readout { color: #666; font-size: 0.85em; margin-bottom: 0.3em; }
+.chart-readout { font-family: ui-monospace, 'DejaVu Sans Mono', monospace; min-height: 1.4em; }
+.chart-caption { font-size: 0.9em; margin-top: 0.6em; }
+.chart-keys { font-size: 0.85em; margin: 0.2em 0 0.4em; }
+.chart-key { margin-right: 1.2em; white-space: nowrap; }
+.chart-key .swatch { display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.35em; vertical-align: -0.1em; }
+.uplot { font-family: inherit; width: 100%; }
+.u-legend { font-size: 0.85em; text-align: left; max-width: 100%; }
+.u-legend .u-series { max-width: 100%; }
+.u-legend .u-label { white-space: normal; }
 figcaption { color: #555; font-size: 0.92em; }
 .file { color: #999; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.88em; border: 1px solid #e4e4e4; }
@@ -513,16 +559,38 @@ fn ratio(value: f64, base: f64, compare: &Compare) -> Option<(String, bool)> {
     Some((format!("{}× {word}", significant(factor, 2)), better))
 }
 
+/// The run's algorithms in the order of the summary's columns: the baseline first, then the
+/// others in the run's order.
+fn column_order<'a>(data: &'a RunData, baseline: Option<&str>) -> Result<Vec<&'a String>> {
+    let mut order: Vec<&String> = data.algorithms.iter().collect();
+    if let Some(name) = baseline {
+        let Some(at) = order
+            .iter()
+            .position(|a| a.as_str() == name || data.legend(a) == name)
+        else {
+            return Err(crate::Error::Input {
+                path: data.dir.clone(),
+                message: format!(
+                    "--baseline {name}: the run has no such algorithm; its algorithms: {}",
+                    data.algorithms.join(", ")
+                ),
+            });
+        };
+        let base = order.remove(at);
+        order.insert(0, base);
+    }
+    Ok(order)
+}
+
 /// The summary table: one column per algorithm; rows no run has are left out. Without
 /// `summary.json` (an interrupted run), the last evaluation point of each algorithm stands in.
 /// Each row's label is short, its definition on hover; where a ratio means something, each
 /// value after the first (the baseline) shows its ratio to the baseline's, and the best value of
 /// the row is marked.
-fn summary_table(w: &mut String, data: &RunData) {
-    let runs: Vec<(String, Column)> = data
-        .algorithms
+fn summary_table(w: &mut String, data: &RunData, order: &[&String]) {
+    let runs: Vec<(String, Column)> = order
         .iter()
-        .map(|alg| {
+        .map(|&alg| {
             let column = data
                 .run_summary(alg)
                 .map_or_else(|| Column::of_metrics(data, alg), Column::of_summary);
@@ -542,7 +610,7 @@ fn summary_table(w: &mut String, data: &RunData) {
     if runs.len() > 1 {
         let _ = writeln!(
             w,
-            "<p class=\"file\">Ratios are against the first column, {}; the best value of a row is in bold. Hover a label for its definition (the book's metrics chapter has them all).</p>",
+            "<p class=\"file\">Ratios are against the first column, {} (choose another with <code>dasim report --baseline NAME</code>); the best value of a row is in bold. Hover a label for its definition (the book's metrics chapter has them all).</p>",
             escape(&data.legend(&runs[0].0))
         );
     }
@@ -688,50 +756,10 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
-/// Standard base64 (RFC 4648, with padding).
-pub(crate) fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn base64_matches_rfc4648() {
-        for (input, expected) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), expected, "{input}");
-        }
-        assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
-    }
-
-    /// Ratios read the way the row is better: a time half the baseline's is "2× sooner", a
-    /// loss twice it "2× higher", an accuracy by its difference in points.
     #[test]
     fn ratios_against_the_baseline() {
         let time = Compare {
