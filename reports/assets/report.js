@@ -367,9 +367,39 @@
     el.appendChild(readout);
   }
 
+  /* A table whose rows sort by the column whose name is clicked (again: the other way);
+   * numbers by value (a cell's data-v, or its text), empty cells last either way. */
+  function sortable(table) {
+    var heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function (th, col) {
+      function sort() {
+        var dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+        Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
+        var numeric = th.dataset.type === "number";
+        var key = function (row) {
+          var cell = row.cells[col];
+          var text = cell.dataset.v != null ? cell.dataset.v : cell.textContent;
+          return text === "" ? null : numeric ? parseFloat(text) : text;
+        };
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = key(a), y = key(b);
+          if (x === null || y === null) return (x === null) - (y === null);
+          return dir * (numeric ? x - y : x.localeCompare(y, undefined, { numeric: true }));
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      }
+      th.addEventListener("click", sort);
+      th.addEventListener("keydown", function (e) { if (e.key === "Enter") sort(); });
+    });
+  }
+
   var renderers = { lines: lines, histograms: histograms, bars: bars, stacked: stacked, gantt: gantt };
 
   function renderAll() {
+    Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), sortable);
     var scripts = document.querySelectorAll("script[type='application/json'][data-figure]");
     Array.prototype.forEach.call(scripts, function (script) {
       var el = document.getElementById("chart-" + script.dataset.figure);

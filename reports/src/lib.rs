@@ -40,6 +40,7 @@ mod report;
 pub mod rundir;
 mod runplots;
 mod sweepplot;
+mod sweepreport;
 pub mod trace;
 
 pub use data::{
@@ -57,3 +58,4 @@ pub use rundir::{
 };
 pub use runplots::{plot_run, plot_run_data, plot_run_to, plot_runs};
 pub use sweepplot::{SweepLine, SweepPlot, SweepPoint, sweep_plot};
+pub use sweepreport::{SweepFigure, SweepReport, sweep_report_html, write_sweep_report};

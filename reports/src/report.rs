@@ -19,7 +19,7 @@ use crate::rundir::{
     AlgorithmStaleness, AlgorithmSummary, IntStats, RunData, Stopped, TimeToTarget, Utilization,
     write_atomic,
 };
-use crate::runplots::run_figures;
+use crate::runplots::{Chart, run_figures};
 
 /// Writes the report of the run directory `run_dir` to `out` (default file name
 /// `report.html`; the parent directory must exist) and returns `out`.
@@ -49,16 +49,7 @@ pub fn report_html(data: &RunData, opts: &ReportOptions) -> Result<String> {
     let name = data.scenario_name();
     let mut html = String::new();
     let w = &mut html;
-    let _ = write!(
-        w,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
-         <title>dasim report: {}</title>\n<style>{UPLOT_CSS}</style>\n<style>{STYLE}</style>\n\
-         </head>\n<body>\n",
-        escape(&name)
-    );
-    let _ = writeln!(w, "<h1>{}</h1>", escape(&name));
+    page_start(w, &format!("dasim report: {name}"), &name);
     provenance(w, data);
 
     let figures = run_figures(data);
@@ -82,23 +73,10 @@ pub fn report_html(data: &RunData, opts: &ReportOptions) -> Result<String> {
         let _ = writeln!(w, "<p>No plottable data in this run directory.</p>");
     }
     for f in &figures {
-        let _ = writeln!(
-            w,
-            "<figure id=\"fig-{stem}\">\n<div class=\"chart\" id=\"chart-{stem}\"></div>\n\
-             <script type=\"application/json\" data-figure=\"{stem}\">{data}</script>\n\
-             <figcaption>{alt} <span class=\"file\">({stem}.png and {stem}.svg from \
-             <code>dasim plot</code>)</span></figcaption>\n</figure>",
-            stem = escape(&f.stem),
-            alt = escape(&f.heading),
-            data = chart_script_text(&f.chart),
-        );
+        figure(w, &f.stem, &f.heading, &f.chart, "<code>dasim plot</code>");
     }
     if !figures.is_empty() {
-        let _ = writeln!(
-            w,
-            "<noscript><p>The plots are drawn by the page's script, which this browser does \
-             not run; <code>dasim plot</code> writes them as PNG and SVG files.</p></noscript>"
-        );
+        noscript(w);
     }
     let _ = writeln!(w, "</section>");
 
@@ -116,19 +94,68 @@ pub fn report_html(data: &RunData, opts: &ReportOptions) -> Result<String> {
         }
     }
     let _ = writeln!(w, "</section>");
+    page_end(
+        w,
+        "Written by <code>dasim report</code> from the files of the run directory",
+        !figures.is_empty(),
+    );
+    Ok(html)
+}
+
+/// Opens a page: the document's head (title `title`, the styles, the security policy) and
+/// the `<h1>` heading `heading`.
+pub(crate) fn page_start(w: &mut String, title: &str, heading: &str) {
+    let _ = write!(
+        w,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
+         <title>{}</title>\n<style>{UPLOT_CSS}</style>\n<style>{STYLE}</style>\n\
+         </head>\n<body>\n<h1>{}</h1>\n",
+        escape(title),
+        escape(heading)
+    );
+}
+
+/// One figure: the element its chart is drawn in, its data, and a caption naming its heading
+/// and where its files come from (`files`, HTML).
+pub(crate) fn figure(w: &mut String, stem: &str, heading: &str, chart: &Chart, files: &str) {
     let _ = writeln!(
         w,
-        "<footer>Written by <code>dasim report</code> from the files of the run directory; \
-         its plots are drawn with uPlot (MIT licence, Leon Sorokin).</footer>"
+        "<figure id=\"fig-{stem}\">\n<div class=\"chart\" id=\"chart-{stem}\"></div>\n\
+         <script type=\"application/json\" data-figure=\"{stem}\">{data}</script>\n\
+         <figcaption>{alt} <span class=\"file\">({stem}.png and {stem}.svg from \
+         {files})</span></figcaption>\n</figure>",
+        stem = escape(stem),
+        alt = escape(heading),
+        data = chart_script_text(chart),
     );
-    if !figures.is_empty() {
+}
+
+/// What a browser without JavaScript shows in place of the charts.
+pub(crate) fn noscript(w: &mut String) {
+    let _ = writeln!(
+        w,
+        "<noscript><p>The plots are drawn by the page's script, which this browser does not \
+         run; they are also written as PNG and SVG files.</p></noscript>"
+    );
+}
+
+/// Closes a page: the footer (`written_by`, HTML) and, when the page has charts or a sortable
+/// table (`scripts`), uPlot and the page's script.
+pub(crate) fn page_end(w: &mut String, written_by: &str, scripts: bool) {
+    let _ = writeln!(
+        w,
+        "<footer>{written_by}; its plots are drawn with uPlot (MIT licence, Leon Sorokin).\
+         </footer>"
+    );
+    if scripts {
         let _ = writeln!(
             w,
             "<script>{UPLOT_JS}</script>\n<script>{REPORT_JS}</script>"
         );
     }
     let _ = writeln!(w, "</body>\n</html>");
-    Ok(html)
 }
 
 /// The page's Content Security Policy: its own inline scripts and styles and nothing else, so
@@ -175,6 +202,14 @@ figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 .u-legend { font-size: 0.85em; text-align: left; max-width: 100%; }
 .u-legend .u-series { max-width: 100%; }
 .u-legend .u-label { white-space: normal; }
+table.points { font-size: 0.85em; }
+table.points th { white-space: normal; vertical-align: bottom; max-width: 10em; overflow-wrap: anywhere; }
+table.points th:first-child, table.points td:first-child { position: sticky; left: 0; background: #fff; z-index: 1; }
+table.points tbody tr:nth-child(even) td:first-child { background: #f7f7f7; }
+table.points th.key { color: #0060a0; }
+table.sortable th { cursor: pointer; user-select: none; }
+table.sortable th[aria-sort=ascending]::after { content: ' ▲'; font-size: 0.8em; }
+table.sortable th[aria-sort=descending]::after { content: ' ▼'; font-size: 0.8em; }
 figcaption { color: #555; font-size: 0.92em; }
 .file { color: #999; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.88em; border: 1px solid #e4e4e4; }

@@ -58,6 +58,11 @@ pub fn sweep_plot(
     stem: &str,
     plot: &SweepPlot,
 ) -> Result<(PathBuf, PathBuf)> {
+    crate::figure::save(dir.as_ref(), stem, &sweep_chart(plot))
+}
+
+/// The chart of a sweep plot (drawn to files by [`sweep_plot`], and in a sweep's report).
+pub(crate) fn sweep_chart(plot: &SweepPlot) -> LineChart {
     let mut chart = LineChart {
         title: plot.title.to_owned(),
         note: plot.note.to_owned(),
@@ -80,5 +85,5 @@ pub fn sweep_plot(
             });
         }
     }
-    crate::figure::save(dir.as_ref(), stem, &chart)
+    chart
 }

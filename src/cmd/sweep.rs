@@ -131,13 +131,14 @@ fn merge(dir: PathBuf, metric: Vec<String>, x: Vec<String>) -> dasim::Result<()>
     use dasim::sweep::MergeOptions;
     let report = dasim::sweep::merge(&dir, &MergeOptions { metrics: metric, x })?;
     println!(
-        "{} of {} points complete: {} rows in {}, {} plot files in {}",
+        "{} of {} points complete: {} rows in {}, {} plot files in {}, the page in {}",
         report.complete,
         report.points,
         report.rows,
         report.csv.display(),
         report.plots.len(),
-        dir.join(dasim::sweep::merge::PLOTS).display()
+        dir.join(dasim::sweep::merge::PLOTS).display(),
+        report.report.display()
     );
     if !report.left_out.is_empty() {
         eprintln!(

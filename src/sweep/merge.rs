@@ -1,4 +1,5 @@
-//! `dasim sweep merge`: every point's results in one table, `sweep.csv`, and the sweep plots.
+//! `dasim sweep merge`: every point's results in one table, `sweep.csv`, the sweep plots, and
+//! `report.html`, the page that shows both (the table sortable by any column).
 //!
 //! `sweep.csv` has one row per point and algorithm: the point's name and swept values, the
 //! algorithm, the point's status (`done`, or `failed`, `incomplete`, `not-run` on a row of its
@@ -15,13 +16,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use dasim_reports::rundir::{AlgorithmSummary, CheckResult, CheckRow, Summary, num, read_summary};
-use dasim_reports::{SweepLine, SweepPlot, SweepPoint, sweep_plot};
+use dasim_reports::{
+    SweepFigure, SweepLine, SweepPoint, SweepReport, sweep_plot, write_sweep_report,
+};
 
 use crate::sweep::layout::{Manifest, PointStatus, State, point_dir, short_revision};
 use crate::{Error, Result};
 
 /// The table merged from a sweep directory.
 pub const SWEEP_CSV: &str = "sweep.csv";
+/// The sweep's page: the table, sortable, and the plots.
+pub const REPORT_HTML: &str = "report.html";
 /// The directory of the sweep plots.
 pub const PLOTS: &str = "plots";
 /// The metrics plotted when none is asked for.
@@ -160,6 +165,8 @@ pub struct MergeReport {
     pub csv: PathBuf,
     /// The plot files written (PNG and SVG).
     pub plots: Vec<PathBuf>,
+    /// `report.html`.
+    pub report: PathBuf,
 }
 
 /// One complete row: the point's values, the algorithm and its metrics.
@@ -169,7 +176,8 @@ struct Row<'a> {
     summary: &'a AlgorithmSummary,
 }
 
-/// Merges the sweep directory `dir`: writes `sweep.csv` and the plots under `plots/`.
+/// Merges the sweep directory `dir`: writes `sweep.csv`, the plots under `plots/` and
+/// `report.html` (the table, sortable, and the plots, interactive).
 pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
     let manifest = Manifest::read(dir)?;
     let results = point_results(dir, &manifest)?;
@@ -179,8 +187,10 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
         .terminator(csv::Terminator::Any(b'\n'))
         .from_writer(Vec::new());
     let csv_err = |e: csv::Error| Error::Usage(format!("cannot write {SWEEP_CSV}: {e}"));
-    out.write_record(csv_header(&manifest, &expects))
-        .map_err(csv_err)?;
+    let header = csv_header(&manifest, &expects);
+    out.write_record(&header).map_err(csv_err)?;
+    // The rows again, for the report's table.
+    let mut table: Vec<Vec<String>> = Vec::new();
     let mut report = MergeReport {
         points: manifest.points.len(),
         csv: dir.join(SWEEP_CSV),
@@ -202,8 +212,9 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
                     None => report.ran_by.push((by, vec![point.name.clone()])),
                 }
                 for run in &summary.runs {
-                    out.write_record(run_record(&lead, summary, run, &expects))
-                        .map_err(csv_err)?;
+                    let record = run_record(&lead, summary, run, &expects);
+                    out.write_record(&record).map_err(csv_err)?;
+                    table.push(record);
                     report.rows += 1;
                     if let Some(stopped) = run.stopped {
                         // No result to average in: a diverged loss, or a stalled or empty run.
@@ -231,6 +242,7 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
                 record.extend(std::iter::repeat_n(String::new(), 1 + blank_metrics));
                 record.push(error.clone());
                 out.write_record(&record).map_err(csv_err)?;
+                table.push(record);
                 report
                     .missing
                     .push((point.name.clone(), other.name().to_owned(), error));
@@ -244,7 +256,32 @@ pub fn merge(dir: &Path, opts: &MergeOptions) -> Result<MergeReport> {
 
     let what = what_ran(&results);
     let caveats = caveats(&report);
-    report.plots = plots(dir, &manifest, &rows, opts, &what, &caveats)?;
+    let figures = plots(dir, &manifest, &rows, opts, &what, &caveats)?;
+    for f in &figures {
+        report
+            .plots
+            .push(dir.join(PLOTS).join(format!("{}.png", f.stem)));
+        report
+            .plots
+            .push(dir.join(PLOTS).join(format!("{}.svg", f.stem)));
+    }
+    let notes = report_notes(&report);
+    let name = manifest.scenario.file_stem().map_or_else(
+        || dir.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    report.report = dir.join(REPORT_HTML);
+    write_sweep_report(
+        &report.report,
+        &SweepReport {
+            name: &name,
+            notes: &notes,
+            header: &header,
+            keys: manifest.keys.len(),
+            rows: &table,
+            figures: &figures,
+        },
+    )?;
     Ok(report)
 }
 
@@ -354,6 +391,49 @@ fn what_ran(results: &[PointResult]) -> String {
     }
 }
 
+/// The paragraphs above the report's table: the points without results, the runs left out of
+/// the plots, the builds that ran the points when there were several.
+fn report_notes(report: &MergeReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !report.missing.is_empty() {
+        let names: Vec<String> = report
+            .missing
+            .iter()
+            .map(|(name, status, _)| format!("{name} ({status})"))
+            .collect();
+        notes.push(format!(
+            "{} of {} points have no results (the status column says why): {}.",
+            report.missing.len(),
+            report.points,
+            names.join(", ")
+        ));
+    }
+    if !report.left_out.is_empty() {
+        let runs: Vec<String> = report
+            .left_out
+            .iter()
+            .map(|(point, alg, why)| format!("{point} {alg} ({why})"))
+            .collect();
+        notes.push(format!(
+            "Left out of the plots, stopped early: {}.",
+            runs.join(", ")
+        ));
+    }
+    if report.ran_by.len() > 1 {
+        let by: Vec<String> = report
+            .ran_by
+            .iter()
+            .map(|(by, points)| format!("{by}: {}", points.join(", ")))
+            .collect();
+        notes.push(format!(
+            "Warning: the points ran by different builds of dasim or on different backends, \
+             so their results may not be comparable: {}.",
+            by.join("; ")
+        ));
+    }
+    notes
+}
+
 /// The caveats every plot's note carries: runs left out, points ran by different builds.
 fn caveats(report: &MergeReport) -> Vec<String> {
     let mut caveats = Vec::new();
@@ -395,7 +475,7 @@ fn plots(
     opts: &MergeOptions,
     what: &str,
     caveats: &[String],
-) -> Result<Vec<PathBuf>> {
+) -> Result<Vec<SweepFigure>> {
     let numeric = |k: usize| {
         manifest
             .points
@@ -453,7 +533,7 @@ fn plots(
         getters.push((m.as_str(), *get));
     }
     let seed = manifest.keys.iter().position(|k| k == "seed");
-    let mut written = Vec::new();
+    let mut figures = Vec::new();
     for &x in &xs {
         for &(metric, get) in &getters {
             let lines = sweep_lines(manifest, rows, x, seed, get);
@@ -471,25 +551,20 @@ fn plots(
             }
             notes.extend(caveats.iter().cloned());
             let note = notes.join("; ");
-            let title = format!("{metric} against {}{what}", manifest.keys[x]);
-            let stem = format!("{metric}-vs-{}", manifest.short[x]).replace(['[', ']', '/'], "_");
-            let (png, svg) = sweep_plot(
-                dir.join(PLOTS),
-                &stem,
-                &SweepPlot {
-                    title: &title,
-                    note: &note,
-                    x_label: &manifest.keys[x],
-                    y_label: metric,
-                    log_y: false,
-                    lines: &lines,
-                },
-            )?;
-            written.push(png);
-            written.push(svg);
+            let figure = SweepFigure {
+                title: format!("{metric} against {}{what}", manifest.keys[x]),
+                stem: format!("{metric}-vs-{}", manifest.short[x]).replace(['[', ']', '/'], "_"),
+                note,
+                x_label: manifest.keys[x].clone(),
+                y_label: metric.to_owned(),
+                log_y: false,
+                lines,
+            };
+            sweep_plot(dir.join(PLOTS), &figure.stem, &figure.plot())?;
+            figures.push(figure);
         }
     }
-    Ok(written)
+    Ok(figures)
 }
 
 /// The lines of one plot: `metric` against swept key `x`, one line per algorithm and

@@ -151,7 +151,7 @@ fn baseline_moves_first_and_unknown_baselines_are_refused() {
 }
 
 /// The Chromium binary, or `None` (after printing why) when the check is to be skipped.
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     let found = ["chromium", "chromium-browser"].iter().find_map(|name| {
         std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
@@ -289,7 +289,7 @@ fn report_renders_in_headless_chromium() {
 }
 
 /// The value of the body's attribute `name` in a page's dumped DOM (empty when absent).
-fn attribute(dom: &str, name: &str) -> String {
+pub(crate) fn attribute(dom: &str, name: &str) -> String {
     dom.split(&format!("{name}=\""))
         .nth(1)
         .and_then(|s| s.split('"').next())
@@ -300,7 +300,13 @@ fn attribute(dom: &str, name: &str) -> String {
 /// Runs `script` (a function body, called once the page has loaded and drawn) on a copy of
 /// the report `html` in a window of `size` (`W,H`), and returns the DOM after it ran. The
 /// script reports by setting attributes on the body.
-fn probe(chromium: &Path, profile: &Path, html: &str, script: &str, size: &str) -> String {
+pub(crate) fn probe(
+    chromium: &Path,
+    profile: &Path,
+    html: &str,
+    script: &str,
+    size: &str,
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("probe.html");
     let at = html.rfind("</body>").unwrap();

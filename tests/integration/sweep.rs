@@ -468,6 +468,78 @@ fn a_killed_sweep_resumes_without_redoing_finished_points() {
 }
 
 #[test]
+fn merge_writes_a_page_whose_table_sorts_by_any_column() {
+    let (dir, path) = scenario(&with_sweep(GRID), "grid.toml");
+    let out = dir.path().join("out");
+    ok(&sweep_cmd(&path, &out, &[]), "sweep");
+    let m = merge(&out);
+    ok(&m, "merge");
+    assert!(
+        String::from_utf8_lossy(&m.stdout).contains(&format!(
+            "the page in {}",
+            out.join("report.html").display()
+        )),
+        "{}",
+        String::from_utf8_lossy(&m.stdout)
+    );
+    let html = read(out.join("report.html"));
+    let body = &html[html.find("<tbody>").unwrap()..html.find("</tbody>").unwrap()];
+    assert_eq!(
+        body.matches("<tr>").count(),
+        12,
+        "a row per point and algorithm"
+    );
+    assert!(
+        html.contains(
+            "<th class=\"key\" data-type=\"number\" tabindex=\"0\">cluster.stragglers[0].factor</th>"
+        ),
+        "the swept keys are columns"
+    );
+    assert!(
+        html.contains("The same on every row: status done"),
+        "said once"
+    );
+    for metric in ["time_per_epoch_s", "final_loss", "steps_per_sim_s"] {
+        assert!(
+            html.contains(&format!("data-figure=\"{metric}-vs-factor\"")),
+            "{metric}: the sweep's plots, as charts"
+        );
+    }
+    let Some(chromium) = crate::report::chromium() else {
+        return;
+    };
+    // Sorting by time per epoch: ascending, then descending on a second click; every plot drawn.
+    let script = r#"
+      var heads = Array.prototype.slice.call(document.querySelectorAll('table.points thead th'));
+      var col = heads.findIndex(function (h) { return h.textContent === 'time_per_epoch_s'; });
+      var values = function () {
+        return Array.prototype.map.call(document.querySelectorAll('table.points tbody tr'), function (r) {
+          var c = r.cells[col]; return parseFloat(c.dataset.v || c.textContent);
+        });
+      };
+      var sorted = function (v, dir) { return v.every(function (x, i) { return i === 0 || dir * (x - v[i - 1]) >= 0; }); };
+      heads[col].click();
+      var up = sorted(values(), 1);
+      heads[col].click();
+      var down = sorted(values(), -1);
+      document.body.setAttribute('data-sort', (up ? 'ascending' : 'unsorted') + '/' + (down ? 'descending' : 'unsorted') + '/' + values().length);
+      document.body.setAttribute('data-drawn', String(document.querySelectorAll('figure .chart.drawn').length));
+    "#;
+    let dom = crate::report::probe(
+        &chromium,
+        &dir.path().join("profile"),
+        &html,
+        script,
+        "1280,900",
+    );
+    assert_eq!(
+        crate::report::attribute(&dom, "data-sort"),
+        "ascending/descending/12"
+    );
+    assert_eq!(crate::report::attribute(&dom, "data-drawn"), "3");
+}
+
+#[test]
 fn merge_lists_a_failed_point_and_writes_the_others() {
     // A trace file that does not exist passes validation (it is read when the run is built),
     // so that point fails while running.
