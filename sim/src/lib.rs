@@ -446,10 +446,11 @@ pub mod prelude {
         ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
         DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FedAsyncConfig, FedAvgConfig,
         FedBuffConfig, FragmentPattern, GradientTracking, GradientTrackingConfig, LapSgd,
-        LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, OverlapSgpConfig, ParameterServer,
-        Partner, PsConfig, PushDiging, PushDigingConfig, Rennala, RennalaConfig, Ringmaster,
-        RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig, Sparta, SpartaConfig,
-        Staleness, StepRule, StreamingDiloco, StreamingDilocoConfig, UpdateOrder,
+        LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, MulocoConfig, OverlapSgpConfig,
+        ParameterServer, Partner, PsConfig, PushDiging, PushDigingConfig, Rennala, RennalaConfig,
+        Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig,
+        SparselocoConfig, Sparta, SpartaConfig, Staleness, StepRule, StreamingDiloco,
+        StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};
     pub use crate::cluster::{

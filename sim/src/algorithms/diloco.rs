@@ -51,6 +51,7 @@ use serde::{Deserialize, Serialize};
 use super::ring::{RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
+use crate::compress::chunked::{ChunkedTopK, Tensor};
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
 use crate::store::optim::outer::{self, sgd::OuterSgd};
@@ -166,6 +167,23 @@ pub struct Diloco {
     stepped: Option<u64>,
     /// Outer steps taken.
     outer_steps: u64,
+    /// Compressed outer gradients with error feedback (SparseLoCo, MuLoCo); `None`: DiLoCo's.
+    #[serde(default)]
+    compressed: Option<CompressedOuter>,
+}
+
+/// Compressed outer gradients ([`super::sparseloco`], [`super::muloco`]): every worker's error
+/// feedback and its compressor.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CompressedOuter {
+    /// Chunked top-k and quantization.
+    pub compressor: ChunkedTopK,
+    /// The error feedback's decay `β`.
+    pub error_decay: f64,
+    /// The model's tensors (read from the store when the run starts).
+    pub tensors: Vec<Tensor>,
+    /// The first worker's error row (worker `w`'s is `errors + w`).
+    pub errors: usize,
 }
 
 impl Diloco {
@@ -185,7 +203,32 @@ impl Diloco {
             global: 0,
             stepped: None,
             outer_steps: 0,
+            compressed: None,
         }
+    }
+
+    /// DiLoCo on `n` workers whose outer gradients go through `compressor` with error feedback
+    /// of decay `error_decay`, all-gathered: SparseLoCo ([`super::sparseloco`]) and MuLoCo
+    /// ([`super::muloco`]).
+    pub fn compressed(
+        cfg: &DilocoConfig,
+        n: usize,
+        compressor: ChunkedTopK,
+        error_decay: f64,
+    ) -> Self {
+        let mut d = Diloco::new(cfg, n);
+        d.compressed = Some(CompressedOuter {
+            compressor,
+            error_decay,
+            tensors: Vec::new(),
+            errors: 0,
+        });
+        d
+    }
+
+    /// The error feedback and compressor of SparseLoCo or MuLoCo; `None` for DiLoCo.
+    pub fn compressed_outer(&self) -> Option<&CompressedOuter> {
+        self.compressed.as_ref()
     }
 
     /// The global model's row (valid once the run started).
@@ -221,11 +264,18 @@ impl Diloco {
         let (g, m, a) = (self.global, self.momentum_row(), self.average_row());
         let share = 1.0 / n as f64;
         let workers: Vec<(Slot, f64)> = (0..n).map(|i| (Slot::Row(i), share)).collect();
-        store.mix(a, &workers);
+        match &self.compressed {
+            Some(comp) if store.computes() => compressed_average(comp, g, a, n, store),
+            _ => store.mix(a, &workers),
+        }
         self.cfg.outer_sgd().step(store, [g, m, a], None);
         // Running statistics are averaged, not extrapolated.
         let state = store.state();
         if !state.is_empty() {
+            if self.compressed.is_some() {
+                // `a` held θ − Δ: the running statistics are the workers' plain mean.
+                store.mix(a, &workers);
+            }
             store.copy_block(g, a, state);
         }
         for w in 0..n {
@@ -233,6 +283,47 @@ impl Diloco {
         }
         self.outer_steps += 1;
     }
+}
+
+/// A compressed outer gradient (SparseLoCo, MuLoCo), written as the row `a = θ − Δ` the outer step reads: for every
+/// worker `w`, `e_w ← β·e_w + (θ − θ_w)`, `ĉ_w = C(e_w)` (chunked top-k, quantized),
+/// `e_w ← e_w − ĉ_w`; then `Δ = (1/n) Σ_w ĉ_w`. Read and written on the host, in the workers'
+/// order (so the sum's order is fixed).
+fn compressed_average(
+    comp: &CompressedOuter,
+    g: usize,
+    a: usize,
+    n: usize,
+    store: &mut Tracked<'_>,
+) {
+    let mut sum: Option<Vec<f64>> = None;
+    for w in 0..n {
+        let e = comp.errors + w;
+        let terms = [
+            (Slot::Row(e), comp.error_decay),
+            (Slot::Row(g), 1.0),
+            (Slot::Row(w), -1.0),
+        ];
+        let msg = store.new_msg(&terms);
+        let mut error = store.msg_values(msg);
+        store.release_msg(msg);
+        let sent = comp.compressor.compress(&error, &comp.tensors);
+        for (x, s) in error.iter_mut().zip(&sent) {
+            *x -= s;
+        }
+        let left = store.msg_from_values(&error);
+        store.mix(e, &[(Slot::Msg(left), 1.0)]);
+        store.release_msg(left);
+        match &mut sum {
+            None => sum = Some(sent),
+            Some(total) => total.iter_mut().zip(&sent).for_each(|(t, s)| *t += s),
+        }
+    }
+    let mut delta = sum.unwrap_or_default();
+    delta.iter_mut().for_each(|d| *d /= n as f64);
+    let msg = store.msg_from_values(&delta);
+    store.mix(a, &[(Slot::Row(g), 1.0), (Slot::Msg(msg), -1.0)]);
+    store.release_msg(msg);
 }
 
 impl RoundMethod<Event> for Diloco {
@@ -278,7 +369,26 @@ impl Algorithm for Diloco {
         self.global = store.add_rows(3);
         let m = self.momentum_row();
         store.mix(m, &[(Slot::Row(m), 0.0)]);
-        self.rounds.add_model(cx.world);
+        match &mut self.compressed {
+            None => {
+                self.rounds.add_model(cx.world);
+            }
+            Some(comp) => {
+                // One error row per worker, from zero.
+                comp.errors = store.add_rows(n);
+                for w in 0..n {
+                    let e = comp.errors + w;
+                    store.mix(e, &[(Slot::Row(e), 0.0)]);
+                }
+                comp.tensors = Tensor::of(&store.tensors(), &store.matrices());
+                let net = &cx.world.net;
+                let bytes = comp
+                    .compressor
+                    .payload_bytes(&comp.tensors, net.value_bytes());
+                let bytes = net.scaled_payload(bytes);
+                self.rounds.add_gather(n, bytes);
+            }
+        }
         for w in 0..n {
             self.begin(w, cx);
         }

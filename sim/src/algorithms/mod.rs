@@ -65,6 +65,7 @@ pub mod fed;
 pub mod gradient_tracking;
 pub mod lap;
 pub mod local_sgd;
+pub mod muloco;
 pub mod neighbours;
 pub mod ps;
 pub mod push_diging;
@@ -74,6 +75,7 @@ pub mod ring;
 pub mod ringmaster;
 pub mod sgp;
 pub mod slowmo;
+pub mod sparseloco;
 pub mod sparta;
 pub mod star;
 pub mod streaming_diloco;
@@ -101,12 +103,14 @@ pub use fed::{FedAsyncConfig, FedAvgConfig, FedBuffConfig, Staleness, StalenessF
 pub use gradient_tracking::{GradientTracking, GradientTrackingConfig};
 pub use lap::{LapSgd, LapSgdConfig};
 pub use local_sgd::{LocalSgd, LocalSgdConfig};
+pub use muloco::MulocoConfig;
 pub use ps::{ParameterServer, PsConfig, StepRule};
 pub use push_diging::{PushDiging, PushDigingConfig};
 pub use rennala::{Rennala, RennalaConfig};
 pub use ringmaster::{Ringmaster, RingmasterConfig};
 pub use sgp::{OverlapSgpConfig, SendRule, Sgp, SgpConfig};
 pub use slowmo::{Slowmo, SlowmoConfig};
+pub use sparseloco::SparselocoConfig;
 pub use sparta::{Sparta, SpartaConfig};
 pub use streaming_diloco::{FragmentPattern, StreamingDiloco, StreamingDilocoConfig};
 
@@ -254,6 +258,12 @@ pub trait AlgorithmSpec {
         _optimizer: &OptimizerConfig,
     ) -> Result<(), (&'static str, String)> {
         Ok(())
+    }
+
+    /// The hint of an [`AlgorithmSpec::optimizer_support`] refusal: how to give the entry an
+    /// optimizer it takes.
+    fn optimizer_hint(&self) -> &'static str {
+        "give this entry its own [algorithms.optimizer] with kind = \"sgd\" and no momentum, weight decay or clipping"
     }
 
     /// Why the algorithm (as `kind`) steps blocks of a row that may cut a weight matrix, or
@@ -455,6 +465,12 @@ registry! {
     /// SPARTA: a local step, then a random share `p` of the parameters averaged (Beton et al.,
     /// 2025).
     "sparta" => Sparta(SpartaConfig),
+    /// SparseLoCo: DiLoCo whose outer gradients are chunked top-k, 2-bit and all-gathered, with
+    /// error feedback in place of the outer momentum (Sarfi et al., 2025).
+    "sparseloco" => Sparseloco(SparselocoConfig),
+    /// MuLoCo: DiLoCo with Muon inside and its outer gradients quantized with error feedback,
+    /// all-gathered (Thérien et al., 2025).
+    "muloco" => Muloco(MulocoConfig),
     /// Gradient tracking (DSGT): decentralized SGD along a tracker of the average gradient,
     /// exact on heterogeneous data (Pu & Nedić, 2021).
     "gradient-tracking" => GradientTracking(GradientTrackingConfig),
@@ -703,19 +719,17 @@ impl AlgorithmConfig {
         optimizer: &OptimizerConfig,
         path: &str,
     ) -> Result<(), ConfigError> {
-        self.algorithm
-            .spec()
-            .optimizer_support(optimizer)
-            .map_err(|(field, why)| {
-                self.own_field(
-                    ConfigError::new(
-                        &format!("optimizer.{field}"),
-                        format!("{} ({path}) {why}", self.kind()),
-                    )
-                    .hint("give this entry its own [algorithms.optimizer] with kind = \"sgd\" and no momentum, weight decay or clipping"),
-                    path,
+        let spec = self.algorithm.spec();
+        spec.optimizer_support(optimizer).map_err(|(field, why)| {
+            self.own_field(
+                ConfigError::new(
+                    &format!("optimizer.{field}"),
+                    format!("{} ({path}) {why}", self.kind()),
                 )
-            })?;
+                .hint(spec.optimizer_hint()),
+                path,
+            )
+        })?;
         if optimizer.kind == crate::store::OptimizerKind::Muon
             && let Some(why) = self.algorithm.spec().block_steps(self.kind())
         {
@@ -798,7 +812,9 @@ into_kind!(
     FedAsyncConfig => FedAsync,
     FedBuffConfig => FedBuff,
     FedAvgConfig => FedAvg,
-    SpartaConfig => Sparta
+    SpartaConfig => Sparta,
+    SparselocoConfig => Sparseloco,
+    MulocoConfig => Muloco
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

@@ -10,6 +10,9 @@
 //! done with a round when it is done with every bucket. Links are FIFO, so chunks arrive in
 //! order.
 //!
+//! An all-gather ring ([`Ring::gather`]: SparseLoCo's sparse outer gradients) is the second
+//! half alone: `n − 1` steps, each worker forwarding one worker's whole payload per step.
+//!
 //! **A round is computed as a whole.** Every chunk goes through the network model
 //! ([`Ctx::transfer`]) with the time the worker would post it, but no chunk is an event. A round
 //! cannot complete anywhere before every worker has contributed to it, and once the last one has,
@@ -101,6 +104,9 @@ pub struct Done {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Ring {
     n: usize,
+    /// An all-gather instead of an all-reduce ([`Ring::gather`]).
+    #[serde(default)]
+    gather: bool,
     chunk_bytes: Vec<u64>,
     /// `ready[w][b]`: when worker `w`'s data for bucket `b` of its current round was ready.
     ready: Vec<Vec<Option<SimTime>>>,
@@ -121,6 +127,7 @@ impl Ring {
         chunk_bytes.resize(b, 0);
         Ring {
             n,
+            gather: false,
             chunk_bytes,
             ready: vec![vec![None; b]; n],
             round: vec![0; n],
@@ -128,6 +135,17 @@ impl Ring {
             contributed: BTreeMap::new(),
             broken: None,
         }
+    }
+
+    /// A ring all-gather over `n` workers of a payload of `bytes` per worker (SparseLoCo's
+    /// sparse outer gradients, whose kept coordinates differ between workers): `n − 1` steps,
+    /// each worker forwarding one payload to its successor per step, so that every worker
+    /// ends with all `n` (the all-reduce's all-gather half, with whole payloads for chunks).
+    pub fn gather(n: usize, bytes: u64) -> Self {
+        let mut ring = Ring::new(n, &[bytes]);
+        ring.gather = true;
+        ring.chunk_bytes = vec![bytes];
+        ring
     }
 
     /// Its buckets carry `bucket_bytes` each from the next round on (SPARTA's coordinates,
@@ -143,15 +161,16 @@ impl Ring {
             self.contributed.is_empty(),
             "no round is under way when the ring is resized"
         );
-        let n = self.n as u64;
+        let n = if self.gather { 1 } else { self.n as u64 };
         for (c, s) in self.chunk_bytes.iter_mut().zip(bucket_bytes) {
             *c = s.div_ceil(n);
         }
     }
 
-    /// Ring steps per bucket: `2(n−1)`.
+    /// Ring steps per bucket: `2(n−1)` (`n − 1` for an all-gather).
     pub fn steps(&self) -> u32 {
-        2 * (self.n as u32 - 1)
+        let steps = self.n as u32 - 1;
+        if self.gather { steps } else { 2 * steps }
     }
 
     /// Number of buckets.
@@ -246,7 +265,12 @@ impl Ring {
             Err((t, w)) => {
                 let round = self.round[w];
                 self.broken = Some(format!(
-                    "a chunk of all-reduce {round} from worker {w} to worker {} was lost at {} s",
+                    "a chunk of {} {round} from worker {w} to worker {} was lost at {} s",
+                    if self.gather {
+                        "all-gather"
+                    } else {
+                        "all-reduce"
+                    },
                     (w + 1) % self.n,
                     num(t.as_secs_f64())
                 ));
@@ -279,7 +303,8 @@ impl Ring {
         // Without faults and without a log of every message, the round has a closed form in
         // `O(n)` ([`crate::net::Network::ring_round`]) where the network allows it: the same
         // arrivals and network state as the loop below, which costs `2n(n − 1)` sends.
-        if !cx.world.faults.configured()
+        if !self.gather
+            && !cx.world.faults.configured()
             && !cx.world.recorder.logs_messages()
             && let Some(got) = cx.world.net.ring_round(&start, bytes)
         {
@@ -468,6 +493,13 @@ impl RingRound {
     /// returns its number.
     pub fn add(&mut self, n: usize, bucket_bytes: &[u64]) -> usize {
         self.rings.push(Ring::new(n, bucket_bytes));
+        self.rings.len() - 1
+    }
+
+    /// Adds an all-gather ring over `n` workers of `bytes` per worker ([`Ring::gather`]);
+    /// returns its number.
+    pub fn add_gather(&mut self, n: usize, bytes: u64) -> usize {
+        self.rings.push(Ring::gather(n, bytes));
         self.rings.len() - 1
     }
 

@@ -31,6 +31,7 @@
 //! Sizes depend on `d` and the options only, never on the values: the timing of a run does not
 //! depend on floating-point numbers ([`Compression::payload_bytes`]).
 
+pub mod chunked;
 pub mod powersgd;
 
 use std::ops::Range;

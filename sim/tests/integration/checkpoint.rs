@@ -241,6 +241,15 @@ fn diloco_resumes_exactly() {
 }
 
 #[test]
+fn sparseloco_resumes_exactly() {
+    // The error rows and the all-gather ring, with a round under way at some checkpoints.
+    check(
+        "kind = \"sparseloco\"\ninner_steps = 3\nchunk = 4\ntop_k = 2\nerror_decay = 0.9",
+        false,
+    );
+}
+
+#[test]
 fn slowmo_resumes_exactly() {
     // Every base: local steps, gradient rings, and SGP's state machine with messages in flight.
     check("kind = \"slowmo\"\ntau = 3", false);

@@ -56,18 +56,15 @@ fn run_scenario(path: &PathBuf) -> Vec<(String, Outcome)> {
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         // A 256-parameter quadratic stands in for the model (the digits MLP has 2410): smaller
         // messages, the same protocol.
-        let mut store = ReferenceStore::new(
-            Quadratic::new(256, 10.0, 0.1),
-            n,
-            s.optimizer.clone(),
-            s.seed,
-        );
+        // The entry's own optimizer where it has one, as a scenario resolves it.
+        let opt = alg.optimizer_or(&s.optimizer).clone();
+        let mut store = ReferenceStore::new(Quadratic::new(256, 10.0, 0.1), n, opt.clone(), s.seed);
         let mut world = World::new(
             Cluster::new(&s.cluster, &env).unwrap(),
             Network::new(&s.network, n + alg.extra_nodes(), &env).unwrap(),
             topology.clone(),
             &mut store,
-            &s.optimizer,
+            &opt,
             s.seed,
         );
         let mut run_cfg = s.run.clone();
@@ -145,6 +142,8 @@ scenario_tests! {
     resnet_scenario_runs_without_deadlock => "resnet.toml",
     transformer_scenario_runs_without_deadlock => "transformer.toml",
     muon_scenario_runs_without_deadlock => "muon.toml",
+    sparseloco_scenario_runs_without_deadlock => "sparseloco.toml",
+    muloco_scenario_runs_without_deadlock => "muloco.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
     softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
     gradient_tracking_scenario_runs_without_deadlock => "gradient-tracking.toml",
@@ -358,6 +357,9 @@ fn default_entry(kind: &str) -> AlgorithmConfig {
         "post-local-sgd" => "\nwarmup_steps = 10",
         "diloco" => "\ninner_steps = 10",
         "streaming-diloco" => "\ninner_steps = 10",
+        "sparseloco" => "\ninner_steps = 10",
+        // MuLoCo runs Muon inside (on the quadratic, which has no matrix: Muon's AdamW).
+        "muloco" => "\ninner_steps = 10\noptimizer = { kind = \"muon\", lr = 0.02 }",
         "rennala" => "\nbatch = 2",
         "ringmaster" => "\nmax_delay = 3",
         "choco" => "\nconsensus_lr = 0.5\ncompression = { kind = \"top-k\", fraction = 0.5 }",
