@@ -443,13 +443,13 @@ pub mod prelude {
     pub use crate::algorithms::{
         AdPsgd, AdPsgdConfig, AlgorithmConfig, AlgorithmKind, AlgorithmSpec, AllReduceConfig,
         AllReduceSgd, AsyncLocalSgd, AsyncLocalSgdConfig, Averaging, Bound, Broadcast, Choco,
-        ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Diloco, DilocoConfig, Dpsgd,
-        DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FedAsyncConfig, FedAvgConfig,
-        FedBuffConfig, FragmentPattern, GradientTracking, GradientTrackingConfig, LapSgd,
-        LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, MulocoConfig, OverlapSgpConfig,
-        ParameterServer, Partner, PsConfig, PushDiging, PushDigingConfig, Rennala, RennalaConfig,
-        Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo, SlowmoConfig,
-        SparselocoConfig, Sparta, SpartaConfig, Staleness, StepRule, StreamingDiloco,
+        ChocoConfig, ChocoScope, Combine, Dasgd, DasgdConfig, Demo, DemoConfig, Diloco,
+        DilocoConfig, Dpsgd, DpsgdConfig, ExactDiffusion, ExactDiffusionConfig, FedAsyncConfig,
+        FedAvgConfig, FedBuffConfig, FragmentPattern, GradientTracking, GradientTrackingConfig,
+        LapSgd, LapSgdConfig, LocalSgd, LocalSgdConfig, MixingWeights, MulocoConfig,
+        OverlapSgpConfig, ParameterServer, Partner, PsConfig, PushDiging, PushDigingConfig,
+        Rennala, RennalaConfig, Ringmaster, RingmasterConfig, SendRule, Sgp, SgpConfig, Slowmo,
+        SlowmoConfig, SparselocoConfig, Sparta, SpartaConfig, Staleness, StepRule, StreamingDiloco,
         StreamingDilocoConfig, UpdateOrder,
     };
     pub use crate::cluster::stragglers::{Distribution, StragglerModel};

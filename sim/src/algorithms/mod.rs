@@ -58,6 +58,7 @@ pub mod allreduce;
 pub mod async_local_sgd;
 pub mod choco;
 pub mod dasgd;
+pub mod demo;
 pub mod diloco;
 pub mod dpsgd;
 pub mod exact_diffusion;
@@ -96,6 +97,7 @@ pub use allreduce::{AllReduceConfig, AllReduceSgd};
 pub use async_local_sgd::{AsyncLocalSgd, AsyncLocalSgdConfig};
 pub use choco::{Choco, ChocoConfig, ChocoScope};
 pub use dasgd::{Broadcast, Dasgd, DasgdConfig};
+pub use demo::{Demo, DemoConfig};
 pub use diloco::{Diloco, DilocoConfig};
 pub use dpsgd::{Dpsgd, DpsgdConfig, MixingWeights, UpdateOrder};
 pub use exact_diffusion::{Combine, ExactDiffusion, ExactDiffusionConfig};
@@ -471,6 +473,9 @@ registry! {
     /// MuLoCo: DiLoCo with Muon inside and its outer gradients quantized with error feedback,
     /// all-gathered (Thérien et al., 2025).
     "muloco" => Muloco(MulocoConfig),
+    /// DeMo: every step, the largest DCT coefficients of each worker's local momentum
+    /// all-gathered and stepped by their sign (Peng, Quesnelle & Kingma, 2024).
+    "demo" => Demo(DemoConfig),
     /// Gradient tracking (DSGT): decentralized SGD along a tracker of the average gradient,
     /// exact on heterogeneous data (Pu & Nedić, 2021).
     "gradient-tracking" => GradientTracking(GradientTrackingConfig),
@@ -814,7 +819,8 @@ into_kind!(
     FedAvgConfig => FedAvg,
     SpartaConfig => Sparta,
     SparselocoConfig => Sparseloco,
-    MulocoConfig => Muloco
+    MulocoConfig => Muloco,
+    DemoConfig => Demo
 );
 
 /// Runs the algorithm `cfg` describes on `world` until a stop rule of `run_cfg` fires. The

@@ -32,6 +32,7 @@
 //! depend on floating-point numbers ([`Compression::payload_bytes`]).
 
 pub mod chunked;
+pub mod dct;
 pub mod powersgd;
 
 use std::ops::Range;

@@ -445,6 +445,16 @@ fn gradient_tracking_resumes_exactly() {
 }
 
 #[test]
+fn demo_resumes_exactly() {
+    // The momentum rows and the gradients held for the all-gather, across a checkpoint; DeMo
+    // steps at a plain SGD rate.
+    let alg = "kind = \"demo\"\nchunk = 4\ntop_k = 2\nweight_decay = 0.01";
+    let mut s = sections(alg, false);
+    s.optimizer.momentum = 0.0;
+    check_sections(&s, alg);
+}
+
+#[test]
 fn exact_diffusion_and_d2_resume_exactly() {
     // The ψ rows and each worker's own φ waiting for its neighbours', across a checkpoint; D² on
     // an odd ring, whose W it accepts.

@@ -16,6 +16,7 @@ mod config_errors;
 mod conformance;
 mod contributing;
 mod dasgd_staleness;
+mod demo;
 mod diloco;
 mod faults;
 mod fed;

@@ -144,6 +144,7 @@ scenario_tests! {
     muon_scenario_runs_without_deadlock => "muon.toml",
     sparseloco_scenario_runs_without_deadlock => "sparseloco.toml",
     muloco_scenario_runs_without_deadlock => "muloco.toml",
+    demo_scenario_runs_without_deadlock => "demo.toml",
     quadratic_scenario_runs_without_deadlock => "quadratic.toml",
     softmax_regression_scenario_runs_without_deadlock => "softmax-regression.toml",
     gradient_tracking_scenario_runs_without_deadlock => "gradient-tracking.toml",
@@ -365,7 +366,7 @@ fn default_entry(kind: &str) -> AlgorithmConfig {
         "choco" => "\nconsensus_lr = 0.5\ncompression = { kind = \"top-k\", fraction = 0.5 }",
         // The bias-corrected methods take plain SGD steps; D² needs λ_min(W) > −1/3, which a
         // ring of 4 does not have and the complete graph does.
-        "gradient-tracking" | "exact-diffusion" | "push-diging" => PLAIN_SGD,
+        "gradient-tracking" | "exact-diffusion" | "push-diging" | "demo" => PLAIN_SGD,
         "d2" => {
             "\ntopology = { kind = \"complete\" }\noptimizer = { kind = \"sgd\", lr = 0.05, momentum = 0.0 }"
         }
