@@ -471,3 +471,41 @@ fn slowmo_over_local_sgd_keeps_its_schedule_on_the_language_model() {
     // But not the same model: the slow momentum moves it.
     assert_ne!(slowmo.final_loss, local.final_loss);
 }
+
+#[test]
+fn the_low_communication_methods_send_their_closed_form_messages() {
+    // Two simulated seconds, without the claims, which are about the full sixteen (SPARTA's
+    // share of all-reduce's bytes is a mean over its random draws; MuLoCo overtakes DiLoCo
+    // after several rounds): the message sizes, exact at any instant, and who sends least.
+    let text = lm_paper("low-communication-lm.toml", "2.0");
+    let text = &text[..text.find("[[expect]]").unwrap()];
+    let (dir, path) = scenario(text, "low-communication-lm.toml");
+    let out = dir.path().join("out");
+    run_flex(&path, &out);
+    let summary = read_summary(&out).unwrap().expect("summary.json");
+    let run = |label: &str| summary.run(label).unwrap();
+    // The GPT's 106,304 parameters in 28 tensors, on 8 workers.
+    for (label, message) in [
+        ("diloco", 106_304 * 4 / 8),
+        ("muloco", 106_304 / 4 + 28 * 20),
+        ("sparseloco", 4_736),
+        ("demo", 1_856 * 6),
+    ] {
+        let r = run(label);
+        assert!(r.messages > 0, "{label} sent nothing");
+        assert_eq!(r.bytes, r.messages * message, "{label}");
+    }
+    // The all-gathers carry whole rounds of n(n − 1) = 56 messages; DiLoCo's ring 2(n − 1)n.
+    for label in ["muloco", "sparseloco", "demo"] {
+        assert_eq!(run(label).messages % 56, 0, "{label}");
+    }
+    assert_eq!(run("diloco").messages % 112, 0);
+    // The same rounds for the three outer-step methods until the first all-gather ends, and
+    // then MuLoCo and SparseLoCo on the same schedule (their rings have the same hops).
+    assert_eq!(run("muloco").worker_steps, run("sparseloco").worker_steps);
+    assert!(run("muloco").worker_steps >= run("diloco").worker_steps);
+    let per_step = |label: &str| run(label).bytes as f64 / run(label).worker_steps as f64;
+    assert!(per_step("sparseloco") < per_step("muloco"));
+    assert!(per_step("muloco") < per_step("diloco"));
+    assert!(per_step("sparta") * 100.0 < per_step("allreduce"));
+}

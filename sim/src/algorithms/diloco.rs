@@ -261,27 +261,48 @@ impl Diloco {
     /// (none computes), so reading their rows then is exact.
     fn outer_step(&mut self, store: &mut Tracked<'_>) {
         let n = self.workers.len();
-        let (g, m, a) = (self.global, self.momentum_row(), self.average_row());
-        let share = 1.0 / n as f64;
-        let workers: Vec<(Slot, f64)> = (0..n).map(|i| (Slot::Row(i), share)).collect();
-        match &self.compressed {
-            Some(comp) if store.computes() => compressed_average(comp, g, a, n, store),
-            _ => store.mix(a, &workers),
-        }
-        self.cfg.outer_sgd().step(store, [g, m, a], None);
-        // Running statistics are averaged, not extrapolated.
-        let state = store.state();
-        if !state.is_empty() {
-            if self.compressed.is_some() {
-                // `a` held θ − Δ: the running statistics are the workers' plain mean.
-                store.mix(a, &workers);
+        let (g, a) = (self.global, self.average_row());
+        let compressed = match &self.compressed {
+            Some(comp) if store.computes() => {
+                compressed_average(comp, g, a, n, store);
+                true
             }
-            store.copy_block(g, a, state);
-        }
-        for w in 0..n {
-            store.mix(w, &[(Slot::Row(g), 1.0)]);
-        }
+            _ => false,
+        };
+        outer_step_from(&self.cfg, store, g, n, compressed);
         self.outer_steps += 1;
+    }
+}
+
+/// DiLoCo's outer step on the rows `[g, g + 1, g + 2]` (global model, outer momentum, average):
+/// the workers' mean into `g + 2` (unless `compressed`: then `g + 2` already holds `θ − Δ` from
+/// the compressed outer gradients), the outer SGD step, the running statistics set to the
+/// workers' mean (not extrapolated), and every one of the `n` workers restarted from the global
+/// model. Shared with SPARTA's outer steps ([`super::sparta`]).
+pub(crate) fn outer_step_from(
+    cfg: &DilocoConfig,
+    store: &mut Tracked<'_>,
+    g: usize,
+    n: usize,
+    compressed: bool,
+) {
+    let (m, a) = (g + 1, g + 2);
+    let share = 1.0 / n as f64;
+    let workers: Vec<(Slot, f64)> = (0..n).map(|i| (Slot::Row(i), share)).collect();
+    if !compressed {
+        store.mix(a, &workers);
+    }
+    cfg.outer_sgd().step(store, [g, m, a], None);
+    let state = store.state();
+    if !state.is_empty() {
+        if compressed {
+            // `a` held θ − Δ: the running statistics are the workers' plain mean.
+            store.mix(a, &workers);
+        }
+        store.copy_block(g, a, state);
+    }
+    for w in 0..n {
+        store.mix(w, &[(Slot::Row(g), 1.0)]);
     }
 }
 

@@ -29,6 +29,13 @@
 //! worker has contributed and waits. The store has no operation on a set of coordinates, so the
 //! average is formed on the host from the rows' values (`2n` rows read and written each time).
 //!
+//! **With DiLoCo** (`inner_steps = H`, the reference's `SPARTADiLoCoStrategy` in
+//! `exogym/strategy/sparta_diloco.py`): every `H` steps of a worker, after that step's sparse
+//! averaging (the order of the reference's communication modules), DiLoCo's outer step over a
+//! second ring, the model's: `outer_step_from` (in [`super::diloco`]) on the global model, the
+//! outer momentum and the average, three rows after the workers'. A worker is in one ring at a
+//! time.
+//!
 //! **Under faults** as local SGD ([`super::local_sgd`]): a crash or a lost chunk breaks the ring
 //! for good and the run stalls; a rejoin is refused.
 //!
@@ -38,13 +45,15 @@
 use rand_distr::{Distribution, Geometric};
 use serde::{Deserialize, Serialize};
 
-use super::ring::{RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support};
+use super::diloco::{DilocoConfig, outer_step_from};
+use super::ring::{Done, RingRound, RoundEvent, RoundMethod, dispatch, local_step, ring_support};
 use crate::algorithm::{Algorithm, Ctx, World};
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::clock::rng::{Stream, StreamKind, stream};
 use crate::cluster::HostWork;
 use crate::error::ConfigError;
 use crate::fault::{FaultKind, FaultSupport, WorkerFault};
+use crate::store::optim::outer;
 use crate::store::{GradId, ReplicaStore, Slot};
 
 fn default_p() -> f64 {
@@ -53,6 +62,18 @@ fn default_p() -> f64 {
 
 fn one() -> u32 {
     1
+}
+
+fn default_outer_lr() -> f64 {
+    0.7
+}
+
+fn default_outer_momentum() -> f64 {
+    0.9
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Options of SPARTA.
@@ -66,6 +87,20 @@ pub struct SpartaConfig {
     /// Steps between two averagings, `≥ 1` (default 1, the reference's `sparta_interval`).
     #[serde(default = "one")]
     pub interval: u32,
+    /// With DiLoCo (the reference's `SPARTADiLoCoStrategy`): a DiLoCo outer step every
+    /// `inner_steps` steps of every worker, after that step's sparse averaging; `None`
+    /// (default): SPARTA alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inner_steps: Option<u32>,
+    /// The outer learning rate of the DiLoCo steps (default 0.7, as DiLoCo's).
+    #[serde(default = "default_outer_lr")]
+    pub outer_lr: f64,
+    /// Their outer momentum (default 0.9).
+    #[serde(default = "default_outer_momentum")]
+    pub outer_momentum: f64,
+    /// Nesterov momentum in them (default true).
+    #[serde(default = "default_true")]
+    pub nesterov: bool,
 }
 
 impl Default for SpartaConfig {
@@ -73,6 +108,10 @@ impl Default for SpartaConfig {
         SpartaConfig {
             p: default_p(),
             interval: 1,
+            inner_steps: None,
+            outer_lr: default_outer_lr(),
+            outer_momentum: default_outer_momentum(),
+            nesterov: true,
         }
     }
 }
@@ -93,7 +132,20 @@ impl SpartaConfig {
             )
             .hint("interval = 1 averages after every step, as the reference's default"));
         }
+        if let Some(outer) = self.outer() {
+            outer.check(path)?;
+        }
         Ok(())
+    }
+
+    /// The DiLoCo outer steps' options, when `inner_steps` asks for them.
+    pub fn outer(&self) -> Option<DilocoConfig> {
+        self.inner_steps.map(|h| DilocoConfig {
+            inner_steps: h,
+            outer_lr: self.outer_lr,
+            outer_momentum: self.outer_momentum,
+            nesterov: self.nesterov,
+        })
     }
 }
 
@@ -118,6 +170,19 @@ pub struct Sparta {
     /// The last round averaged, and how many so far.
     averaged: Option<u64>,
     averagings: u64,
+    /// With DiLoCo: its outer steps' options, the global model's row (then the outer momentum
+    /// and the average), the last outer round stepped, the outer steps so far, and which
+    /// workers are in the outer ring (ring 1) rather than the sparse one (ring 0).
+    #[serde(default)]
+    outer: Option<DilocoConfig>,
+    #[serde(default)]
+    global: usize,
+    #[serde(default)]
+    stepped: Option<u64>,
+    #[serde(default)]
+    outer_steps: u64,
+    #[serde(default)]
+    in_outer: Vec<bool>,
 }
 
 impl Sparta {
@@ -135,6 +200,39 @@ impl Sparta {
             drawn_for: None,
             averaged: None,
             averagings: 0,
+            outer: cfg.outer(),
+            global: 0,
+            stepped: None,
+            outer_steps: 0,
+            in_outer: vec![false; n],
+        }
+    }
+
+    /// DiLoCo outer steps taken so far (with `inner_steps`).
+    pub fn outer_steps(&self) -> u64 {
+        self.outer_steps
+    }
+
+    /// The global model's row, with `inner_steps` (valid once the run started); the outer
+    /// momentum's is the next.
+    pub fn global_row(&self) -> usize {
+        self.global
+    }
+
+    /// Whether `w` has just ended a round of `inner_steps` steps: its DiLoCo outer ring is due.
+    fn outer_due(&self, w: usize) -> bool {
+        self.outer
+            .as_ref()
+            .is_some_and(|o| self.steps[w].is_multiple_of(u64::from(o.inner_steps)))
+    }
+
+    /// `w` joins the outer ring, or starts its next step.
+    fn after_averaging(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
+        if self.outer_due(w) {
+            self.in_outer[w] = true;
+            self.rounds.join(1, w, cx, Event::RingDone);
+        } else {
+            self.begin(w, cx);
         }
     }
 
@@ -215,6 +313,10 @@ impl RoundMethod<Event> for Sparta {
         &mut self.rounds
     }
 
+    fn ring_of(&self, done: Done) -> usize {
+        usize::from(self.in_outer[done.worker])
+    }
+
     fn computed(&mut self, w: usize, cx: &mut Ctx<'_, '_, Event>) {
         let g = self.grads[w].take().expect("a gradient in flight");
         local_step(w, g, cx);
@@ -224,16 +326,36 @@ impl RoundMethod<Event> for Sparta {
             self.draw(round, cx);
             self.rounds.join(0, w, cx, Event::RingDone);
         } else {
-            self.begin(w, cx);
+            self.after_averaging(w, cx);
         }
     }
 
     fn ring_done(&mut self, w: usize, round: u64, cx: &mut Ctx<'_, '_, Event>) {
+        if self.in_outer[w] {
+            // DiLoCo's outer step, once per round, when the first worker's ring completes.
+            self.in_outer[w] = false;
+            if self.stepped != Some(round) {
+                let outer = self.outer.as_ref().expect("an outer ring only with DiLoCo");
+                outer_step_from(
+                    outer,
+                    &mut cx.world.store,
+                    self.global,
+                    self.grads.len(),
+                    false,
+                );
+                self.stepped = Some(round);
+                self.outer_steps += 1;
+            }
+            let params = cx.world.store.num_params() as u64;
+            cx.host_work(w, outer::step_work(outer::sgd::VALUES_TOUCHED, params));
+            self.begin(w, cx);
+            return;
+        }
         if self.averaged != Some(round) {
             self.average(cx);
             self.averaged = Some(round);
         }
-        self.begin(w, cx);
+        self.after_averaging(w, cx);
     }
 }
 
@@ -242,6 +364,14 @@ impl Algorithm for Sparta {
 
     fn start(&mut self, cx: &mut Ctx<'_, '_, Event>) {
         self.rounds.add(self.grads.len(), &[0]);
+        if self.outer.is_some() {
+            // DiLoCo's rows and its model ring (ring 1).
+            let store = &mut cx.world.store;
+            self.global = store.add_rows(3);
+            let m = self.global + 1;
+            store.mix(m, &[(Slot::Row(m), 0.0)]);
+            self.rounds.add_model(cx.world);
+        }
         for w in 0..self.grads.len() {
             self.begin(w, cx);
         }
@@ -272,6 +402,10 @@ impl Algorithm for Sparta {
 impl AlgorithmSpec for SpartaConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.check(setup.path)
+    }
+
+    fn extra_rows(&self) -> usize {
+        if self.inner_steps.is_some() { 3 } else { 0 }
     }
 
     fn uses_topology(&self) -> bool {

@@ -241,6 +241,13 @@ fn diloco_resumes_exactly() {
 }
 
 #[test]
+fn sparta_resumes_exactly_alone_and_with_diloco() {
+    // The shared stream's draws, the sparse ring and (with DiLoCo) the outer ring and rows.
+    check("kind = \"sparta\"\np = 0.3", false);
+    check("kind = \"sparta\"\np = 0.3\ninner_steps = 3", false);
+}
+
+#[test]
 fn sparseloco_resumes_exactly() {
     // The error rows and the all-gather ring, with a round under way at some checkpoints.
     check(

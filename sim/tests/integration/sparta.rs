@@ -41,7 +41,13 @@ fn run_sparta(
         &mut Collect::default(),
         &mut |a: &Sparta, _: &World<'_>, _| {
             let store = shared.borrow();
-            inspect(a, (0..n).map(|w| store.params(w).to_vec()).collect());
+            // The workers' rows, then (with DiLoCo) the global model, momentum and average.
+            inspect(
+                a,
+                (0..store.rows())
+                    .map(|w| store.params(w).to_vec())
+                    .collect(),
+            );
         },
     )
     .unwrap()
@@ -54,6 +60,7 @@ fn every_averaging_sets_the_drawn_coordinates_to_their_mean_and_only_those() {
     let cfg = SpartaConfig {
         p: 0.3,
         interval: 1,
+        ..SpartaConfig::default()
     };
     let n = 4;
     let mut before: Option<(u64, Vec<Vec<f64>>)> = None;
@@ -90,6 +97,7 @@ fn the_drawn_share_is_p_and_the_ring_carries_only_the_drawn_values() {
     let cfg = SpartaConfig {
         p: 0.3,
         interval: 1,
+        ..SpartaConfig::default()
     };
     let n = 4;
     let mut seen = 0;
@@ -125,6 +133,7 @@ fn interval_spaces_the_averagings() {
     let cfg = SpartaConfig {
         p: 0.3,
         interval: 4,
+        ..SpartaConfig::default()
     };
     let outcome = run_sparta(&cfg, 4, 1.0, |_, _| {});
     let mut alg_averagings = 0;
@@ -143,6 +152,7 @@ fn with_p_one_it_is_local_sgd_averaging_every_step() {
     let cfg = SpartaConfig {
         p: 1.0,
         interval: 1,
+        ..SpartaConfig::default()
     };
     let mut sparta_rows = Vec::new();
     let s = run_sparta(&cfg, n, 0.5, |_, rows| sparta_rows = rows);
@@ -176,6 +186,8 @@ fn bad_options_are_refused_at_their_field() {
         ("p = 0.0", "p"),
         ("p = 1.5", "p"),
         ("interval = 0", "interval"),
+        ("inner_steps = 0", "inner_steps"),
+        ("inner_steps = 10\nouter_momentum = 1.0", "outer_momentum"),
     ] {
         let entry: AlgorithmConfig = toml::from_str(&format!("kind = \"sparta\"\n{options}"))
             .unwrap_or_else(|e| panic!("{options}: {e}"));
@@ -187,4 +199,99 @@ fn bad_options_are_refused_at_their_field() {
     }
     let entry: AlgorithmConfig = toml::from_str("kind = \"sparta\"").unwrap();
     entry.validate(&topology, "algorithms[0]", None).unwrap();
+}
+
+/// SPARTA with DiLoCo (the reference's `SPARTADiLoCoStrategy`): every `inner_steps` steps, after
+/// that step's sparse averaging, DiLoCo's outer step: Nesterov SGD on `Δ = θ − mean θ_w`, every
+/// worker restarting from `θ`. Recomputed at every outer step from the rows before it.
+#[test]
+fn with_inner_steps_every_h_steps_take_dilocos_outer_step() {
+    let cfg = SpartaConfig {
+        p: 0.3,
+        inner_steps: Some(4),
+        outer_lr: 0.7,
+        outer_momentum: 0.9,
+        ..SpartaConfig::default()
+    };
+    let n = 4;
+    let (eta, mu) = (cfg.outer_lr, cfg.outer_momentum);
+    type Snap = (u64, u64, Vec<Vec<f64>>);
+    let mut before: Option<Snap> = None;
+    let mut checked = 0;
+    let mut sparse_between = 0;
+    run_sparta(&cfg, n, 1.5, |a, rows| {
+        // `rows` holds the workers', then the global model, momentum and average rows.
+        let now = (a.outer_steps(), a.averagings(), rows);
+        if let Some((steps, averagings, old)) = &before {
+            if now.0 == steps + 1 {
+                assert_eq!(now.1, *averagings, "the outer step is an event of its own");
+                let (g0, m0) = (&old[n], &old[n + 1]);
+                for j in 0..g0.len() {
+                    let mean = (0..n).map(|w| old[w][j]).sum::<f64>() / n as f64;
+                    let delta = g0[j] - mean;
+                    let m1 = mu * m0[j] + delta;
+                    let g1 = g0[j] - eta * (delta + mu * m1);
+                    assert!((now.2[n + 1][j] - m1).abs() < 1e-12, "momentum {j}");
+                    assert!((now.2[n][j] - g1).abs() < 1e-12, "global {j}");
+                }
+                for w in 0..n {
+                    assert_eq!(
+                        now.2[w], now.2[n],
+                        "worker {w} restarts from the global model"
+                    );
+                }
+                checked += 1;
+            } else if now.1 > *averagings {
+                sparse_between += 1;
+            }
+        }
+        before = Some(now);
+    });
+    assert!(checked >= 5, "{checked} outer steps checked");
+    assert!(
+        sparse_between > 3 * checked,
+        "sparse averagings between the outer steps"
+    );
+}
+
+/// When no sparse averaging falls inside the run, SPARTA with DiLoCo is DiLoCo: the same steps,
+/// bytes and models.
+#[test]
+fn without_a_sparse_averaging_in_the_run_it_is_diloco() {
+    let n = 4;
+    let sparta = SpartaConfig {
+        interval: 1_000_000,
+        inner_steps: Some(4),
+        ..SpartaConfig::default()
+    };
+    let diloco = DilocoConfig {
+        inner_steps: 4,
+        outer_lr: 0.7,
+        outer_momentum: 0.9,
+        nesterov: true,
+    };
+    let run = |kind: AlgorithmKind| {
+        let mut store = quadratic_store(n, SEED);
+        let entry = AlgorithmConfig::from(kind).with_optimizer(optimizer(0.05, 0.0));
+        let (outcome, _) = run_on(
+            &entry,
+            &cluster(n, &[(1, 2.0)]),
+            &net(1.0, 20.0),
+            TopologyConfig::Ring {},
+            &mut store,
+            &stop_at(1.0),
+            SEED,
+        );
+        (
+            outcome,
+            (0..n).map(|w| store.params(w).to_vec()).collect::<Vec<_>>(),
+        )
+    };
+    let (s, s_rows) = run(AlgorithmKind::Sparta(sparta));
+    let (d, d_rows) = run(AlgorithmKind::Diloco(diloco));
+    assert_eq!(s.worker_steps, d.worker_steps);
+    assert_eq!(s.network.bytes, d.network.bytes);
+    assert_eq!(s.network.messages, d.network.messages);
+    assert_eq!(s_rows, d_rows, "the same models, bit for bit");
+    assert!(s.worker_steps > 5 * 4 * n as u64, "several rounds ran");
 }
