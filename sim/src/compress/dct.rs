@@ -137,9 +137,9 @@ impl DctTopK {
                 let y = self.forward(&values, *shape);
                 let mut order: Vec<usize> = (0..y.len()).collect();
                 // Largest magnitude first; ties to the lower position.
-                order.sort_by(|&a, &b| y[b].abs().total_cmp(&y[a].abs()).then(a.cmp(&b)));
-                order.truncate(self.top_k);
-                order.sort_unstable();
+                super::chunked::top(&mut order, self.top_k, |&a, &b| {
+                    y[b].abs().total_cmp(&y[a].abs()).then(a.cmp(&b))
+                });
                 order.into_iter().map(|p| (p as u16, y[p])).collect()
             })
             .collect()
