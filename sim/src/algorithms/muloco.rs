@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::diloco::{Diloco, DilocoConfig, default_inner_steps};
 use super::ring::ring_support;
+use super::sparseloco::check_compression;
 use crate::algorithm::World;
 use crate::algorithms::{AlgorithmSpec, Runnable, Setup};
 use crate::compress::chunked::ChunkedTopK;
@@ -145,50 +146,7 @@ impl MulocoConfig {
 impl AlgorithmSpec for MulocoConfig {
     fn validate(&self, setup: &Setup<'_>) -> Result<(), ConfigError> {
         self.diloco().check(setup.path)?;
-        let field = |key: &str| setup.at(key);
-        if let Some(b) = self.bits
-            && ![1, 2, 4, 8].contains(&b)
-        {
-            return Err(ConfigError::new(
-                &field("bits"),
-                format!("bits = {b} is not 1, 2, 4 or 8 (or 0 for no quantization)"),
-            )
-            .hint("the paper sends 2-bit outer gradients"));
-        }
-        if !(0.0..=1.0).contains(&self.error_decay) {
-            return Err(ConfigError::new(
-                &field("error_decay"),
-                format!("error_decay = {} is not in [0, 1]", self.error_decay),
-            )
-            .hint("the error accumulator's decay β in e ← β·e + Δ (the paper's 1)"));
-        }
-        if !(self.range_sigmas.is_finite() && self.range_sigmas > 0.0) {
-            return Err(ConfigError::new(
-                &field("range_sigmas"),
-                format!("range_sigmas = {} must be positive", self.range_sigmas),
-            )
-            .hint("the quantizer's range in standard deviations (6, as SparseLoCo's)"));
-        }
-        if !(1..=256).contains(&self.chunk) {
-            return Err(ConfigError::new(
-                &field("chunk"),
-                format!("chunk = {} is not in 1..=256", self.chunk),
-            )
-            .hint("a chunk of chunk × chunk values holds at most 65,536, so that a position fits in 2 bytes"));
-        }
-        if let Some(k) = self.top_k
-            && (k == 0 || k > self.chunk * self.chunk)
-        {
-            return Err(ConfigError::new(
-                &field("top_k"),
-                format!(
-                    "top_k = {k} is not in 1..={}: a chunk holds at most chunk² values",
-                    self.chunk * self.chunk
-                ),
-            )
-            .hint("leave top_k out to quantize every value, MuLoCo's default"));
-        }
-        Ok(())
+        check_compression(setup.path, &self.compressor(), self.error_decay)
     }
 
     fn optimizer_support(&self, optimizer: &OptimizerConfig) -> Result<(), (&'static str, String)> {

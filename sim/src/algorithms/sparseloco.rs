@@ -164,52 +164,7 @@ impl AlgorithmSpec for SparselocoConfig {
             self.outer_lr,
             "SparseLoCo's outer step is θ ← θ − outer_lr·Δ; 1 applies the sparse average as is",
         )?;
-        if !(1..=256).contains(&self.chunk) {
-            return Err(ConfigError::new(
-                &field("chunk"),
-                format!("chunk = {} is not in 1..=256", self.chunk),
-            )
-            .hint(
-                "chunk is the side of a chunk: 64 cuts a matrix into 64 × 64 blocks; a chunk \
-                 holds at most 256 × 256 values, so that a position fits in 2 bytes",
-            ));
-        }
-        if self.top_k == 0 || self.top_k > self.chunk * self.chunk {
-            return Err(ConfigError::new(
-                &field("top_k"),
-                format!(
-                    "top_k = {} is not in 1..={}: a chunk holds at most chunk² = {} values",
-                    self.top_k,
-                    self.chunk * self.chunk,
-                    self.chunk * self.chunk
-                ),
-            )
-            .hint("the reference keeps 32 of every 64 × 64 chunk (0.8% of a matrix)"));
-        }
-        if !(0.0..=1.0).contains(&self.error_decay) {
-            return Err(ConfigError::new(
-                &field("error_decay"),
-                format!("error_decay = {} is not in [0, 1]", self.error_decay),
-            )
-            .hint("the error buffer's decay β: e ← β·e + Δ (the reference's 0.999)"));
-        }
-        if let Some(b) = self.bits
-            && ![1, 2, 4, 8].contains(&b)
-        {
-            return Err(ConfigError::new(
-                &field("bits"),
-                format!("bits = {b} is not 1, 2, 4 or 8 (or 0 for no quantization)"),
-            )
-            .hint("the paper sends 2-bit values"));
-        }
-        if !(self.range_sigmas.is_finite() && self.range_sigmas > 0.0) {
-            return Err(ConfigError::new(
-                &field("range_sigmas"),
-                format!("range_sigmas = {} must be positive", self.range_sigmas),
-            )
-            .hint("the quantizer's range in standard deviations (the reference's 6)"));
-        }
-        Ok(())
+        check_compression(path, &self.compressor(), self.error_decay)
     }
 
     fn extra_rows(&self) -> usize {
@@ -236,4 +191,60 @@ impl AlgorithmSpec for SparselocoConfig {
             self.error_decay,
         )))
     }
+}
+
+/// Checks a compressor's options and an error feedback's decay, as SparseLoCo and MuLoCo name
+/// them (`chunk`, `top_k`, `bits`, `range_sigmas`, `error_decay`), at their field under `path`.
+pub(super) fn check_compression(
+    path: &str,
+    c: &ChunkedTopK,
+    error_decay: f64,
+) -> Result<(), ConfigError> {
+    let field = |key: &str| format!("{path}.{key}");
+    if !(1..=256).contains(&c.chunk) {
+        return Err(ConfigError::new(
+            &field("chunk"),
+            format!("chunk = {} is not in 1..=256", c.chunk),
+        )
+        .hint(
+            "chunk is the side of a chunk: 64 cuts a matrix into 64 × 64 blocks; a chunk \
+             holds at most 256 × 256 values, so that a position fits in 2 bytes",
+        ));
+    }
+    if let Some(k) = c.top_k
+        && (k == 0 || k > c.chunk * c.chunk)
+    {
+        return Err(ConfigError::new(
+            &field("top_k"),
+            format!(
+                "top_k = {k} is not in 1..={}: a chunk holds at most chunk² values",
+                c.chunk * c.chunk
+            ),
+        )
+        .hint("SparseLoCo's reference keeps 32 of every 64 × 64 chunk (0.8% of a matrix)"));
+    }
+    if !(0.0..=1.0).contains(&error_decay) {
+        return Err(ConfigError::new(
+            &field("error_decay"),
+            format!("error_decay = {error_decay} is not in [0, 1]"),
+        )
+        .hint("the error buffer's decay β in e ← β·e + Δ (SparseLoCo's 0.999, MuLoCo's 1)"));
+    }
+    if let Some(b) = c.bits
+        && ![1, 2, 4, 8].contains(&b)
+    {
+        return Err(ConfigError::new(
+            &field("bits"),
+            format!("bits = {b} is not 1, 2, 4 or 8 (or 0 for no quantization)"),
+        )
+        .hint("both papers send 2-bit values"));
+    }
+    if !(c.range_sigmas.is_finite() && c.range_sigmas > 0.0) {
+        return Err(ConfigError::new(
+            &field("range_sigmas"),
+            format!("range_sigmas = {} must be positive", c.range_sigmas),
+        )
+        .hint("the quantizer's range in standard deviations (the reference's 6)"));
+    }
+    Ok(())
 }

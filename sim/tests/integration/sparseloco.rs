@@ -125,7 +125,8 @@ fn every_outer_step_sends_the_compressed_error_and_keeps_the_rest() {
                 let error: Vec<f64> = (0..dim)
                     .map(|j| beta * e0[w][j] + (g0[j] - workers[w][j]))
                     .collect();
-                let sent = sparse.compressor.compress(&error, &sparse.tensors);
+                let c = &sparse.compressor;
+                let sent = reference_chunked(&error, c.chunk.min(8), c.top_k, c.bits, 6.0);
                 let kept: Vec<f64> = (0..dim).map(|j| error[j] - sent[j]).collect();
                 assert_close(&e1[w], &kept, &format!("bits {bits}: worker {w}'s error"));
                 (0..dim).for_each(|j| mean[j] += sent[j] / N as f64);

@@ -328,3 +328,56 @@ pub fn axpy(terms: &[(f64, &[f64])]) -> Vec<f64> {
         .map(|j| terms.iter().map(|(a, v)| a * v[j]).sum())
         .collect()
 }
+
+/// SparseLoCo's compressor written out for the tests' rows of two vectors of 8 (`0..8`,
+/// `8..16`), apart from the library's: each vector cut into runs of `side`, the `top_k`
+/// largest magnitudes of each run kept (ties to the lower position; all without `top_k`), and,
+/// with `bits`, the kept values of each vector read back as the mean of their bin of width
+/// `range · σ / 2^bits` around their mean (σ unbiased; bins rounded half to even and clamped),
+/// as tplr-ai/SparseLoCo's `_quantize`. Everything not kept is 0.
+pub fn reference_chunked(
+    x: &[f64],
+    side: usize,
+    top_k: Option<usize>,
+    bits: Option<u32>,
+    range: f64,
+) -> Vec<f64> {
+    let mut out = vec![0.0; x.len()];
+    for tensor in [0..8usize, 8..16] {
+        let mut kept = Vec::new();
+        for run in tensor.clone().step_by(side) {
+            let mut idx: Vec<usize> = (run..run + side).collect();
+            idx.sort_by(|&a, &b| x[b].abs().total_cmp(&x[a].abs()).then(a.cmp(&b)));
+            idx.truncate(top_k.unwrap_or(side));
+            kept.extend(idx);
+        }
+        kept.sort_unstable();
+        let Some(bits) = bits else {
+            kept.iter().for_each(|&i| out[i] = x[i]);
+            continue;
+        };
+        let bins = 1usize << bits;
+        let n = kept.len() as f64;
+        let mean = kept.iter().map(|&i| x[i]).sum::<f64>() / n;
+        let var = kept.iter().map(|&i| (x[i] - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let mut scale = range * var.sqrt() / bins as f64;
+        if scale == 0.0 || !scale.is_finite() {
+            scale = 1.0;
+        }
+        let bin_of = |v: f64| {
+            ((v - mean) / scale + (bins / 2) as f64)
+                .round_ties_even()
+                .clamp(0.0, (bins - 1) as f64) as usize
+        };
+        for &i in &kept {
+            let b = bin_of(x[i]);
+            let same: Vec<f64> = kept
+                .iter()
+                .filter(|&&j| bin_of(x[j]) == b)
+                .map(|&j| x[j] - mean)
+                .collect();
+            out[i] = same.iter().sum::<f64>() / same.len() as f64 + mean;
+        }
+    }
+    out
+}
